@@ -1,0 +1,58 @@
+"""cdr — Coverage-Differential Retrieval (CRP-SPEC-024) for multi-window long-form generation.
+
+Public API: the ranking core, session state and exits; the CKF, loop, writers and gateway are
+imported lazily from their modules (`cdr.ckf`, `cdr.loop`, `cdr.writers`, `cdr.gateway`) so
+that `import cdr` stays cheap.
+"""
+
+from cdr.coverage import CoverageEntry, CoverageSet, ResidualSet, SubQuery
+from cdr.errors import (
+    CdrError,
+    EmbeddingModelMismatchError,
+    InvalidInputError,
+    NotFoundError,
+    UpstreamError,
+)
+from cdr.ngrams import NgramBlacklist, NgramIndex, ngram_hashes, tokenize
+from cdr.ranking import (
+    CDR_MIN_RELEVANCE,
+    COVERAGE_PENALTY_CAP,
+    MIN_NOVELTY_FLOOR,
+    RANKING_MODES,
+    Ranking,
+    cdr_scores,
+    rank,
+    rank_all,
+)
+from cdr.session import EXIT_REASONS, Session, depth_from_words, exit_reason
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CDR_MIN_RELEVANCE",
+    "COVERAGE_PENALTY_CAP",
+    "EXIT_REASONS",
+    "MIN_NOVELTY_FLOOR",
+    "RANKING_MODES",
+    "CdrError",
+    "CoverageEntry",
+    "CoverageSet",
+    "EmbeddingModelMismatchError",
+    "InvalidInputError",
+    "NgramBlacklist",
+    "NgramIndex",
+    "NotFoundError",
+    "Ranking",
+    "ResidualSet",
+    "Session",
+    "SubQuery",
+    "UpstreamError",
+    "__version__",
+    "cdr_scores",
+    "depth_from_words",
+    "exit_reason",
+    "ngram_hashes",
+    "rank",
+    "rank_all",
+    "tokenize",
+]

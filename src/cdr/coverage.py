@@ -1,0 +1,158 @@
+"""Coverage Set and Residual Set (CRP-SPEC-024 §2.1, §3).
+
+The Coverage Set keeps its entries (for headers, traces and serialisation) and a running
+weighted sum of their embeddings. Because entries are unit vectors, the spec's weighted mean of
+cosines equals one dot product with the weighted centroid (DESIGN.md §2):
+
+    Σ wᵢ (f·eᵢ) / Σ wᵢ = f · (Σ wᵢ eᵢ / Σ wᵢ)
+
+so scoring N facts is one matrix-vector product, whatever the number of entries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cdr.errors import InvalidInputError
+from cdr.vectors import as_vector, normalize, unit_matrix
+
+
+@dataclass(frozen=True)
+class CoverageEntry:
+    """One addressed sub-query: what was covered, how deeply, and in which window."""
+
+    embedding: np.ndarray
+    depth_weight: float
+    window_number: int
+
+
+def check_depth(depth: float) -> float:
+    """Depth weights are fractions (§3.2): anything outside [0, 1] or non-finite is refused."""
+    d = float(depth)
+    if not np.isfinite(d) or d < 0.0 or d > 1.0:
+        raise InvalidInputError(f"depth_weight must be within [0, 1], got {depth!r}")
+    return d
+
+
+class CoverageSet:
+    """Entries plus the running weighted sum, so `coverage_scores` is one mat-vec.
+
+    Zero-weight entries are accepted and counted (they are in the Coverage-Depth header) but
+    contribute nothing; while the total weight is 0 every coverage score is 0. Duplicate entries
+    are legitimate (a sub-query covered in two windows) and count twice, as the spec's sum does.
+    """
+
+    def __init__(self, dim: int) -> None:
+        if dim < 1:
+            raise InvalidInputError(f"dimension must be positive, got {dim}")
+        self.dim = dim
+        self._embeddings: list[np.ndarray] = []
+        self._weights: list[float] = []
+        self._windows: list[int] = []
+        # float64 accumulators: the sum is updated many times and must not drift.
+        self._weighted_sum = np.zeros(dim, dtype=np.float64)
+        self._total_weight = 0.0
+
+    def __len__(self) -> int:
+        return len(self._weights)
+
+    def __bool__(self) -> bool:
+        return bool(self._weights)
+
+    def add(self, embedding: object, depth_weight: float, window_number: int) -> CoverageEntry:
+        """Append an entry; the embedding is normalised (cosine is what the spec asks for)."""
+        e = normalize(as_vector(embedding, "coverage embedding", self.dim), "coverage embedding")
+        w = check_depth(depth_weight)
+        if int(window_number) < 0:
+            raise InvalidInputError(f"window_number must be >= 0, got {window_number}")
+        self._embeddings.append(e)
+        self._weights.append(w)
+        self._windows.append(int(window_number))
+        self._weighted_sum += w * e.astype(np.float64)
+        self._total_weight += w
+        return CoverageEntry(e, w, int(window_number))
+
+    @property
+    def entries(self) -> list[CoverageEntry]:
+        return [
+            CoverageEntry(e, w, n)
+            for e, w, n in zip(self._embeddings, self._weights, self._windows, strict=True)
+        ]
+
+    @property
+    def embeddings(self) -> np.ndarray:
+        if not self._embeddings:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack(self._embeddings)
+
+    @property
+    def weights(self) -> np.ndarray:
+        return np.asarray(self._weights, dtype=np.float32)
+
+    @property
+    def window_numbers(self) -> np.ndarray:
+        return np.asarray(self._windows, dtype=np.int32)
+
+    @property
+    def total_weight(self) -> float:
+        return self._total_weight
+
+    def centroid(self) -> np.ndarray | None:
+        """Σ wᵢ eᵢ / Σ wᵢ (not normalised: its dot with f *is* the weighted mean cosine)."""
+        if self._total_weight <= 0.0:
+            return None
+        return (self._weighted_sum / self._total_weight).astype(np.float32)
+
+    def coverage_scores(self, facts: np.ndarray) -> np.ndarray:
+        """Weighted mean cosine of each (unit) fact row to the entries; 0 when empty."""
+        c = self.centroid()
+        if c is None:
+            return np.zeros(facts.shape[0], dtype=np.float32)
+        return facts @ c
+
+    @classmethod
+    def from_arrays(
+        cls, dim: int, embeddings: np.ndarray, weights: np.ndarray, windows: np.ndarray
+    ) -> CoverageSet:
+        cs = cls(dim)
+        for e, w, n in zip(embeddings, weights, windows, strict=True):
+            cs.add(e, float(w), int(n))
+        return cs
+
+
+@dataclass(frozen=True)
+class SubQuery:
+    """A part of the task decomposition (§3.1): id, text and the words it should receive."""
+
+    id: str
+    text: str
+    expected_words: int = 300
+
+
+class ResidualSet:
+    """Sub-queries not yet addressed, with their (unit) embeddings stacked for one mat-mul."""
+
+    def __init__(self, sub_queries: list[SubQuery], embeddings: object, dim: int) -> None:
+        self.dim = dim
+        self.sub_queries = list(sub_queries)
+        emb = unit_matrix(embeddings, "residual embeddings", dim)
+        if emb.shape[0] != len(self.sub_queries):
+            raise InvalidInputError(
+                f"residual set: {len(self.sub_queries)} sub-queries but {emb.shape[0]} embeddings"
+            )
+        self.embeddings = emb if emb.shape[0] else np.zeros((0, dim), np.float32)
+
+    def __len__(self) -> int:
+        return len(self.sub_queries)
+
+    @property
+    def ids(self) -> list[str]:
+        return [sq.id for sq in self.sub_queries]
+
+    def residual_pull(self, facts: np.ndarray) -> np.ndarray:
+        """max cosine of each fact to the residual sub-queries (§2.2); 0 when empty."""
+        if not self.sub_queries:
+            return np.zeros(facts.shape[0], dtype=np.float32)
+        return (facts @ self.embeddings.T).max(axis=1)

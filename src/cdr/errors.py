@@ -1,0 +1,36 @@
+"""Errors users see. Each names the problem, so a CLI message or an HTTP 4xx body can be
+built from `str(error)` alone."""
+
+from __future__ import annotations
+
+
+class CdrError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class InvalidInputError(CdrError, ValueError):
+    """Input that cannot be used as given (shape, range, NaN, empty...)."""
+
+
+class EmbeddingModelMismatchError(CdrError, ValueError):
+    """Vectors from one embedding model offered to state built with another (SPEC-024 §2.5)."""
+
+    def __init__(self, expected: str, got: str, what: str = "embedding") -> None:
+        self.expected = expected
+        self.got = got
+        super().__init__(
+            f"{what} model mismatch: this state was built with {expected!r}, "
+            f"but the {what} comes from {got!r}; CDR scores across models are meaningless"
+        )
+
+
+class NotFoundError(CdrError, LookupError):
+    """A session, document, job or CKF that does not exist."""
+
+
+class UpstreamError(CdrError):
+    """An LLM or embedding server failed after retries."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        self.status = status
+        super().__init__(message)

@@ -1,0 +1,290 @@
+"""Phase 2 ranking: CDR (CRP-SPEC-024 §2, §5.2, §7.1) and the two baselines it is compared with.
+
+All three modes share Phase 1's minimum-relevance gate (§2.6) and work on arrays:
+
+- ``cdr``: importance × max(relevance, residual_pull) × novelty × (1 − ngram_penalty)
+- ``relevance``: importance × relevance (SPEC-003 Phase 2, what CDR replaces)
+- ``mmr``: greedy maximal marginal relevance, λ·(importance × relevance) − (1−λ)·max sim to
+  the facts already picked in this window (no memory across windows, as MMR is used).
+
+The CDR terms for M gated candidates cost one product of the (M, d) candidate block with
+``[centroid, r₁ … r_R]``; the gate itself costs the one (N, d) mat-vec a plain cosine scan pays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from cdr.coverage import CoverageSet, ResidualSet
+from cdr.errors import InvalidInputError
+from cdr.ngrams import ngram_penalty as _ngram_penalty
+from cdr.vectors import as_matrix, as_vector, unit_matrix, unit_vector
+
+CDR_MIN_RELEVANCE = 0.55
+MIN_NOVELTY_FLOOR = 0.20
+COVERAGE_PENALTY_CAP = 0.80
+DEFAULT_MMR_LAMBDA = 0.5
+
+RankingMode = Literal["cdr", "relevance", "mmr"]
+RANKING_MODES: tuple[str, ...] = ("cdr", "relevance", "mmr")
+
+_F32 = np.float32
+
+
+@dataclass
+class Ranking:
+    """Ranked candidates, best first. `indices` point into the arrays given to `rank` (or are
+    the caller's row ids when `rows` was passed). Per-candidate arrays are aligned with it."""
+
+    indices: np.ndarray
+    score: np.ndarray
+    relevance: np.ndarray
+    novelty: np.ndarray
+    residual_pull: np.ndarray
+    ngram_penalty: np.ndarray
+    coverage_score: np.ndarray
+    mode: str = "cdr"
+    n_candidates: int = 0
+    ngram_activations: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def base_score(self) -> np.ndarray:
+        """importance × effective relevance: the score before novelty and the n-gram guard."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = self.novelty * (1.0 - self.ngram_penalty)
+            return np.where(ratio > 0, self.score / ratio, 0.0).astype(_F32)
+
+    def novelty_ratio(self) -> np.ndarray:
+        """Score over base score, `novelty × (1 − ngram_penalty)` (DESIGN.md §3.7)."""
+        return (self.novelty * (1.0 - self.ngram_penalty)).astype(_F32)
+
+    def take(self, positions: np.ndarray) -> Ranking:
+        """The sub-ranking at `positions` (e.g. what the envelope packed), order kept."""
+        p = np.asarray(positions, dtype=np.int64)
+        return Ranking(
+            self.indices[p], self.score[p], self.relevance[p], self.novelty[p],
+            self.residual_pull[p], self.ngram_penalty[p], self.coverage_score[p], self.mode,
+            self.n_candidates, int((self.ngram_penalty[p] > 0).sum()), dict(self.extra),
+        )
+
+
+def novelty_from_coverage(coverage_score: np.ndarray) -> np.ndarray:
+    """max(1 − clip(coverage, 0, 0.80), 0.20): anti-correlation is not rewarded (DESIGN §3.3)."""
+    penalty = np.clip(coverage_score, 0.0, COVERAGE_PENALTY_CAP)
+    return np.maximum(1.0 - penalty, MIN_NOVELTY_FLOOR).astype(coverage_score.dtype, copy=False)
+
+
+def cdr_components(
+    embeddings: np.ndarray,
+    relevance: np.ndarray,
+    importance: np.ndarray,
+    ngram_counts: np.ndarray | None,
+    centroid: np.ndarray | None,
+    residual: np.ndarray,
+    coverage_nonempty: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(score, novelty, residual_pull, ngram_penalty, coverage_score) for gated candidates.
+
+    `centroid` is the Coverage Set's weighted centroid (None when its weight is 0); `residual`
+    the (R, d) unit embeddings of the Residual Set. Residual pull applies only once the Coverage
+    Set has entries (DESIGN §3.2), so Window 1 is exactly importance × relevance (§2.7).
+    Results keep the inputs' float type (float32 in the core, float64 in `cdr.spec`).
+    """
+    m = embeddings.shape[0]
+    dt = embeddings.dtype
+    use_pull = coverage_nonempty and residual.shape[0] > 0
+    cols = ([centroid] if centroid is not None else []) + (list(residual) if use_pull else [])
+    if cols:
+        sims = embeddings @ np.stack(cols, axis=1).astype(dt, copy=False)
+    else:
+        sims = np.zeros((m, 0), dtype=dt)
+    k = 0
+    if centroid is not None:
+        coverage = sims[:, 0]
+        k = 1
+    else:
+        coverage = np.zeros(m, dtype=dt)
+    pull = sims[:, k:].max(axis=1) if use_pull and m else np.zeros(m, dtype=dt)
+    novelty = novelty_from_coverage(coverage)
+    penalty = (
+        _ngram_penalty(ngram_counts, dt) if ngram_counts is not None else np.zeros(m, dtype=dt)
+    )
+    score = importance.astype(dt, copy=False) * np.maximum(relevance, pull) * novelty
+    score *= 1.0 - penalty
+    return score.astype(dt, copy=False), novelty, pull.astype(dt, copy=False), penalty, coverage
+
+
+def _mmr_order(
+    embeddings: np.ndarray, base: np.ndarray, lam: float, limit: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Greedy MMR over the candidates: (order of the first `limit` picks, their MMR scores)."""
+    m = embeddings.shape[0]
+    limit = min(limit, m)
+    max_sim = np.full(m, -np.inf, dtype=_F32)
+    taken = np.zeros(m, dtype=bool)
+    order = np.empty(limit, dtype=np.int64)
+    scores = np.empty(limit, dtype=_F32)
+    for i in range(limit):
+        redundancy = np.where(np.isfinite(max_sim), max_sim, _F32(0.0))
+        obj = _F32(lam) * base - _F32(1.0 - lam) * redundancy
+        obj[taken] = -np.inf
+        j = int(np.argmax(obj))
+        order[i], scores[i], taken[j] = j, obj[j], True
+        np.maximum(max_sim, embeddings @ embeddings[j], out=max_sim)
+    return order, scores
+
+
+def _top(score: np.ndarray, top_k: int | None) -> np.ndarray:
+    """Positions of the best `top_k` scores, best first (ties: lower position first)."""
+    n = score.shape[0]
+    if top_k is None or top_k >= n:
+        return np.argsort(-score, kind="stable")
+    part = np.argpartition(-score, top_k - 1)[:top_k]
+    return part[np.lexsort((part, -score[part]))]
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in RANKING_MODES:
+        raise InvalidInputError(f"unknown ranking mode {mode!r}; choose one of {RANKING_MODES}")
+
+
+def rank(
+    embeddings: np.ndarray,
+    relevance: np.ndarray,
+    *,
+    importance: np.ndarray | None = None,
+    ngram_counts: np.ndarray | None = None,
+    coverage: CoverageSet | None = None,
+    residual: ResidualSet | None = None,
+    mode: str = "cdr",
+    min_relevance: float = CDR_MIN_RELEVANCE,
+    mmr_lambda: float = DEFAULT_MMR_LAMBDA,
+    top_k: int | None = None,
+    rows: np.ndarray | None = None,
+) -> Ranking:
+    """Phase 2 over candidates whose unit embeddings and query relevances are given.
+
+    The gate is applied here too, so callers may pass Phase 1's output or a raw block. `rows`
+    maps candidate positions to the caller's ids (e.g. CKF rows) in the returned `indices`.
+    """
+    _check_mode(mode)
+    rel = np.asarray(relevance, dtype=_F32)
+    if rel.ndim != 1 or rel.shape[0] != embeddings.shape[0]:
+        raise InvalidInputError(
+            f"relevance has shape {rel.shape}, expected ({embeddings.shape[0]},)"
+        )
+    gate = np.flatnonzero(rel >= _F32(min_relevance))
+    all_pass = gate.shape[0] == rel.shape[0]
+    emb = embeddings if all_pass else embeddings[gate]
+    rel = rel if all_pass else rel[gate]
+    imp = (
+        np.ones(len(gate), dtype=_F32)
+        if importance is None
+        else np.asarray(importance, dtype=_F32)[gate]
+    )
+    counts = None if ngram_counts is None else np.asarray(ngram_counts)[gate]
+    m = len(gate)
+    zeros = np.zeros(m, dtype=_F32)
+    extra: dict[str, float] = {}
+    if mode == "cdr":
+        centroid = coverage.centroid() if coverage is not None else None
+        res = residual.embeddings if residual is not None else np.zeros((0, emb.shape[1]), _F32)
+        score, novelty, pull, penalty, cov = cdr_components(
+            emb, rel, imp, counts, centroid, res, bool(coverage)
+        )
+        order = _top(score, top_k)
+    elif mode == "relevance":
+        score, novelty, pull, penalty, cov = imp * rel, zeros + 1, zeros, zeros, zeros
+        order = _top(score, top_k)
+    else:
+        if not 0.0 <= mmr_lambda <= 1.0:
+            raise InvalidInputError(f"mmr_lambda must be within [0, 1], got {mmr_lambda}")
+        base = imp * rel
+        limit = m if top_k is None else min(top_k, m)
+        order, mmr_scores = _mmr_order(emb, base, mmr_lambda, limit)
+        score = np.full(m, -np.inf, dtype=_F32)
+        score[order] = mmr_scores
+        novelty, pull, penalty, cov = zeros + 1, zeros, zeros, zeros
+        extra["mmr_lambda"] = float(mmr_lambda)
+    ids = gate[order] if rows is None else np.asarray(rows)[gate[order]]
+    pen = penalty[order]
+    return Ranking(
+        ids, score[order], rel[order], novelty[order], pull[order], pen, cov[order], mode,
+        m, int((penalty > 0).sum()), extra,
+    )
+
+
+def rank_all(
+    facts: np.ndarray,
+    query: np.ndarray,
+    **kwargs: object,
+) -> Ranking:
+    """Phase 1 + Phase 2 over a whole unit-row matrix: one mat-vec for relevance, then `rank`
+    on the gated rows only (indices are rows of `facts`)."""
+    relevance = facts @ query
+    min_rel = float(kwargs.get("min_relevance", CDR_MIN_RELEVANCE))  # type: ignore[arg-type]
+    gate = np.flatnonzero(relevance >= _F32(min_rel))
+    importance = kwargs.pop("importance", None)
+    counts = kwargs.pop("ngram_counts", None)
+    return rank(
+        facts[gate],
+        relevance[gate],
+        importance=None if importance is None else np.asarray(importance)[gate],
+        ngram_counts=None if counts is None else np.asarray(counts)[gate],
+        rows=gate,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def cdr_scores(
+    facts: np.ndarray,
+    query: np.ndarray,
+    coverage: np.ndarray,
+    coverage_weights: np.ndarray,
+    residual: np.ndarray,
+    importance: np.ndarray | None,
+    ngram_counts: np.ndarray | None,
+    min_relevance: float = CDR_MIN_RELEVANCE,
+) -> np.ndarray:
+    """The array face of the core (DESIGN.md §4): CDR score per fact, NaN where gated.
+
+    `facts` (N, d), `query` (d,), `coverage` (C, d), `residual` (R, d) are unit rows (validated
+    here, not re-normalised); C or R may be 0.
+    """
+    f = as_matrix(facts, "facts", allow_empty=False)
+    d = f.shape[1]
+    q = as_vector(query, "query", d)
+    cov = as_matrix(coverage, "coverage", d)
+    w = np.asarray(coverage_weights, dtype=np.float64).reshape(-1)
+    if w.shape[0] != cov.shape[0]:
+        raise InvalidInputError(f"coverage_weights has {w.shape[0]} values for {cov.shape[0]} rows")
+    if w.size and (not np.isfinite(w).all() or (w < 0).any() or (w > 1).any()):
+        raise InvalidInputError("coverage_weights must be finite and within [0, 1]")
+    res = as_matrix(residual, "residual", d)
+    n = f.shape[0]
+    imp = np.ones(n, _F32) if importance is None else np.asarray(importance, _F32).reshape(-1)
+    if imp.shape[0] != n:
+        raise InvalidInputError(f"importance has {imp.shape[0]} values for {n} facts")
+    rel = f @ q
+    gate = np.flatnonzero(rel >= _F32(min_relevance))
+    total = float(w.sum())
+    centroid = (w @ cov.astype(np.float64) / total).astype(_F32) if total > 0 else None
+    counts = None if ngram_counts is None else np.asarray(ngram_counts).reshape(-1)[gate]
+    score, *_ = cdr_components(
+        f[gate], rel[gate], imp[gate], counts, centroid, res, cov.shape[0] > 0
+    )
+    out = np.full(n, np.nan, dtype=_F32)
+    out[gate] = score
+    return out
+
+
+def normalized_inputs(facts: object, query: object) -> tuple[np.ndarray, np.ndarray]:
+    """Validate and L2-normalise a fact matrix and a query once, for callers with raw vectors."""
+    f = unit_matrix(facts, "facts")
+    return f, unit_vector(query, "query", f.shape[1] if f.shape[0] else None)

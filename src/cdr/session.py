@@ -1,0 +1,344 @@
+"""Session state across windows: Coverage Set, Residual Set, n-gram blacklist, exits (§3, §6, §7.2).
+
+Readings of the spec (DESIGN.md §3) live here:
+- depth of a sub-query in one window = min(words / expected_words, 0.90) (§3.2);
+- cumulative depth = sum over windows, capped at 1; a sub-query leaves the Residual Set when its
+  cumulative depth reaches `residual_exit_depth` (default 0.70) — 0.0 gives §7.2 literally;
+- completeness = mean over sub-queries of min(cumulative / 0.90, 1);
+- the four exits in the spec's priority order, with an empty envelope counting as exhaustion.
+
+Sub-query embeddings are computed once, when the session starts, with the CKF's model; every
+update states which model produced its vectors and a different id is refused (§2.5).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from cdr.coverage import CoverageSet, ResidualSet, SubQuery, check_depth
+from cdr.errors import EmbeddingModelMismatchError, InvalidInputError
+from cdr.ngrams import NgramBlacklist, NgramIndex
+from cdr.ranking import CDR_MIN_RELEVANCE, RANKING_MODES
+from cdr.vectors import unit_matrix, unit_vector
+
+COMPLETION_THRESHOLD = 0.92
+THOROUGH_DEPTH = 0.90
+DEFAULT_RESIDUAL_EXIT_DEPTH = 0.70
+DEFAULT_MAX_WINDOWS = 5
+MAX_WINDOWS_LIMIT = 20
+SAFETY_BUDGET_FLOOR = 0.10
+EXHAUSTION_RATIO = 0.15
+SCHEMA_VERSION = 1
+
+EXIT_REASONS = ("task-complete", "limit-reached", "ckf-exhausted", "safety-budget-depleted")
+IN_PROGRESS = "in-progress"
+
+
+def depth_from_words(words: int, expected_words: int) -> float:
+    """§3.2 by word-count ratio: 280/300 → 0.90, 60/300 → 0.20."""
+    if expected_words <= 0:
+        raise InvalidInputError(f"expected_words must be positive, got {expected_words}")
+    return min(max(words, 0) / expected_words, THOROUGH_DEPTH)
+
+
+def exit_reason(
+    *,
+    completeness: float,
+    residual_empty: bool,
+    window_count: int,
+    max_windows: int,
+    mean_novelty_ratio: float | None,
+    safety_budget: float,
+    completion_threshold: float = COMPLETION_THRESHOLD,
+) -> str | None:
+    """The four exits of §6 in priority order; None while the loop should go on.
+
+    `mean_novelty_ratio` is None when the window's envelope was empty: nothing novel was left,
+    which is CKF exhaustion (DESIGN.md §3.7).
+    """
+    if completeness >= completion_threshold and residual_empty:
+        return "task-complete"
+    if window_count >= max_windows:
+        return "limit-reached"
+    if mean_novelty_ratio is None or mean_novelty_ratio < EXHAUSTION_RATIO:
+        return "ckf-exhausted"
+    if safety_budget <= SAFETY_BUDGET_FLOOR:
+        return "safety-budget-depleted"
+    return None
+
+
+def _b64(arr: np.ndarray) -> str:
+    return base64.b64encode(np.ascontiguousarray(arr).tobytes()).decode("ascii")
+
+
+def _unb64(text: str, dtype: type, shape: tuple[int, ...]) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(text), dtype=dtype).reshape(shape).copy()
+
+
+@dataclass
+class WindowRecord:
+    """What one window did to the session (kept for traces and the optional backward summary)."""
+
+    number: int
+    addressed: dict[str, float]
+    completeness: float
+    residual: list[str]
+    summary: str = ""
+
+
+@dataclass
+class Session:
+    """All state CDR needs between windows. Build with `Session.start`."""
+
+    task: str
+    model_id: str
+    dim: int
+    sub_queries: list[SubQuery]
+    sub_query_embeddings: np.ndarray
+    query_vector: np.ndarray
+    coverage: CoverageSet
+    blacklist: NgramBlacklist
+    cumulative_depth: dict[str, float]
+    residual_ids: list[str]
+    window_count: int = 0
+    max_windows: int = DEFAULT_MAX_WINDOWS
+    safety_budget: float = 1.0
+    min_relevance: float = CDR_MIN_RELEVANCE
+    residual_exit_depth: float = DEFAULT_RESIDUAL_EXIT_DEPTH
+    ranking: str = "cdr"
+    status: str = IN_PROGRESS
+    history: list[WindowRecord] = field(default_factory=list)
+    _residual_cache: ResidualSet | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def start(
+        cls,
+        task: str,
+        sub_queries: list[SubQuery],
+        sub_query_embeddings: object,
+        query_vector: object,
+        model_id: str,
+        *,
+        max_windows: int = DEFAULT_MAX_WINDOWS,
+        min_relevance: float = CDR_MIN_RELEVANCE,
+        residual_exit_depth: float = DEFAULT_RESIDUAL_EXIT_DEPTH,
+        ranking: str = "cdr",
+        ngram_index: NgramIndex | None = None,
+    ) -> Session:
+        if not task or not task.strip():
+            raise InvalidInputError("task is empty")
+        if not sub_queries:
+            raise InvalidInputError("the task decomposition has no sub-queries")
+        ids = [sq.id for sq in sub_queries]
+        if len(set(ids)) != len(ids):
+            raise InvalidInputError(f"sub-query ids are not unique: {ids}")
+        if not 1 <= max_windows <= MAX_WINDOWS_LIMIT:
+            raise InvalidInputError(
+                f"max_windows must be within 1..{MAX_WINDOWS_LIMIT}, got {max_windows}"
+            )
+        if ranking not in RANKING_MODES:
+            raise InvalidInputError(f"unknown ranking {ranking!r}; choose one of {RANKING_MODES}")
+        check_depth(residual_exit_depth)
+        q = unit_vector(query_vector, "query vector")
+        emb = unit_matrix(sub_query_embeddings, "sub-query embeddings", q.shape[0])
+        if emb.shape[0] != len(sub_queries):
+            raise InvalidInputError(
+                f"{len(sub_queries)} sub-queries but {emb.shape[0]} sub-query embeddings"
+            )
+        return cls(
+            task=task.strip(),
+            model_id=model_id,
+            dim=q.shape[0],
+            sub_queries=list(sub_queries),
+            sub_query_embeddings=emb,
+            query_vector=q,
+            coverage=CoverageSet(q.shape[0]),
+            blacklist=NgramBlacklist(ngram_index),
+            cumulative_depth=dict.fromkeys(ids, 0.0),
+            residual_ids=ids,
+            max_windows=max_windows,
+            min_relevance=float(min_relevance),
+            residual_exit_depth=float(residual_exit_depth),
+            ranking=ranking,
+        )
+
+    # -- views -------------------------------------------------------------------------------
+
+    def sub_query(self, sq_id: str) -> SubQuery:
+        for sq in self.sub_queries:
+            if sq.id == sq_id:
+                return sq
+        raise InvalidInputError(f"unknown sub-query id {sq_id!r}; known: {self.sub_query_ids}")
+
+    @property
+    def sub_query_ids(self) -> list[str]:
+        return [sq.id for sq in self.sub_queries]
+
+    @property
+    def residual(self) -> ResidualSet:
+        """The Residual Set with its embeddings stacked (cached until the next update)."""
+        if self._residual_cache is None or self._residual_cache.ids != self.residual_ids:
+            pos = [self.sub_query_ids.index(i) for i in self.residual_ids]
+            self._residual_cache = ResidualSet(
+                [self.sub_queries[p] for p in pos],
+                self.sub_query_embeddings[pos] if pos else np.zeros((0, self.dim), np.float32),
+                self.dim,
+            )
+        return self._residual_cache
+
+    @property
+    def residual_sub_queries(self) -> list[SubQuery]:
+        return self.residual.sub_queries
+
+    def completeness(self) -> float:
+        """Mean over sub-queries of min(cumulative depth / 0.90, 1) (DESIGN.md §3.6)."""
+        vals = [min(self.cumulative_depth[i] / THOROUGH_DEPTH, 1.0) for i in self.sub_query_ids]
+        return float(np.mean(vals))
+
+    def bind_ngram_index(self, index: NgramIndex) -> None:
+        """Attach the CKF's n-gram index (after loading), recomputing per-fact counts once."""
+        self.blacklist = self.blacklist.bind(index)
+
+    # -- the update of §7.2 ------------------------------------------------------------------
+
+    def update_after_window(
+        self,
+        addressed: Mapping[str, float],
+        window_output: str,
+        *,
+        embedding_model_id: str,
+        summary: str = "",
+    ) -> WindowRecord:
+        """Coverage entries, cumulative residual, blacklist and window count, after a window.
+
+        `addressed` maps sub-query ids to this window's depth. The coverage entry uses the
+        sub-query embedding made at session start (same text, same model: re-embedding would
+        give the same vector at a model call's cost); `embedding_model_id` must still match.
+        """
+        if embedding_model_id != self.model_id:
+            raise EmbeddingModelMismatchError(self.model_id, embedding_model_id, "coverage update")
+        depths = {sq_id: check_depth(d) for sq_id, d in addressed.items()}
+        for sq_id in depths:
+            self.sub_query(sq_id)  # unknown ids are an error, before anything changes
+        number = self.window_count + 1
+        for sq_id, depth in depths.items():
+            pos = self.sub_query_ids.index(sq_id)
+            self.coverage.add(self.sub_query_embeddings[pos], depth, number)
+            self.cumulative_depth[sq_id] = min(self.cumulative_depth[sq_id] + depth, 1.0)
+        self.residual_ids = [
+            i for i in self.residual_ids
+            if not (i in depths and self.cumulative_depth[i] >= self.residual_exit_depth)
+        ]
+        self.blacklist.add_text(window_output)
+        self.window_count = number
+        record = WindowRecord(number, depths, self.completeness(), list(self.residual_ids), summary)
+        self.history.append(record)
+        return record
+
+    def spend_safety(self, amount: float) -> None:
+        """A SafetyCheck's verdict for one window (SPEC-012 §2.3): budget never below 0."""
+        if not np.isfinite(amount) or amount < 0:
+            raise InvalidInputError(f"safety spend must be a non-negative number, got {amount}")
+        self.safety_budget = max(0.0, self.safety_budget - float(amount))
+
+    def exit_reason(self, mean_novelty_ratio: float | None) -> str | None:
+        return exit_reason(
+            completeness=self.completeness(),
+            residual_empty=not self.residual_ids,
+            window_count=self.window_count,
+            max_windows=self.max_windows,
+            mean_novelty_ratio=mean_novelty_ratio,
+            safety_budget=self.safety_budget,
+        )
+
+    def backward_summary(self) -> str:
+        """SPEC-004's backward-looking summary, kept available but off by default (§4.3)."""
+        return " ".join(f"Window {r.number}: {r.summary}" for r in self.history if r.summary)
+
+    # -- (de)serialisation -------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        cov = self.coverage
+        return {
+            "schema": SCHEMA_VERSION,
+            "task": self.task,
+            "model_id": self.model_id,
+            "dim": self.dim,
+            "sub_queries": [
+                {"id": s.id, "text": s.text, "expected_words": s.expected_words}
+                for s in self.sub_queries
+            ],
+            "sub_query_embeddings": _b64(self.sub_query_embeddings.astype(np.float32)),
+            "query_vector": _b64(self.query_vector.astype(np.float32)),
+            "coverage": {
+                "embeddings": _b64(cov.embeddings),
+                "weights": [float(w) for w in cov._weights],
+                "windows": [int(n) for n in cov._windows],
+            },
+            "blacklist": _b64(self.blacklist.as_array()),
+            "cumulative_depth": dict(self.cumulative_depth),
+            "residual_ids": list(self.residual_ids),
+            "window_count": self.window_count,
+            "max_windows": self.max_windows,
+            "safety_budget": self.safety_budget,
+            "min_relevance": self.min_relevance,
+            "residual_exit_depth": self.residual_exit_depth,
+            "ranking": self.ranking,
+            "status": self.status,
+            "history": [
+                {"number": r.number, "addressed": r.addressed, "completeness": r.completeness,
+                 "residual": r.residual, "summary": r.summary}
+                for r in self.history
+            ],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], ngram_index: NgramIndex | None = None) -> Session:
+        if data.get("schema") != SCHEMA_VERSION:
+            raise InvalidInputError(f"unsupported session schema {data.get('schema')!r}")
+        dim = int(data["dim"])
+        sqs = [SubQuery(s["id"], s["text"], int(s["expected_words"])) for s in data["sub_queries"]]
+        weights = data["coverage"]["weights"]
+        coverage = CoverageSet(dim)
+        cov_emb = _unb64(data["coverage"]["embeddings"], np.float32, (len(weights), dim))
+        for e, w, n in zip(cov_emb, weights, data["coverage"]["windows"], strict=True):
+            coverage.add(e, w, n)
+        bl_hashes = np.frombuffer(base64.b64decode(data["blacklist"]), dtype=np.uint64)
+        blacklist = NgramBlacklist(ngram_index, bl_hashes)
+        return cls(
+            task=data["task"],
+            model_id=data["model_id"],
+            dim=dim,
+            sub_queries=sqs,
+            sub_query_embeddings=_unb64(data["sub_query_embeddings"], np.float32, (len(sqs), dim)),
+            query_vector=_unb64(data["query_vector"], np.float32, (dim,)),
+            coverage=coverage,
+            blacklist=blacklist,
+            cumulative_depth={k: float(v) for k, v in data["cumulative_depth"].items()},
+            residual_ids=list(data["residual_ids"]),
+            window_count=int(data["window_count"]),
+            max_windows=int(data["max_windows"]),
+            safety_budget=float(data["safety_budget"]),
+            min_relevance=float(data["min_relevance"]),
+            residual_exit_depth=float(data["residual_exit_depth"]),
+            ranking=data["ranking"],
+            status=data["status"],
+            history=[WindowRecord(**r) for r in data["history"]],
+        )
+
+    @classmethod
+    def from_json(cls, text: str, ngram_index: NgramIndex | None = None) -> Session:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InvalidInputError(f"session JSON is malformed: {exc}") from None
+        return cls.from_dict(data, ngram_index)

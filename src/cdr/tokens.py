@@ -1,0 +1,45 @@
+"""LLM token counting, offline.
+
+`bpe-openai` bundles OpenAI's cl100k_base BPE (counts identical to tiktoken's cl100k on real
+text) and needs no download, unlike `tiktoken`, which fetches its BPE file on first use.
+Budgets (envelope packing, fact size bounds) are counted with it: it is what GPT-4-class
+models see, and a close, labelled estimate for others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+
+import numpy as np
+
+TOKENIZER_NAME = "cl100k_base"
+
+
+@lru_cache(maxsize=1)
+def _encoding():  # returns bpe_openai.Encoding
+    import bpe_openai
+
+    return bpe_openai.get_encoding(TOKENIZER_NAME)
+
+
+def count_tokens(text: str) -> int:
+    """Number of cl100k_base tokens in `text` (special-token text is counted as ordinary)."""
+    return len(_encoding().encode_ordinary(text))
+
+
+def count_tokens_batch(texts: Sequence[str]) -> np.ndarray:
+    """Token counts for many texts at once (int32)."""
+    if not texts:
+        return np.zeros(0, dtype=np.int32)
+    encoded = _encoding().encode_ordinary_batch(list(texts))
+    return np.fromiter((len(e) for e in encoded), dtype=np.int32, count=len(texts))
+
+
+def truncate_to_tokens(text: str, max_tokens: int) -> str:
+    """The longest prefix of `text` that fits in `max_tokens` tokens."""
+    enc = _encoding()
+    ids = enc.encode_ordinary(text)
+    if len(ids) <= max_tokens:
+        return text
+    return enc.decode(ids[: max(0, max_tokens)])
