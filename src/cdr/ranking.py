@@ -65,12 +65,15 @@ class Ranking:
         return (self.novelty * (1.0 - self.ngram_penalty)).astype(_F32)
 
     def take(self, positions: np.ndarray) -> Ranking:
-        """The sub-ranking at `positions` (e.g. what the envelope packed), order kept."""
+        """The sub-ranking at `positions` (e.g. what the envelope packed), order kept.
+
+        `n_candidates` and `ngram_activations` describe the ranking pass, so they are kept.
+        """
         p = np.asarray(positions, dtype=np.int64)
         return Ranking(
             self.indices[p], self.score[p], self.relevance[p], self.novelty[p],
             self.residual_pull[p], self.ngram_penalty[p], self.coverage_score[p], self.mode,
-            self.n_candidates, int((self.ngram_penalty[p] > 0).sum()), dict(self.extra),
+            self.n_candidates, self.ngram_activations, dict(self.extra),
         )
 
 

@@ -1,0 +1,205 @@
+"""The `cdr` command: ingest, inspect the CKF, generate, serve, benchmark."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from cdr.errors import CdrError
+
+app = typer.Typer(
+    name="cdr",
+    help="Coverage-Differential Retrieval: long documents over several LLM windows, "
+    "without repetition (CRP-SPEC-024).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True)
+out = Console()
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}")
+    return typer.Exit(code)
+
+
+def _mount_ckf_commands() -> None:
+    try:
+        from cdr.cli_ckf import ckf_app, ingest_command
+    except ImportError:  # the CKF CLI is optional while it is being built
+        return
+    app.command("ingest", help="Ingest documents into a CKF directory.")(ingest_command)
+    app.add_typer(ckf_app, name="ckf", help="Inspect and edit a CKF.")
+
+
+_mount_ckf_commands()
+
+
+def window_table(events: Sequence[Any], title: str = "") -> Table:
+    """window, facts packed, Coverage-Score, n-gram activations, CWR6, completeness, status."""
+    from cdr.quality import cwr6, fact_reuse
+
+    table = Table(title=title or None)
+    for col in ("window", "facts", "Coverage-Score", "NGram act.", "CWR6", "fact reuse",
+                "completeness", "status"):
+        table.add_column(col, justify="right" if col not in ("status",) else "left")
+    repeats = cwr6([e.output for e in events])
+    reuse = fact_reuse([e.prepared.envelope.fact_ids for e in events])
+    for e, rep, ru in zip(events, repeats, reuse, strict=True):
+        h = e.headers
+        table.add_row(
+            str(e.number), str(len(e.prepared.envelope)), h["CRP-Context-Coverage-Score"],
+            h["CRP-Context-NGram-Guard-Activations"], f"{rep:.1%}", f"{ru:.0%}",
+            f"{e.completeness:.2f}", e.status,
+        )
+    return table
+
+
+def assemble_document(task: str, events: Sequence[Any]) -> str:
+    body = "\n\n".join(e.output.strip() for e in events if e.output.strip())
+    return f"# {task.strip()}\n\n{body}\n"
+
+
+def build_writer(name: str, base_url: str | None, model: str | None) -> Any:
+    from cdr.writers import get_writer
+
+    if name == "extractive":
+        return get_writer("extractive")
+    settings: dict[str, Any] = {}
+    model = model or os.environ.get("CDR_LLM_MODEL")
+    if not model:
+        raise CdrError(f"the {name} writer needs a model: --llm-model or CDR_LLM_MODEL")
+    settings["model"] = model
+    base_url = base_url or os.environ.get("CDR_LLM_BASE_URL")
+    if name == "openai":
+        settings["base_url"] = base_url or "https://api.openai.com/v1"
+    elif base_url:
+        settings["base_url"] = base_url
+    return get_writer(name, **settings)
+
+
+@app.command()
+def generate(
+    task: Annotated[str, typer.Argument(help="What to write, e.g. 'A guide to asyncio tasks'.")],
+    ckf: Annotated[Path, typer.Option("--ckf", help="CKF directory (made by `cdr ingest`).",
+                                      envvar="CDR_CKF")],
+    outline: Annotated[Path | None, typer.Option(help="One sub-query per line.")] = None,
+    windows: Annotated[int, typer.Option(help="Maximum number of windows (1–20).")] = 5,
+    words: Annotated[int, typer.Option(help="Target length of the whole document.")] = 1800,
+    writer: Annotated[str, typer.Option(help="extractive | openai | anthropic",
+                                        envvar="CDR_WRITER")] = "extractive",
+    ranking: Annotated[str, typer.Option(help="cdr | relevance | mmr")] = "cdr",
+    min_relevance: Annotated[float | None, typer.Option(
+        help="Relevance gate; default: calibrated for the CKF's embedding model.")] = None,
+    mmr_lambda: Annotated[float, typer.Option(help="λ for --ranking mmr.")] = 0.5,
+    context_tokens: Annotated[int, typer.Option(help="Context size C.")] = 8192,
+    generation_tokens: Annotated[int, typer.Option(help="Generation reserve G per window.")
+                                 ] = 1024,
+    sub_queries: Annotated[int, typer.Option(help="Sub-queries for automatic decomposition.")
+                           ] = 6,
+    llm_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible base URL.")] = None,
+    llm_model: Annotated[str | None, typer.Option(help="Model name for LLM writers.")] = None,
+    trace: Annotated[Path | None, typer.Option(help="Write the trace JSON here.")] = None,
+    out_file: Annotated[Path | None, typer.Option("--out", help="Write the Markdown here "
+                                                                "(default: stdout).")] = None,
+) -> None:
+    """Write a document over several windows from a CKF, with CDR ranking."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from cdr.loop import GenerationConfig, Generator
+    from cdr.ranking import RANKING_MODES
+    from cdr.trace import build_trace
+
+    if ranking not in RANKING_MODES:
+        raise fail(f"--ranking must be one of {', '.join(RANKING_MODES)}, got {ranking!r}", 2)
+    if not 1 <= windows <= 20:
+        raise fail(f"--windows must be within 1..20, got {windows}", 2)
+    if not task.strip():
+        raise fail("the task is empty", 2)
+    outline_text = None
+    if outline is not None:
+        try:
+            outline_text = outline.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise fail(f"cannot read outline {outline}: {exc}", 2) from None
+    try:
+        from cdr.ckf import CKF
+
+        store = CKF.open(ckf)
+        config = GenerationConfig(
+            max_windows=windows, words=words, sub_queries=sub_queries, ranking=ranking,
+            min_relevance=min_relevance, mmr_lambda=mmr_lambda, context_tokens=context_tokens,
+            generation_tokens=generation_tokens,
+        )
+        gen = Generator(store, build_writer(writer, llm_base_url, llm_model), config)
+        session = gen.start(task, outline_text)
+    except CdrError as exc:
+        headers = getattr(exc, "headers", None)
+        if headers:
+            err.print(", ".join(f"{k}: {v}" for k, v in headers.items()))
+        raise fail(str(exc)) from None
+
+    events = []
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                  TextColumn("{task.completed}/{task.total} windows"), TimeElapsedColumn(),
+                  console=err, transient=False) as progress:
+        bar = progress.add_task(f"writing ({ranking})", total=windows)
+        try:
+            for event in gen.run(task, session=session):
+                events.append(event)
+                progress.update(bar, advance=1, description=(
+                    f"window {event.number}: {len(event.prepared.envelope)} facts, "
+                    f"completeness {event.completeness:.2f}"))
+        except CdrError as exc:
+            err.print(f"[bold red]error:[/] {exc}")
+            session.status = session.status if session.status != "in-progress" else "error"
+    err.print(window_table(events, f"{task} — ranking {ranking}"))
+    document = assemble_document(task, events)
+    if trace is not None:
+        trace.write_text(json.dumps(build_trace(session, events), indent=2), encoding="utf-8")
+    if out_file is not None:
+        out_file.write_text(document, encoding="utf-8")
+    else:
+        sys.stdout.write(document)
+    last = events[-1].headers if events else {}
+    err.print(
+        f"[bold]status:[/] {session.status}  completeness {session.completeness():.2f}  "
+        f"windows {len(events)}/{windows}"
+        + (f"  hint: {last['CRP-Onboarding-Hint']}" if "CRP-Onboarding-Hint" in last else "")
+    )
+    if session.status in ("upstream-error", "error"):
+        raise typer.Exit(1)
+
+
+@app.command()
+def serve(
+    ckf: Annotated[Path | None, typer.Option(help="CKF directory.", envvar="CDR_CKF")] = None,
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port.")] = 8088,
+) -> None:
+    """Run the HTTP gateway (OpenAI-compatible relay and sidecar API)."""
+    try:
+        from cdr.gateway.app import serve as run_server
+    except ImportError as exc:
+        raise fail(f"the gateway is not available: {exc}") from None
+    try:
+        run_server(ckf=ckf, host=host, port=port)
+    except CdrError as exc:
+        raise fail(str(exc)) from None
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

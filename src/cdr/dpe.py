@@ -1,0 +1,221 @@
+"""Task decomposition and DPE Stage 8 (completeness verification).
+
+Decomposition turns a task into sub-queries (id, text, expected words): from an outline file,
+from the CKF itself (clusters of the task's relevant facts, each named by its most central
+section heading), or from an LLM. Stage 8 reads a window's text back: paragraphs are embedded
+with the CKF's model and attributed to the closest sub-query above a threshold, and words per
+sub-query become depths (§3.2).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cdr.coverage import SubQuery
+from cdr.errors import InvalidInputError
+from cdr.session import depth_from_words
+
+# Attribution threshold for the default model (all-MiniLM-L6-v2), measured on the Python docs:
+# see README "Calibration". A paragraph less similar than this to every sub-query counts for none.
+DEFAULT_ATTRIBUTION_THRESHOLD = 0.30
+DEFAULT_TOTAL_WORDS = 1800
+
+_LIST_MARK = re.compile(r"^\s*(?:[-*+#>]+|\(?\d+[.):]|[ivxIVX]+[.)]|[a-zA-Z][.)])\s*")
+_WORD = re.compile(r"\w+")
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
+_INSTRUCTION = re.compile(
+    r"^\s*(?:please\s+)?(?:write|draft|produce|create|compose|prepare|generate|give|explain)"
+    r"(?:\s+(?:me|us))?\s+(?:(?:a|an|the)\s+)?(?:(?:comprehensive|complete|detailed|long|short"
+    r"|full|thorough|practical|concise|in-depth)\s+)*(?:(?:guide|report|overview|document"
+    r"|article|essay|introduction|tutorial|summary|chapter|explanation|audit|review)\s+)?"
+    r"(?:(?:to|on|about|of|for|covering)\s+(?:the\s+)?)?",
+    re.IGNORECASE,
+)
+
+
+def word_count(text: str) -> int:
+    return len(_WORD.findall(text))
+
+
+def task_topic(task: str) -> str:
+    """The task without its instruction words ("Write a comprehensive guide to X" → "X"),
+    which embeds closer to the material than the instruction does (DESIGN.md §3.11)."""
+    topic = _INSTRUCTION.sub("", task.strip(), count=1).strip(" .:")
+    return topic or task.strip()
+
+
+def split_words(total_words: int, n: int) -> list[int]:
+    """Split a target length across n sub-queries, as evenly as integers allow."""
+    if n < 1:
+        raise InvalidInputError("cannot split words across zero sub-queries")
+    if total_words < n:
+        raise InvalidInputError(f"--words {total_words} is fewer than one per sub-query ({n})")
+    base, extra = divmod(total_words, n)
+    return [base + (1 if i < extra else 0) for i in range(n)]
+
+
+def parse_outline(text: str, total_words: int = DEFAULT_TOTAL_WORDS) -> list[SubQuery]:
+    """One sub-query per non-empty line; leading '-', '*', '#' or numbering is ignored."""
+    lines = [_LIST_MARK.sub("", line, count=1).strip() for line in text.splitlines()]
+    lines = [line for line in lines if line]
+    if not lines:
+        raise InvalidInputError("the outline has no lines (expected one sub-query per line)")
+    words = split_words(total_words, len(lines))
+    return [SubQuery(f"sq-{i + 1}", t, w) for i, (t, w) in enumerate(zip(lines, words,
+                                                                              strict=True))]
+
+
+def _kmeans(x: np.ndarray, k: int, seed: int = 0, iters: int = 25) -> np.ndarray:
+    """Spherical k-means with k-means++ seeding; deterministic for a seed. Returns labels."""
+    rng = np.random.default_rng(seed)
+    n = x.shape[0]
+    centers = [x[int(rng.integers(n))]]
+    for _ in range(1, k):
+        d = 1.0 - np.max(x @ np.stack(centers).T, axis=1)
+        d = np.clip(d, 0, None) ** 2
+        p = d / d.sum() if d.sum() > 0 else np.full(n, 1.0 / n)
+        centers.append(x[int(rng.choice(n, p=p))])
+    c = np.stack(centers)
+    labels = np.zeros(n, dtype=np.int64)
+    for _ in range(iters):
+        new = np.argmax(x @ c.T, axis=1)
+        if _ > 0 and np.array_equal(new, labels):
+            break
+        labels = new
+        for j in range(k):
+            members = x[labels == j]
+            if len(members):
+                v = members.sum(axis=0)
+                c[j] = v / max(float(np.linalg.norm(v)), 1e-12)
+    return labels
+
+
+def decompose_from_facts(
+    embeddings: np.ndarray,
+    sections: Sequence[str],
+    n_sub_queries: int,
+    total_words: int = DEFAULT_TOTAL_WORDS,
+) -> list[SubQuery]:
+    """Automatic decomposition: cluster the task's relevant facts (unit rows) and name each
+    cluster by the section heading of the facts nearest its centre.
+
+    Clusters are ordered by their best-ranked member (facts arrive in relevance order), so the
+    outline starts with what is most central to the task. Duplicate names are merged.
+    """
+    n = embeddings.shape[0]
+    if n == 0:
+        raise InvalidInputError("no relevant facts to decompose the task from")
+    k = max(1, min(n_sub_queries, n))
+    labels = _kmeans(embeddings, k)
+    names: list[str] = []
+    for j in sorted(set(labels.tolist()), key=lambda j: int(np.flatnonzero(labels == j)[0])):
+        members = np.flatnonzero(labels == j)
+        centre = embeddings[members].mean(axis=0)
+        near = members[np.argsort(-(embeddings[members] @ centre))[:5]]
+        votes: dict[str, float] = {}
+        for rank_i, m in enumerate(near):
+            label = sections[m].split(" > ")[-1].strip() or sections[m]
+            votes[label] = votes.get(label, 0.0) + 1.0 / (1 + rank_i)
+        best = max(votes, key=lambda s: votes[s])
+        if best and best not in names:
+            names.append(best)
+    words = split_words(total_words, len(names))
+    return [SubQuery(f"sq-{i + 1}", t, w) for i, (t, w) in enumerate(zip(names, words,
+                                                                              strict=True))]
+
+
+def llm_outline_prompt(task: str, n_sub_queries: int) -> list[dict[str, str]]:
+    """Messages asking an LLM for an outline, one section title per line."""
+    return [
+        {"role": "system", "content": "You plan long documents. Answer with section titles "
+                                      "only, one per line, no numbering, no commentary."},
+        {"role": "user", "content": f"Task: {task}\nGive {n_sub_queries} section titles that "
+                                    "together complete the task, in reading order."},
+    ]
+
+
+# -- Stage 8 -------------------------------------------------------------------------------------
+
+@dataclass
+class DpeReport:
+    """What Stage 8 found in one window's text."""
+
+    addressed: dict[str, float]  # sub-query id -> depth in this window
+    words: dict[str, int]  # sub-query id -> words attributed
+    paragraphs: int
+    unattributed_words: int
+    attribution: list[str | None] = field(default_factory=list)  # per paragraph
+
+    @property
+    def addressed_sub_queries(self) -> list[dict[str, float | str]]:
+        return [{"id": i, "depth": round(d, 4)} for i, d in self.addressed.items()]
+
+
+def split_paragraphs(text: str) -> list[tuple[str | None, str]]:
+    """(heading above it, paragraph) pairs; Markdown headings are context, not paragraphs."""
+    out: list[tuple[str | None, str]] = []
+    heading: str | None = None
+    for block in re.split(r"\n\s*\n", text):
+        lines = block.strip().splitlines()
+        body: list[str] = []
+        for line in lines:
+            m = _HEADING.match(line)
+            if m:
+                if body:
+                    out.append((heading, "\n".join(body)))
+                    body = []
+                heading = m.group(1).strip()
+            else:
+                body.append(line)
+        if body and word_count("\n".join(body)):
+            out.append((heading, "\n".join(body)))
+    return out
+
+
+def verify_window(
+    text: str,
+    sub_queries: Sequence[SubQuery],
+    sub_query_embeddings: np.ndarray,
+    paragraph_embeddings: np.ndarray,
+    paragraphs: Sequence[tuple[str | None, str]],
+    threshold: float = DEFAULT_ATTRIBUTION_THRESHOLD,
+) -> DpeReport:
+    """Attribute each paragraph to one sub-query and turn words into depths.
+
+    A paragraph under a heading that names a sub-query exactly (case-insensitive) belongs to
+    it: the writer said so. Otherwise it goes to the most similar sub-query if the cosine
+    reaches `threshold`, else to none.
+    """
+    by_title = {sq.text.strip().lower(): i for i, sq in enumerate(sub_queries)}
+    words = dict.fromkeys((sq.id for sq in sub_queries), 0)
+    attribution: list[str | None] = []
+    unattributed = 0
+    sims = (
+        paragraph_embeddings @ sub_query_embeddings.T
+        if len(paragraphs)
+        else np.zeros((0, len(sub_queries)), np.float32)
+    )
+    for p, (heading, body) in enumerate(paragraphs):
+        n_words = word_count(body)
+        idx = by_title.get(heading.strip().lower()) if heading else None
+        if idx is None:
+            best = int(np.argmax(sims[p])) if sims.shape[1] else -1
+            idx = best if best >= 0 and sims[p, best] >= threshold else None
+        if idx is None:
+            unattributed += n_words
+            attribution.append(None)
+            continue
+        sq = sub_queries[idx]
+        words[sq.id] += n_words
+        attribution.append(sq.id)
+    addressed = {
+        sq.id: depth_from_words(words[sq.id], sq.expected_words)
+        for sq in sub_queries
+        if words[sq.id] > 0
+    }
+    return DpeReport(addressed, {k: v for k, v in words.items() if v}, len(paragraphs),
+                     unattributed, attribution)

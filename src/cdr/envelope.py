@@ -1,0 +1,171 @@
+"""Phase 3 packing (SPEC-003) and the Residual Task Anchor (SPEC-024 §4).
+
+The envelope budget is E = C − S − T − G: context size minus system prompt, task and anchor,
+and the generation reserve, all counted in cl100k tokens (`cdr.tokens`). Facts go in greedily
+in ranking order; a fact that does not fit is skipped and packing continues with smaller ones.
+The packed facts are then laid out strongest-first-and-last (1st, 3rd, 5th… from the front,
+2nd, 4th… from the back), because models attend least to the middle of long contexts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cdr.coverage import SubQuery
+from cdr.errors import InvalidInputError
+from cdr.ranking import Ranking
+from cdr.tokens import count_tokens
+
+DEFAULT_CONTEXT_TOKENS = 8192
+DEFAULT_GENERATION_TOKENS = 1024
+# Per-fact framing in the prompt ("[F3] (Section) " and a blank line) costs a few tokens.
+FACT_FRAMING_TOKENS = 8
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You write one part of a long document. Use only the numbered facts given; do not repeat "
+    "what earlier parts covered. Write the remaining sections in order, each under a Markdown "
+    "'## ' heading with the section's exact title, in full paragraphs."
+)
+
+
+def residual_anchor(remaining: Sequence[SubQuery]) -> str:
+    """§4.2: the forward-looking continuation context, constant size."""
+    labels = ", ".join(sq.text for sq in remaining) if remaining else "none (finish the document)"
+    return f"Remaining sections to complete: {labels}"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """E = C − S − T − G, in tokens."""
+
+    context: int
+    system: int
+    task: int
+    generation: int
+
+    @property
+    def envelope(self) -> int:
+        return self.context - self.system - self.task - self.generation
+
+
+def make_budget(
+    context_tokens: int, system_prompt: str, task_text: str, generation_tokens: int
+) -> Budget:
+    if context_tokens <= 0 or generation_tokens <= 0:
+        raise InvalidInputError("context and generation token budgets must be positive")
+    b = Budget(context_tokens, count_tokens(system_prompt), count_tokens(task_text),
+               generation_tokens)
+    if b.envelope <= 0:
+        raise InvalidInputError(
+            f"no room for facts: context {b.context} − system {b.system} − task/anchor {b.task} "
+            f"− generation {b.generation} = {b.envelope} tokens"
+        )
+    return b
+
+
+@dataclass
+class Envelope:
+    """What one window's model call receives, with the numbers headers and traces report."""
+
+    ranking: Ranking  # the packed facts, in layout order
+    fact_ids: list[str]
+    tokens: np.ndarray  # per packed fact (content tokens + framing)
+    budget: Budget
+    anchor: str
+    skipped: int = 0  # ranked facts that did not fit
+    messages: list[dict[str, str]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.fact_ids)
+
+    @property
+    def used_tokens(self) -> int:
+        return int(self.tokens.sum())
+
+    @property
+    def saturation(self) -> float:
+        """Share of the envelope budget used."""
+        return self.used_tokens / self.budget.envelope if self.budget.envelope else 0.0
+
+    @property
+    def etag(self) -> str:
+        """Hash of the sorted fact ids: equal envelopes have equal ETags, whatever the order."""
+        h = hashlib.sha256("\n".join(sorted(self.fact_ids)).encode("utf-8"))
+        return h.hexdigest()[:32]
+
+    @property
+    def min_novelty_ratio(self) -> float | None:
+        """`CRP-Context-Coverage-Score` (§8.1): the least novel fact included."""
+        r = self.ranking.novelty_ratio()
+        return float(r.min()) if len(r) else None
+
+    @property
+    def mean_novelty_ratio(self) -> float | None:
+        """Exit 3's statistic (DESIGN.md §3.7); None for an empty envelope."""
+        r = self.ranking.novelty_ratio()
+        return float(r.mean()) if len(r) else None
+
+
+def greedy_pack(token_costs: np.ndarray, budget: int) -> np.ndarray:
+    """Positions (in ranking order) of the facts that fit when taken greedily, skipping misfits.
+
+    Vectorised over runs: a cumulative sum finds how far the next facts fit as they are; only
+    a fact that overflows needs a decision, and at most one per remaining-budget change.
+    """
+    costs = np.asarray(token_costs, dtype=np.int64)
+    if budget <= 0 or costs.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    chosen: list[np.ndarray] = []
+    start, left = 0, int(budget)
+    while start < costs.size:
+        fitting = np.flatnonzero(costs[start:] <= left)
+        if fitting.size == 0:
+            break
+        start += int(fitting[0])  # skip the facts that cannot fit any more
+        run = np.cumsum(costs[start:])
+        fit = int(np.searchsorted(run, left, side="right"))  # >= 1: costs[start] fits
+        chosen.append(np.arange(start, start + fit))
+        left -= int(run[fit - 1])
+        start += fit
+    return np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.int64)
+
+
+def first_and_last_layout(n: int) -> np.ndarray:
+    """Order of positions 0..n-1 (best first) laid out so the best sit at both ends."""
+    order = np.empty(n, dtype=np.int64)
+    front = np.arange(0, n, 2)
+    back = np.arange(1, n, 2)
+    order[: len(front)] = front
+    order[len(front):] = back[::-1]
+    return order
+
+
+def pack(
+    ranking: Ranking,
+    fact_ids: Sequence[str],
+    content_tokens: np.ndarray,
+    budget: Budget,
+    anchor: str,
+    max_facts: int | None = None,
+) -> Envelope:
+    """Greedy packing of ranked facts into the budget; `fact_ids` and `content_tokens` are
+    aligned with `ranking.indices`."""
+    costs = np.asarray(content_tokens, dtype=np.int64) + FACT_FRAMING_TOKENS
+    if costs.shape[0] != len(ranking):
+        raise InvalidInputError("content_tokens must be aligned with the ranking")
+    taken = greedy_pack(costs, budget.envelope)
+    if max_facts is not None:
+        taken = taken[:max_facts]
+    layout = taken[first_and_last_layout(len(taken))]
+    return Envelope(
+        ranking=ranking.take(layout),
+        fact_ids=[fact_ids[i] for i in layout],
+        tokens=costs[layout],
+        budget=budget,
+        anchor=anchor,
+        skipped=int(len(ranking) - len(taken)) if max_facts is None else 0,
+    )

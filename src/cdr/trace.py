@@ -1,0 +1,108 @@
+"""The trace JSON of a run (DESIGN.md §4): the contract `--trace` files and the gateway's
+session view share. `TRACE_SCHEMA` is its JSON Schema; tests validate traces against it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from cdr.loop import WindowEvent
+from cdr.session import Session
+
+
+def envelope_items(event: WindowEvent) -> list[dict[str, Any]]:
+    env = event.prepared.envelope
+    r = env.ranking
+    return [
+        {
+            "fact_id": fid,
+            "source": fact.source,
+            "section": fact.section,
+            "relevance": round(float(r.relevance[i]), 4),
+            "novelty": round(float(r.novelty[i]), 4),
+            "residual_pull": round(float(r.residual_pull[i]), 4),
+            "ngram_penalty": round(float(r.ngram_penalty[i]), 4),
+            "score": round(float(r.score[i]), 4),
+            "tokens": int(env.tokens[i]),
+        }
+        for i, (fid, fact) in enumerate(zip(env.fact_ids, event.prepared.facts, strict=True))
+    ]
+
+
+def window_record(event: WindowEvent) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "number": event.number,
+        "envelope": envelope_items(event),
+        "output": event.output,
+        "addressed": event.report.addressed_sub_queries,
+        "completeness": round(event.completeness, 4),
+        "residual": list(event.residual),
+        "headers": dict(event.headers),
+    }
+    if event.error:
+        record["error"] = event.error
+    return record
+
+
+def build_trace(session: Session, events: Sequence[WindowEvent]) -> dict[str, Any]:
+    return {
+        "task": session.task,
+        "embedding_model": session.model_id,
+        "ranking": session.ranking,
+        "sub_queries": [
+            {"id": s.id, "text": s.text, "expected_words": s.expected_words}
+            for s in session.sub_queries
+        ],
+        "windows": [window_record(e) for e in events],
+        "status": session.status,
+    }
+
+
+_NUM = {"type": "number"}
+TRACE_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "required": ["task", "embedding_model", "ranking", "sub_queries", "windows", "status"],
+    "properties": {
+        "task": {"type": "string", "minLength": 1},
+        "embedding_model": {"type": "string", "minLength": 1},
+        "ranking": {"enum": ["cdr", "relevance", "mmr"]},
+        "sub_queries": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "required": ["id", "text", "expected_words"],
+            "properties": {"id": {"type": "string"}, "text": {"type": "string"},
+                           "expected_words": {"type": "integer", "minimum": 1}}}},
+        "windows": {"type": "array", "items": {
+            "type": "object",
+            "required": ["number", "envelope", "output", "addressed", "completeness",
+                         "residual", "headers"],
+            "properties": {
+                "number": {"type": "integer", "minimum": 1},
+                "envelope": {"type": "array", "items": {
+                    "type": "object",
+                    "required": ["fact_id", "source", "section", "relevance", "novelty",
+                                 "residual_pull", "ngram_penalty", "score", "tokens"],
+                    "properties": {
+                        "fact_id": {"type": "string"}, "source": {"type": "string"},
+                        "section": {"type": "string"}, "relevance": _NUM,
+                        "novelty": {"type": "number", "minimum": 0.2, "maximum": 1.0},
+                        "residual_pull": _NUM,
+                        "ngram_penalty": {"type": "number", "minimum": 0, "maximum": 0.8},
+                        "score": _NUM, "tokens": {"type": "integer", "minimum": 1}}}},
+                "output": {"type": "string"},
+                "addressed": {"type": "array", "items": {
+                    "type": "object", "required": ["id", "depth"],
+                    "properties": {"id": {"type": "string"},
+                                   "depth": {"type": "number", "minimum": 0, "maximum": 1}}}},
+                "completeness": {"type": "number", "minimum": 0, "maximum": 1},
+                "residual": {"type": "array", "items": {"type": "string"}},
+                "headers": {"type": "object", "additionalProperties": {"type": "string"},
+                            "required": ["CRP-Context-Coverage-Score",
+                                         "CRP-Context-Coverage-Depth",
+                                         "CRP-Context-NGram-Guard-Activations",
+                                         "CRP-Context-Continuation-Status"]},
+                "error": {"type": "string"},
+            }}},
+        "status": {"enum": ["in-progress", "task-complete", "limit-reached", "ckf-exhausted",
+                            "safety-budget-depleted", "upstream-error"]},
+    },
+}
