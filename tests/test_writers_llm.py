@@ -1,0 +1,497 @@
+"""The OpenAI-compatible and Anthropic writers against a real HTTP server on loopback
+(tests/chat_server.py): wire format both ways, streaming, usage, retries, errors, keys."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cdr.errors import InvalidInputError, UpstreamError
+from cdr.tokens import count_tokens
+from cdr.writers import (
+    AnthropicWriter,
+    OpenAIWriter,
+    StreamInterruptedError,
+    WriterResult,
+    get_writer,
+)
+from cdr.writers.base import estimate_prompt_tokens, iter_sse, retry_after_seconds
+from tests.chat_server import ChatServer, count_words, digest, pieces
+
+MESSAGES = [
+    {"role": "system", "content": "You write one section of a guide."},
+    {"role": "user", "content": "Write about the import system and module caching."},
+]
+EXPECTED = f"Reply {digest(MESSAGES[1]['content'])}. "
+
+
+@pytest.fixture(scope="module")
+def server():
+    with ChatServer() as s:
+        yield s
+
+
+@pytest.fixture(autouse=True)
+def _fresh(server: ChatServer, monkeypatch: pytest.MonkeyPatch):
+    server.reset()
+    for var in ("CDR_LLM_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+
+
+class Sleeps(list):
+    """Records the waits the retry loop asks for instead of waiting (keeps tests fast)."""
+
+    def __call__(self, seconds: float) -> None:
+        self.append(seconds)
+
+
+def openai(server: ChatServer, **kw) -> OpenAIWriter:
+    kw.setdefault("sleep", Sleeps())
+    return OpenAIWriter(server.openai_base_url, "test-model", **kw)
+
+
+def anthropic(server: ChatServer, **kw) -> AnthropicWriter:
+    kw.setdefault("sleep", Sleeps())
+    kw.setdefault("api_key", "sk-ant-test")
+    return AnthropicWriter("claude-test", base_url=server.anthropic_base_url, **kw)
+
+
+def full_reply(server: ChatServer) -> str:
+    return server.reply_for(MESSAGES)
+
+
+# -- OpenAI round trips ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_openai_round_trip(server: ChatServer, stream: bool) -> None:
+    deltas: list[str] = []
+    result = openai(server, stream=stream).generate(MESSAGES, 500, on_delta=deltas.append)
+    reply = full_reply(server)
+    assert reply.startswith(EXPECTED)
+    assert result == WriterResult(
+        text=reply,
+        finish_reason="stop",
+        usage={
+            "prompt_tokens": count_words(MESSAGES),
+            "completion_tokens": len(pieces(reply)),
+            "total_tokens": count_words(MESSAGES) + len(pieces(reply)),
+        },
+    )
+    assert "".join(deltas) == result.text
+    assert deltas == (pieces(reply) if stream else [reply])
+
+
+def test_openai_request_wire_format(server: ChatServer) -> None:
+    openai(server, api_key="sk-abc", temperature=0.25).generate(MESSAGES, 77)
+    (req,) = server.requests
+    assert req.path == "/v1/chat/completions"
+    assert req.headers["authorization"] == "Bearer sk-abc"
+    assert req.body == {
+        "model": "test-model",
+        "messages": MESSAGES,
+        "max_tokens": 77,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": 0.25,
+    }
+
+
+def test_openai_max_tokens_param_name(server: ChatServer) -> None:
+    openai(server, stream=False, max_tokens_param="max_completion_tokens").generate(MESSAGES, 9)
+    body = server.requests[0].body
+    assert body["max_completion_tokens"] == 9 and "max_tokens" not in body
+    assert "stream_options" not in body and "temperature" not in body
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_openai_max_tokens_truncates_with_length(server: ChatServer, stream: bool) -> None:
+    result = openai(server, stream=stream).generate(MESSAGES, 4)
+    assert result.text == "".join(pieces(full_reply(server))[:4])
+    assert result.finish_reason == "length"
+    assert result.usage["completion_tokens"] == 4
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_usage_estimated_when_server_sends_none(server: ChatServer, stream: bool) -> None:
+    server.usage = False
+    result = openai(server, stream=stream).generate(MESSAGES, 500)
+    assert result.text == full_reply(server)
+    assert result.usage == {
+        "prompt_tokens": estimate_prompt_tokens(MESSAGES),
+        "completion_tokens": count_tokens(result.text),
+        "total_tokens": estimate_prompt_tokens(MESSAGES) + count_tokens(result.text),
+        "estimated": 1,
+    }
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(reply=st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=200))
+def test_stream_and_whole_agree_on_any_text(server: ChatServer, reply: str) -> None:
+    server.reply = reply
+    deltas: list[str] = []
+    streamed = openai(server).generate(MESSAGES, 10_000, on_delta=deltas.append)
+    whole = openai(server, stream=False).generate(MESSAGES, 10_000)
+    assert streamed.text == whole.text == reply
+    assert "".join(deltas) == reply
+    assert streamed.usage == whole.usage
+
+
+def test_reply_can_depend_on_messages(server: ChatServer) -> None:
+    server.reply = lambda messages: f"{len(messages)} messages, last {messages[-1]['role']}"
+    assert openai(server).generate(MESSAGES, 50).text == "2 messages, last user"
+
+
+# -- retries and errors ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [429, 500, 503])
+def test_retries_transient_status_then_succeeds(server: ChatServer, status: int) -> None:
+    server.fail_next(2, status)
+    sleeps = Sleeps()
+    result = openai(server, backoff=0.01, sleep=sleeps).generate(MESSAGES, 500)
+    assert result.text == full_reply(server)
+    assert len(server.requests) == 3
+    assert len(sleeps) == 2
+
+
+def test_backoff_is_exponential_with_bounded_jitter(server: ChatServer) -> None:
+    server.fail_next(4, 502)
+    sleeps = Sleeps()
+    openai(server, backoff=0.5, max_backoff=100.0, sleep=sleeps).generate(MESSAGES, 500)
+    assert len(sleeps) == 4
+    for attempt, wait in enumerate(sleeps):
+        assert 0.5 * 2**attempt <= wait <= 1.25 * 0.5 * 2**attempt
+
+
+def test_backoff_is_capped(server: ChatServer) -> None:
+    server.fail_next(3, 500)
+    sleeps = Sleeps()
+    openai(server, backoff=10.0, max_backoff=0.05, sleep=sleeps).generate(MESSAGES, 500)
+    assert sleeps == [0.05, 0.05, 0.05]
+
+
+def test_retry_after_header_is_honoured(server: ChatServer) -> None:
+    server.fail_next(1, 429, retry_after=7)
+    sleeps = Sleeps()
+    openai(server, backoff=0.01, sleep=sleeps).generate(MESSAGES, 500)
+    assert sleeps == [7.0]
+
+
+def test_real_sleep_retry(server: ChatServer) -> None:
+    import time
+
+    server.fail_next(1, 500)
+    writer = openai(server, backoff=0.001, sleep=time.sleep)
+    assert writer.generate(MESSAGES, 500).text == full_reply(server)
+
+
+def test_permanent_400_is_not_retried(server: ChatServer) -> None:
+    server.fail_next(1, 400, message="context length exceeded by 12 tokens")
+    with pytest.raises(UpstreamError) as info:
+        openai(server).generate(MESSAGES, 500)
+    assert info.value.status == 400
+    assert "HTTP 400" in str(info.value)
+    assert "context length exceeded by 12 tokens" in str(info.value)
+    assert len(server.requests) == 1
+
+
+def test_wrong_path_404_names_the_url(server: ChatServer) -> None:
+    writer = OpenAIWriter(server.url, "test-model", sleep=Sleeps())  # forgot the /v1
+    with pytest.raises(UpstreamError) as info:
+        writer.generate(MESSAGES, 10)
+    assert info.value.status == 404
+    assert f"{server.url}/chat/completions" in str(info.value)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_exhausted_retries_raise_with_status_and_body(server: ChatServer, stream: bool) -> None:
+    server.fail_next(10, 503, message="upstream overloaded, shard 3")
+    with pytest.raises(UpstreamError) as info:
+        openai(server, max_retries=2, stream=stream).generate(MESSAGES, 500)
+    assert info.value.status == 503
+    assert "upstream overloaded, shard 3" in str(info.value)
+    assert "after 3 attempts" in str(info.value)
+    assert len(server.requests) == 3
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_timeout_raises_upstream_error(server: ChatServer, stream: bool) -> None:
+    server.hang_next(1, seconds=30)
+    with pytest.raises(UpstreamError) as info:
+        openai(server, timeout=0.3, max_retries=0, stream=stream).generate(MESSAGES, 500)
+    assert info.value.status is None
+    assert "0.3 s timeout" in str(info.value)
+    assert not isinstance(info.value, StreamInterruptedError)
+
+
+def test_timeout_is_retried(server: ChatServer) -> None:
+    server.hang_next(1, seconds=30)
+    result = openai(server, timeout=0.3, max_retries=1).generate(MESSAGES, 500)
+    assert result.text == full_reply(server)
+    assert len(server.requests) == 2
+
+
+def test_connection_refused_after_retries() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    sleeps = Sleeps()
+    writer = OpenAIWriter(f"http://127.0.0.1:{port}/v1", "m", max_retries=2, sleep=sleeps)
+    with pytest.raises(UpstreamError) as info:
+        writer.generate(MESSAGES, 10)
+    assert info.value.status is None
+    assert "ConnectError" in str(info.value) and "after 3 attempts" in str(info.value)
+    assert len(sleeps) == 2
+
+
+def test_stream_cut_before_any_text_is_retried(server: ChatServer) -> None:
+    server.cut_next(1, after=0)
+    deltas: list[str] = []
+    result = openai(server).generate(MESSAGES, 500, on_delta=deltas.append)
+    assert result.text == "".join(deltas) == full_reply(server)
+    assert len(server.requests) == 2
+
+
+@pytest.mark.parametrize("make", [openai, anthropic])
+def test_stream_cut_after_text_keeps_partial_and_does_not_retry(server: ChatServer, make) -> None:
+    server.cut_next(1, after=3)
+    deltas: list[str] = []
+    with pytest.raises(StreamInterruptedError) as info:
+        make(server).generate(MESSAGES, 500, on_delta=deltas.append)
+    assert info.value.partial_text == "".join(pieces(full_reply(server))[:3]) == "".join(deltas)
+    assert len(server.requests) == 1
+
+
+def test_stream_stall_after_text_times_out_with_partial(server: ChatServer) -> None:
+    server.hang_next(1, seconds=30, after=2)
+    with pytest.raises(StreamInterruptedError) as info:
+        openai(server, timeout=0.3, max_retries=3).generate(MESSAGES, 500)
+    assert info.value.partial_text == "".join(pieces(full_reply(server))[:2])
+    assert "timeout" in str(info.value)
+    assert len(server.requests) == 1
+
+
+def test_on_delta_exception_propagates_unretried(server: ChatServer) -> None:
+    class Stop(Exception):
+        pass
+
+    def on_delta(piece: str) -> None:
+        raise Stop(piece)
+
+    with pytest.raises(Stop):
+        openai(server).generate(MESSAGES, 500, on_delta=on_delta)
+    assert len(server.requests) == 1
+
+
+# -- API keys -------------------------------------------------------------------------------
+
+
+def test_openai_key_from_env_in_order(server: ChatServer, monkeypatch) -> None:
+    server.api_key = "sk-cdr"
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai")
+    monkeypatch.setenv("CDR_LLM_API_KEY", "sk-cdr")
+    assert openai(server).generate(MESSAGES, 5).finish_reason == "length"
+    monkeypatch.delenv("CDR_LLM_API_KEY")
+    server.api_key = "sk-openai"
+    openai(server).generate(MESSAGES, 5)
+    assert [r.headers["authorization"] for r in server.requests] == [
+        "Bearer sk-cdr", "Bearer sk-openai"
+    ]
+
+
+def test_openai_without_key_sends_no_authorization(server: ChatServer) -> None:
+    openai(server).generate(MESSAGES, 5)
+    assert "authorization" not in server.requests[0].headers
+
+
+def test_wrong_key_is_401_not_retried(server: ChatServer, monkeypatch) -> None:
+    server.api_key = "sk-right"
+    monkeypatch.setenv("CDR_LLM_API_KEY", "sk-wrong")
+    with pytest.raises(UpstreamError) as info:
+        openai(server).generate(MESSAGES, 5)
+    assert info.value.status == 401
+    assert "check the API key" in str(info.value)
+    assert "sk-wrong" not in str(info.value)
+    assert len(server.requests) == 1
+
+
+def test_anthropic_key_from_env(server: ChatServer, monkeypatch) -> None:
+    server.api_key = "sk-ant-env"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-env")
+    writer = AnthropicWriter("claude-test", base_url=server.anthropic_base_url)
+    assert writer.generate(MESSAGES, 500).text == full_reply(server)
+    assert server.requests[0].headers["x-api-key"] == "sk-ant-env"
+
+
+def test_anthropic_without_key_is_rejected_up_front() -> None:
+    with pytest.raises(InvalidInputError, match="ANTHROPIC_API_KEY"):
+        AnthropicWriter("claude-test")
+
+
+# -- Anthropic ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_anthropic_round_trip(server: ChatServer, stream: bool) -> None:
+    deltas: list[str] = []
+    result = anthropic(server, stream=stream).generate(MESSAGES, 500, on_delta=deltas.append)
+    reply = full_reply(server)
+    n = len(pieces(reply))
+    assert result == WriterResult(
+        text=reply,
+        finish_reason="stop",
+        usage={
+            "prompt_tokens": count_words(MESSAGES),
+            "completion_tokens": n,
+            "total_tokens": count_words(MESSAGES) + n,
+        },
+    )
+    assert "".join(deltas) == reply
+
+
+def test_anthropic_request_wire_format(server: ChatServer) -> None:
+    messages = [
+        {"role": "system", "content": "Rule one."},
+        {"role": "user", "content": "First."},
+        {"role": "assistant", "content": "Answer."},
+        {"role": "system", "content": "Rule two."},
+        {"role": "user", "content": "Second."},
+    ]
+    anthropic(server, temperature=0.0).generate(messages, 33)
+    (req,) = server.requests
+    assert req.path == "/v1/messages"
+    assert req.headers["x-api-key"] == "sk-ant-test"
+    assert req.headers["anthropic-version"] == "2023-06-01"
+    assert req.body == {
+        "model": "claude-test",
+        "max_tokens": 33,
+        "stream": True,
+        "system": "Rule one.\n\nRule two.",
+        "temperature": 0.0,
+        "messages": [m for m in messages if m["role"] != "system"],
+    }
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_anthropic_max_tokens_maps_to_length(server: ChatServer, stream: bool) -> None:
+    result = anthropic(server, stream=stream).generate(MESSAGES, 3)
+    assert result.finish_reason == "length"
+    assert result.text == "".join(pieces(full_reply(server))[:3])
+    assert result.usage["completion_tokens"] == 3
+
+
+def test_anthropic_overloaded_529_is_retried(server: ChatServer) -> None:
+    server.fail_next(2, 529, retry_after="0.5")
+    sleeps = Sleeps()
+    result = anthropic(server, sleep=sleeps).generate(MESSAGES, 500)
+    assert result.text == full_reply(server)
+    assert sleeps == [0.5, 0.5]
+
+
+def test_anthropic_permanent_error(server: ChatServer) -> None:
+    server.fail_next(1, 400, message="messages: roles must alternate")
+    with pytest.raises(UpstreamError) as info:
+        anthropic(server).generate(MESSAGES, 500)
+    assert info.value.status == 400 and "roles must alternate" in str(info.value)
+
+
+def test_anthropic_usage_estimated_when_missing(server: ChatServer) -> None:
+    server.usage = False
+    result = anthropic(server).generate(MESSAGES, 500)
+    assert result.usage["estimated"] == 1
+    assert result.usage["completion_tokens"] == count_tokens(result.text)
+
+
+def test_anthropic_needs_a_non_system_message(server: ChatServer) -> None:
+    with pytest.raises(InvalidInputError, match="besides the system prompt"):
+        anthropic(server).generate([{"role": "system", "content": "only"}], 10)
+    assert server.requests == []
+
+
+# -- bad input and selection ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("messages", "max_tokens", "match"),
+    [
+        ([], 10, "non-empty list"),
+        (MESSAGES, 0, "max_tokens"),
+        (MESSAGES, True, "max_tokens"),
+        ([{"role": "tool", "content": "x"}], 10, "role 'tool'"),
+        ([{"role": "user", "content": None}], 10, "content must be a string"),
+        (["hello"], 10, "not a dict"),
+    ],
+)
+def test_bad_requests_rejected_before_sending(server, messages, max_tokens, match) -> None:
+    with pytest.raises(InvalidInputError, match=match):
+        openai(server).generate(messages, max_tokens)
+    assert server.requests == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"base_url": "localhost:8000/v1", "model": "m"}, "http"),
+        ({"base_url": "http://x/v1", "model": ""}, "model"),
+        ({"base_url": "http://x/v1", "model": "m", "timeout": 0}, "timeout"),
+        ({"base_url": "http://x/v1", "model": "m", "max_retries": -1}, "max_retries"),
+    ],
+)
+def test_bad_openai_settings(kwargs, match) -> None:
+    with pytest.raises(InvalidInputError, match=match):
+        OpenAIWriter(**kwargs)
+
+
+def test_get_writer_builds_llm_writers(server: ChatServer) -> None:
+    writer = get_writer("openai", base_url=server.openai_base_url, model="m", stream=False)
+    assert isinstance(writer, OpenAIWriter) and writer.name == "openai"
+    assert writer.generate(MESSAGES, 500).text == full_reply(server)
+    writer = get_writer("anthropic", model="c", api_key="k", base_url=server.anthropic_base_url)
+    assert isinstance(writer, AnthropicWriter) and writer.name == "anthropic"
+
+
+def test_get_writer_unknown_name_lists_choices() -> None:
+    with pytest.raises(InvalidInputError) as info:
+        get_writer("gpt")
+    assert "'gpt'" in str(info.value)
+    for name in ("extractive", "openai", "anthropic"):
+        assert name in str(info.value)
+
+
+def test_get_writer_bad_settings() -> None:
+    with pytest.raises(InvalidInputError, match="openai writer: bad settings"):
+        get_writer("openai", model="m")  # no base_url
+    with pytest.raises(InvalidInputError, match="bad settings"):
+        get_writer("openai", base_url="http://x/v1", model="m", colour="blue")
+
+
+# -- parsing helpers ------------------------------------------------------------------------
+
+_sse_text = st.text(st.characters(exclude_characters="\r\n", exclude_categories=["Cs"]))
+
+
+@given(st.lists(st.tuples(st.sampled_from(["", "message_start", "ping"]),
+                          st.lists(_sse_text, min_size=1, max_size=3)), max_size=6))
+def test_iter_sse_round_trip(events) -> None:
+    lines: list[str] = [": keep-alive comment", ""]
+    for name, data_lines in events:
+        if name:
+            lines.append(f"event: {name}")
+        lines.extend(f"data: {d}" for d in data_lines)
+        lines.append("")
+    assert list(iter_sse(lines)) == [(n or "message", "\n".join(d)) for n, d in events]
+
+
+def test_retry_after_forms() -> None:
+    import httpx
+
+    assert retry_after_seconds(httpx.Headers({"retry-after": "3"})) == 3.0
+    assert retry_after_seconds(httpx.Headers({"retry-after-ms": "250"})) == 0.25
+    assert retry_after_seconds(httpx.Headers({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"})) == 0
+    assert retry_after_seconds(httpx.Headers({"retry-after": "soon"})) is None
+    assert retry_after_seconds(httpx.Headers({})) is None
