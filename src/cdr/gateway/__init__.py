@@ -1,0 +1,1 @@
+"""HTTP gateway: FastAPI app, routes, CRP headers, session stores, settings and metrics."""

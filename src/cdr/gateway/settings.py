@@ -1,0 +1,127 @@
+"""Gateway configuration from `CDR_*` environment variables and an optional env file.
+
+Precedence (highest first): keyword arguments, environment, the env file named by
+`CDR_CONFIG` (else `./.env` when present), field defaults. Secrets are `SecretStr` so they
+never appear in a repr, a log line or a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, PrivateAttr, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from cdr.errors import InvalidInputError
+from cdr.gateway.store import SQLiteSessionStore
+from cdr.session_token import DEFAULT_KID, TokenSigner, parse_signing_secret
+
+__all__ = ["GatewayConfigError", "GatewaySettings"]
+
+SESSION_DB_NAME = "sessions.sqlite3"
+
+
+class GatewayConfigError(InvalidInputError):
+    """The gateway cannot serve with this configuration; the message names the variable."""
+
+
+class GatewaySettings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="CDR_",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        env_ignore_empty=True,  # `CDR_CKF=` means unset, not Path("") == the cwd
+        extra="ignore",
+    )
+
+    ckf: Path | None = None
+    writer: Literal["extractive", "openai", "anthropic"] = "extractive"
+    llm_base_url: str | None = None
+    llm_model: str | None = None
+    llm_api_key: SecretStr | None = None
+    signing_secret: SecretStr | None = None
+    dev: bool = False
+    session_db: Path | None = None
+    # NORMAL survives process crashes; FULL also power cuts, at one fsync per session write.
+    session_db_synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
+    token_ttl_seconds: int = Field(3600, gt=0)
+    max_body_bytes: int = Field(10_000_000, gt=0)
+    max_windows_cap: int = Field(20, ge=1)
+    min_relevance: float | None = Field(None, ge=-1.0, le=1.0)
+
+    _dev_secret: str | None = PrivateAttr(default=None)
+
+    def __init__(self, **values: Any) -> None:
+        """`CDR_CONFIG` names the env file; a named file that does not exist is an error
+        rather than silently ignored (a typo would otherwise serve with defaults)."""
+        if "_env_file" not in values and (config := os.environ.get("CDR_CONFIG")):
+            if not Path(config).is_file():
+                raise GatewayConfigError(f"CDR_CONFIG names {config!r}, which is not a file")
+            values["_env_file"] = config
+        super().__init__(**values)
+
+    @model_validator(mode="after")
+    def _default_session_db(self) -> GatewaySettings:
+        """Sessions live beside the CKF so one directory is the whole deployment's state; in
+        dev without a CKF, a fresh temp path (sessions then end with the process's tmp)."""
+        if self.session_db is None:
+            if self.ckf is not None:
+                self.session_db = self.ckf / SESSION_DB_NAME
+            elif self.dev:
+                name = f"cdr-sessions-{os.getpid()}-{uuid.uuid4().hex[:12]}.sqlite3"
+                self.session_db = Path(tempfile.gettempdir()) / name
+        return self
+
+    def validate_for_serving(self) -> GatewaySettings:
+        """Refuse to serve on a configuration that would be insecure or fail at first use."""
+        if self.signing_secret is None or not self.signing_secret.get_secret_value().strip():
+            if not self.dev:
+                raise GatewayConfigError(
+                    "CDR_SIGNING_SECRET is not set: the gateway signs session tokens with it. "
+                    "Set it (e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+                    ", or a rotation ring 'kid1:secret1,kid2:secret2'), or set CDR_DEV=1 for "
+                    "a throwaway per-process secret"
+                )
+        else:
+            try:
+                parse_signing_secret(self.signing_secret.get_secret_value())
+            except InvalidInputError as exc:
+                raise GatewayConfigError(str(exc)) from exc
+        if self.session_db is None:
+            raise GatewayConfigError(
+                "no session store: set CDR_CKF (sessions go to <ckf>/sessions.sqlite3) or "
+                "CDR_SESSION_DB"
+            )
+        if self.writer != "extractive" and not self.llm_model:
+            raise GatewayConfigError(
+                f"CDR_WRITER={self.writer} needs CDR_LLM_MODEL (the upstream model name)"
+            )
+        if self.ckf is not None and self.ckf.exists() and not self.ckf.is_dir():
+            raise GatewayConfigError(f"CDR_CKF={self.ckf} exists but is not a directory")
+        return self
+
+    def signing_ring(self) -> tuple[dict[str, bytes], str]:
+        """The key ring and active key id; in dev without a secret, a random one made once
+        per settings object (tokens then die with the process)."""
+        if self.signing_secret is not None and self.signing_secret.get_secret_value().strip():
+            return parse_signing_secret(self.signing_secret.get_secret_value())
+        if not self.dev:
+            raise GatewayConfigError("CDR_SIGNING_SECRET is not set and CDR_DEV is off")
+        if self._dev_secret is None:
+            self._dev_secret = secrets.token_urlsafe(32)
+        return {DEFAULT_KID: self._dev_secret.encode()}, DEFAULT_KID
+
+    def token_signer(self, **kwargs: Any) -> TokenSigner:
+        keys, active = self.signing_ring()
+        return TokenSigner(keys, active, ttl_seconds=self.token_ttl_seconds, **kwargs)
+
+    def session_store(self) -> SQLiteSessionStore:
+        """Open the configured SQLite session store (call after `validate_for_serving`)."""
+        if self.session_db is None:
+            raise GatewayConfigError("no session store: set CDR_CKF or CDR_SESSION_DB")
+        return SQLiteSessionStore(self.session_db, synchronous=self.session_db_synchronous)
