@@ -39,7 +39,7 @@ from cdr.envelope import (
 from cdr.errors import CdrError, InvalidInputError, UpstreamError
 from cdr.headers import window_headers
 from cdr.prompt import PlanSection, build_user_prompt
-from cdr.ranking import DEFAULT_MMR_LAMBDA, rank
+from cdr.ranking import DEFAULT_MMR_LAMBDA, Ranking, rank
 from cdr.session import DEFAULT_MAX_WINDOWS, IN_PROGRESS, Session
 from cdr.vectors import normalize
 from cdr.writers.base import Writer, WriterResult
@@ -67,6 +67,19 @@ class EmptyKnowledgeBaseError(CdrError):
     }
 
 
+class Ranker(Protocol):
+    """A Phase 2 replacement (e.g. a benchmark's baseline): ranks Phase 1's selection.
+
+    It receives the gated selection (`indices`, `relevances`, `embeddings`) and the per-row
+    importance and n-gram counts, and returns a `Ranking` whose `indices` are CKF rows.
+    """
+
+    def __call__(
+        self, session: Session, selection: Any, importance: np.ndarray,
+        ngram_counts: np.ndarray | None,
+    ) -> Ranking: ...
+
+
 class SafetyCheck(Protocol):
     """SPEC-012 §2.3 hook: how much safety budget a window's text spends (0 = nothing)."""
 
@@ -89,6 +102,7 @@ class GenerationConfig:
     backward_summary: bool = False
     max_envelope_facts: int | None = None
     safety_check: SafetyCheck | None = None
+    ranker: Ranker | None = None  # replaces the built-in modes when set
 
 
 @dataclass
@@ -206,14 +220,17 @@ class Generator:
         cfg = self.config
         sel = self.ckf.select(session.query_vector, session.min_relevance, PHASE1_LIMIT)
         counts = session.blacklist.counts
-        ranking = rank(
-            sel.embeddings, sel.relevances,
-            importance=self.ckf.importance[sel.indices],
-            ngram_counts=counts[sel.indices] if len(counts) else None,
-            coverage=session.coverage, residual=session.residual,
-            mode=session.ranking, min_relevance=session.min_relevance,
-            mmr_lambda=cfg.mmr_lambda, rows=sel.indices,
-        )
+        importance = self.ckf.importance[sel.indices]
+        sel_counts = counts[sel.indices] if len(counts) else None
+        if cfg.ranker is not None:
+            ranking = cfg.ranker(session, sel, importance, sel_counts)
+        else:
+            ranking = rank(
+                sel.embeddings, sel.relevances, importance=importance, ngram_counts=sel_counts,
+                coverage=session.coverage, residual=session.residual,
+                mode=session.ranking, min_relevance=session.min_relevance,
+                mmr_lambda=cfg.mmr_lambda, rows=sel.indices,
+            )
         plan_sqs = self._plan_sub_queries(session)
         anchor = residual_anchor(session.residual_sub_queries)
         task_text = f"Task: {session.task}\n{anchor}"
