@@ -48,10 +48,11 @@ def window_table(events: Sequence[Any], title: str = "") -> Table:
     """window, facts packed, Coverage-Score, n-gram activations, CWR6, completeness, status."""
     from cdr.quality import cwr6, fact_reuse
 
-    table = Table(title=title or None)
-    for col in ("window", "facts", "Coverage-Score", "NGram act.", "CWR6", "fact reuse",
-                "completeness", "status"):
-        table.add_column(col, justify="right" if col not in ("status",) else "left")
+    table = Table(title=title or None, caption="cov = CRP-Context-Coverage-Score, ngram = "
+                  "NGram-Guard-Activations, reuse = facts sent in an earlier window")
+    for col in ("win", "facts", "cov", "ngram", "CWR6", "reuse", "complete", "status"):
+        table.add_column(col, justify="left" if col == "status" else "right",
+                         no_wrap=col == "status")
     repeats = cwr6([e.output for e in events])
     reuse = fact_reuse([e.prepared.envelope.fact_ids for e in events])
     for e, rep, ru in zip(events, repeats, reuse, strict=True):
@@ -101,7 +102,7 @@ def generate(
     min_relevance: Annotated[float | None, typer.Option(
         help="Relevance gate; default: calibrated for the CKF's embedding model.")] = None,
     mmr_lambda: Annotated[float, typer.Option(help="λ for --ranking mmr.")] = 0.5,
-    context_tokens: Annotated[int, typer.Option(help="Context size C.")] = 8192,
+    context_tokens: Annotated[int, typer.Option(help="Context size C in tokens.")] = 4096,
     generation_tokens: Annotated[int, typer.Option(help="Generation reserve G per window.")
                                  ] = 1024,
     sub_queries: Annotated[int, typer.Option(help="Sub-queries for automatic decomposition.")

@@ -183,12 +183,15 @@ def verify_window(
     paragraph_embeddings: np.ndarray,
     paragraphs: Sequence[tuple[str | None, str]],
     threshold: float = DEFAULT_ATTRIBUTION_THRESHOLD,
+    fresh_share: Sequence[float] | None = None,
 ) -> DpeReport:
     """Attribute each paragraph to one sub-query and turn words into depths.
 
     A paragraph under a heading that names a sub-query exactly (case-insensitive) belongs to
     it: the writer said so. Otherwise it goes to the most similar sub-query if the cosine
-    reaches `threshold`, else to none.
+    reaches `threshold`, else to none. `fresh_share[p]` (share of the paragraph's 6-grams not
+    written before) scales its words: depth measures content *produced* (§3.2), and text
+    repeated from earlier windows produces none.
     """
     by_title = {sq.text.strip().lower(): i for i, sq in enumerate(sub_queries)}
     words = dict.fromkeys((sq.id for sq in sub_queries), 0)
@@ -201,6 +204,8 @@ def verify_window(
     )
     for p, (heading, body) in enumerate(paragraphs):
         n_words = word_count(body)
+        if fresh_share is not None:
+            n_words = round(n_words * fresh_share[p])
         idx = by_title.get(heading.strip().lower()) if heading else None
         if idx is None:
             best = int(np.argmax(sims[p])) if sims.shape[1] else -1

@@ -20,7 +20,9 @@ from cdr.errors import InvalidInputError
 from cdr.ranking import Ranking
 from cdr.tokens import count_tokens
 
-DEFAULT_CONTEXT_TOKENS = 8192
+# A 4k-token window: about 2.8× the generation reserve of source material per window. Larger
+# contexts work (--context-tokens); a tighter envelope makes each window's facts count.
+DEFAULT_CONTEXT_TOKENS = 4096
 DEFAULT_GENERATION_TOKENS = 1024
 # Per-fact framing in the prompt ("[F3] (Section) " and a blank line) costs a few tokens.
 FACT_FRAMING_TOKENS = 8

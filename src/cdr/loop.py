@@ -29,7 +29,7 @@ from cdr.dpe import (
 )
 from cdr.envelope import (
     DEFAULT_CONTEXT_TOKENS,
-    DEFAULT_GENERATION_TOKENS,
+        DEFAULT_GENERATION_TOKENS,
     DEFAULT_SYSTEM_PROMPT,
     Envelope,
     make_budget,
@@ -283,8 +283,9 @@ class Generator:
             if paragraphs
             else np.zeros((0, session.dim), np.float32)
         )
+        fresh = [session.blacklist.fresh_share(p) for _, p in paragraphs]
         return verify_window(text, session.sub_queries, session.sub_query_embeddings, emb,
-                             paragraphs, self.config.attribution_threshold)
+                             paragraphs, self.config.attribution_threshold, fresh)
 
     def complete(
         self,

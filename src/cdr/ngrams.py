@@ -194,3 +194,10 @@ class NgramBlacklist:
     def count_matching(self, text: str) -> int:
         """Distinct 6-grams of `text` that are blacklisted (for facts outside an index)."""
         return sum(1 for h in ngram_hashes(text).tolist() if h in self._set)
+
+    def fresh_share(self, text: str) -> float:
+        """Share of the distinct 6-grams of `text` not yet blacklisted (1.0 for short text)."""
+        hashes = ngram_hashes(text).tolist()
+        if not hashes:
+            return 1.0
+        return 1.0 - sum(1 for h in hashes if h in self._set) / len(hashes)
