@@ -198,6 +198,25 @@ def serve(
         raise fail(str(exc)) from None
 
 
+BENCHMARKS = ("ranking", "ingest", "quality", "gateway", "calibrate")
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help=" | ".join(BENCHMARKS))],
+) -> None:
+    """Run a benchmark from the source checkout's bench/ (extra arguments are passed on)."""
+    import subprocess
+
+    if name not in BENCHMARKS:
+        raise fail(f"unknown benchmark {name!r}; choose one of {', '.join(BENCHMARKS)}", 2)
+    script = Path(__file__).resolve().parents[2] / "bench" / f"{name}.py"
+    if not script.is_file():
+        raise fail(f"{script} not found: benchmarks run from a source checkout of cdr")
+    raise typer.Exit(subprocess.call([sys.executable, str(script), *ctx.args]))
+
+
 def main() -> None:  # pragma: no cover - console entry point
     app()
 
