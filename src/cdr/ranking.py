@@ -235,14 +235,14 @@ def rank_all(
     gate = np.flatnonzero(relevance >= _F32(min_rel))
     importance = kwargs.pop("importance", None)
     counts = kwargs.pop("ngram_counts", None)
-    return rank(
-        facts[gate],
-        relevance[gate],
-        importance=None if importance is None else np.asarray(importance)[gate],
-        ngram_counts=None if counts is None else np.asarray(counts)[gate],
-        rows=gate,
-        **kwargs,  # type: ignore[arg-type]
-    )
+    if gate.shape[0] == facts.shape[0]:  # everything passes (e.g. Phase 1 output): no copy
+        block, rel = facts, relevance
+    else:  # np.take gathers the gated rows a little faster than fancy indexing
+        block, rel = np.take(facts, gate, axis=0), relevance[gate]
+        importance = None if importance is None else np.asarray(importance)[gate]
+        counts = None if counts is None else np.asarray(counts)[gate]
+    return rank(block, rel, importance=importance, ngram_counts=counts, rows=gate,
+                **kwargs)  # type: ignore[arg-type]
 
 
 def cdr_scores(
