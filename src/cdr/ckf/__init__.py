@@ -1,0 +1,66 @@
+"""Contextual Knowledge Fabric: documents → facts with embeddings, stored durably, selected fast.
+
+    ckf = CKF.open_or_create("docs.ckf")            # default offline model
+    report = ingest(ckf, ["handbook/"], source_type="official", include=["*.md"])
+    sel = ckf.select(ckf.encode_query("partial indexes"), min_relevance=0.4, limit=50)
+    facts = ckf.facts(sel.indices)
+"""
+
+from cdr.ckf.chunk import DEFAULT_CHUNKING, ChunkConfig, chunk_blocks, fact_id, split_sentences
+from cdr.ckf.ingest import (
+    DocumentInput,
+    IngestProgress,
+    IngestReport,
+    declared_settings,
+    ingest,
+    ingest_documents,
+    ingest_texts,
+)
+from cdr.ckf.model import (
+    MAX_FACT_TOKENS,
+    MIN_FACT_TOKENS,
+    SELECTABLE_STATUSES,
+    SOURCE_TYPE_IMPORTANCE,
+    Block,
+    Fact,
+    FactDraft,
+    FactStatus,
+    ParsedDocument,
+    Selection,
+    normalize_source_type,
+)
+from cdr.ckf.parse import parse, parse_html, parse_markdown, parse_pdf, parse_text
+from cdr.ckf.store import CKF, CKFBusyError
+
+__all__ = [
+    "CKF",
+    "DEFAULT_CHUNKING",
+    "MAX_FACT_TOKENS",
+    "MIN_FACT_TOKENS",
+    "SELECTABLE_STATUSES",
+    "SOURCE_TYPE_IMPORTANCE",
+    "Block",
+    "CKFBusyError",
+    "ChunkConfig",
+    "DocumentInput",
+    "Fact",
+    "FactDraft",
+    "FactStatus",
+    "IngestProgress",
+    "IngestReport",
+    "ParsedDocument",
+    "Selection",
+    "chunk_blocks",
+    "declared_settings",
+    "fact_id",
+    "ingest",
+    "ingest_documents",
+    "ingest_texts",
+    "normalize_source_type",
+    "parse",
+    "parse_html",
+    "parse_markdown",
+    "parse_pdf",
+    "parse_text",
+    "split_sentences",
+]

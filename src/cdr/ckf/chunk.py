@@ -1,0 +1,248 @@
+"""Blocks → facts: paragraph-sized, within SPEC-009's 10–2048 token bounds.
+
+Prose is split on sentence boundaries above `target_tokens`: the default model reads only the
+first 256 word pieces of a text, so a longer fact would be ranked by its opening alone. Tiny
+fragments (a "For example:" line, a one-line list item, a signature line) are merged with
+their neighbours in the same section, because on their own they embed to noise. Code blocks stay
+whole (split at line boundaries only beyond the hard 2048-token bound) and are flagged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cdr.ckf.model import MAX_FACT_TOKENS, MIN_FACT_TOKENS, Block, FactDraft
+from cdr.errors import InvalidInputError
+from cdr.tokens import count_tokens, count_tokens_batch
+
+SECTION_SEPARATOR = " > "
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkConfig:
+    min_tokens: int = MIN_FACT_TOKENS
+    max_tokens: int = MAX_FACT_TOKENS
+    target_tokens: int = 200
+    merge_below: int = 24
+
+    def __post_init__(self) -> None:
+        if not (1 <= self.min_tokens <= self.merge_below <= self.target_tokens <= self.max_tokens):
+            raise InvalidInputError(
+                "chunk sizes must satisfy 1 ≤ min_tokens ≤ merge_below ≤ target_tokens ≤ "
+                f"max_tokens, got {self}"
+            )
+
+
+DEFAULT_CHUNKING = ChunkConfig()
+
+
+def fact_id(content: str) -> str:
+    """Stable id: a hash of the content with whitespace runs collapsed, so re-wrapping a
+    paragraph does not make it a new fact."""
+    norm = " ".join(content.split())
+    return hashlib.sha256(norm.encode("utf-8")).hexdigest()[:32]
+
+
+# Split after . ! ? (plus closing quotes/brackets) when followed by space and a capital,
+# digit or opening quote. Abbreviations are undone afterwards.
+_SENT_BREAK = re.compile(r"([.!?][\"'”’)\]]*)\s+(?=[\"'“‘(\[]?[A-Z0-9])")
+_ABBREV = re.compile(
+    r"(?:\b(?:e\.g|i\.e|etc|vs|cf|al|approx|Mr|Mrs|Ms|Dr|Prof|St|No|Fig|Eq|Sec|Ch|Vol|pp)"
+    r"|\b[A-Z])\.$"
+)
+
+
+def split_sentences(text: str) -> list[str]:
+    out: list[str] = []
+    start = 0
+    for m in _SENT_BREAK.finditer(text):
+        end = m.end(1)
+        head = text[start:end]
+        if _ABBREV.search(head):
+            continue
+        if head.strip():
+            out.append(head.strip())
+        start = m.end()
+    tail = text[start:].strip()
+    if tail:
+        out.append(tail)
+    return out
+
+
+@dataclass(slots=True)
+class _Piece:
+    text: str
+    tokens: int
+    is_code: bool
+    location: str
+
+
+def _hard_split(text: str, limit: int) -> list[str]:
+    """Word windows of at most `limit` tokens, for text with no usable sentence breaks."""
+    words = text.split(" ")
+    counts = count_tokens_batch([" " + w for w in words])
+    parts: list[str] = []
+    cur: list[str] = []
+    cur_t = 0
+    for w, t in zip(words, counts.tolist(), strict=True):
+        if cur and cur_t + t > limit:
+            parts.append(" ".join(cur))
+            cur, cur_t = [], 0
+        cur.append(w)
+        cur_t += t
+    if cur:
+        parts.append(" ".join(cur))
+    return [p for p in parts if p.strip()]
+
+
+def _pack(units: Sequence[str], counts: Sequence[int], limit: int, joiner: str) -> list[str]:
+    """Consecutive units into parts ≤ `limit`, balanced: the fewest parts whose greedy fill
+    (breaking at the unit boundary nearest to total/n) fits, so no part is a tiny tail."""
+    total = sum(counts)
+    n = max(1, math.ceil(total / limit))
+    while True:
+        target = total / n
+        parts: list[str] = []
+        cur: list[str] = []
+        cur_t = 0
+        for u, t in zip(units, counts, strict=True):
+            if cur and (cur_t + t > limit or cur_t + t / 2 > target):
+                parts.append(joiner.join(cur))
+                cur, cur_t = [], 0
+            cur.append(u)
+            cur_t += t
+        if cur:
+            parts.append(joiner.join(cur))
+        if len(parts) <= n or n >= len(units):
+            return parts
+        n += 1
+
+
+def _split_prose(text: str, limit: int) -> list[str]:
+    sentences = split_sentences(text)
+    units: list[str] = []
+    for s in sentences:
+        if count_tokens(s) > limit:
+            units.extend(_hard_split(s, limit))
+        else:
+            units.append(s)
+    counts = count_tokens_batch(units).tolist()
+    return _pack(units, counts, limit, " ")
+
+
+def _split_code(text: str, limit: int) -> list[str]:
+    lines = text.split("\n")
+    units: list[str] = []
+    for ln in lines:
+        units.extend(_hard_split(ln, limit) if count_tokens(ln) > limit else [ln])
+    counts = count_tokens_batch([u + "\n" for u in units]).tolist()
+    return [p for p in _pack(units, counts, limit, "\n") if p.strip()]
+
+
+_ENDS_SENTENCE = re.compile(r"[.!?][\"'”’)\]]*$")
+
+
+def _join(a: _Piece, b: _Piece) -> _Piece:
+    return _Piece(a.text + "\n" + b.text, a.tokens + b.tokens + 1, a.is_code and b.is_code,
+                  a.location)
+
+
+def _fits(a: _Piece, b: _Piece, limit: int) -> bool:
+    return a.tokens + b.tokens + 1 <= limit and (a.is_code == b.is_code or
+                                                   min(a.tokens, b.tokens) < MIN_FACT_TOKENS)
+
+
+def _leads_forward(p: _Piece) -> bool:
+    """A tiny piece that introduces what follows (a signature line, a label) rather than
+    closing what precedes ("New in version 3.10.")."""
+    text = p.text.rstrip()
+    return not p.is_code and (text.endswith(":") or not _ENDS_SENTENCE.search(text))
+
+
+def _merge_small(pieces: list[_Piece], cfg: ChunkConfig) -> list[_Piece]:
+    out: list[_Piece] = []
+    carry: _Piece | None = None
+    for p in pieces:
+        if carry is not None:
+            if not p.is_code and _fits(carry, p, cfg.target_tokens):
+                p = _join(carry, p)
+            elif out and _fits(out[-1], carry, cfg.target_tokens):
+                out[-1] = _join(out[-1], carry)
+            else:
+                out.append(carry)
+            carry = None
+        small = p.tokens < (cfg.min_tokens if p.is_code else cfg.merge_below)
+        if small and _leads_forward(p):
+            carry = p
+        elif small and out and _fits(out[-1], p, cfg.target_tokens):
+            out[-1] = _join(out[-1], p)
+        else:
+            out.append(p)
+    if carry is not None:
+        if out and _fits(out[-1], carry, cfg.target_tokens):
+            out[-1] = _join(out[-1], carry)
+        else:
+            out.append(carry)
+    # What is still under the floor joins a neighbour up to the hard bound, or is dropped.
+    final: list[_Piece] = []
+    for p in out:
+        tiny = final and min(p.tokens, final[-1].tokens) < cfg.min_tokens
+        if tiny and _fits(final[-1], p, cfg.max_tokens):
+            final[-1] = _join(final[-1], p)
+        else:
+            final.append(p)
+    return final
+
+
+def _section_pieces(blocks: Sequence[Block], counts: Sequence[int],
+                    cfg: ChunkConfig) -> list[_Piece]:
+    pieces: list[_Piece] = []
+    for b, t in zip(blocks, counts, strict=True):
+        if b.is_code:
+            texts = [b.text] if t <= cfg.max_tokens else _split_code(b.text, cfg.max_tokens)
+        else:
+            texts = ([b.text] if t <= cfg.target_tokens
+                     else _split_prose(b.text, cfg.target_tokens))
+        if len(texts) == 1:
+            pieces.append(_Piece(texts[0], t, b.is_code, b.location))
+        else:
+            sub = count_tokens_batch(texts).tolist()
+            pieces.extend(_Piece(x, n, b.is_code, b.location)
+                          for x, n in zip(texts, sub, strict=True))
+    return _merge_small(pieces, cfg)
+
+
+def chunk_blocks(blocks: Sequence[Block],
+                 config: ChunkConfig = DEFAULT_CHUNKING) -> list[FactDraft]:
+    """Facts of one document in reading order; duplicates within the document kept once."""
+    blocks = [b for b in blocks if b.text.strip()]
+    if not blocks:
+        return []
+    counts = count_tokens_batch([b.text for b in blocks]).tolist()
+    facts: list[FactDraft] = []
+    seen: set[str] = set()
+    start = 0
+    while start < len(blocks):
+        end = start
+        while end < len(blocks) and blocks[end].section == blocks[start].section:
+            end += 1
+        section = SECTION_SEPARATOR.join(blocks[start].section)
+        pieces = _section_pieces(blocks[start:end], counts[start:end], config)
+        exact = count_tokens_batch([p.text for p in pieces]).tolist()
+        for p, n in zip(pieces, exact, strict=True):
+            if n < config.min_tokens:
+                continue
+            texts = [p.text] if n <= config.max_tokens else _hard_split(p.text, config.max_tokens)
+            for text in texts:
+                tokens = n if len(texts) == 1 else count_tokens(text)
+                fid = fact_id(text)
+                if fid in seen or tokens < config.min_tokens:
+                    continue
+                seen.add(fid)
+                facts.append(FactDraft(fid, text, section, p.location, p.is_code, tokens))
+        start = end
+    return facts

@@ -1,0 +1,325 @@
+"""Ingest: files or texts → parsed → facts → embedded (only what is new) → committed.
+
+Work is committed in batches of documents, each an atomic store transaction, so a killed
+ingest keeps every batch it finished and the next run resumes: finished documents are
+unchanged (same content hash) and cost nothing, and content already embedded is reused by
+its hash. Embedding runs outside the store's write lock; readers are never blocked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cdr.ckf.chunk import DEFAULT_CHUNKING, ChunkConfig, chunk_blocks
+from cdr.ckf.model import (
+    SOURCE_TYPE_IMPORTANCE,
+    FactDraft,
+    check_importance,
+    normalize_source_type,
+)
+from cdr.ckf.parse import KIND_BY_SUFFIX, KINDS, PARSER_VERSION, _front_matter
+from cdr.ckf.sources import SkipDocument, decode, discover, kind_of, parse_bytes, read_file
+from cdr.ckf.store import CKF
+from cdr.errors import InvalidInputError
+
+# progress(stage, done, total): stage "read" (documents) or "embed" (texts).
+IngestProgress = Callable[[str, int, int], None]
+
+
+@dataclass(slots=True)
+class DocumentInput:
+    """A document given as content rather than a path (uploads, URLs fetched elsewhere)."""
+
+    source: str
+    data: bytes | str
+    kind: str | None = None  # "md", "txt", "html", "pdf"; None: from the source's suffix
+    source_type: str | None = None
+    importance: float | None = None
+
+
+@dataclass(slots=True)
+class IngestReport:
+    documents: int = 0  # documents ingested (new + changed + unchanged)
+    documents_new: int = 0
+    documents_changed: int = 0
+    documents_unchanged: int = 0
+    facts_added: int = 0  # facts documents gained (new content or content held elsewhere)
+    facts_kept: int = 0  # facts documents still hold
+    facts_removed: int = 0  # facts changed documents no longer hold
+    embedded: int = 0  # texts sent to the embedding model
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
+    stale: list[str] = field(default_factory=list)  # sources gone from re-ingested directories
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["skipped"] = [{"path": p, "reason": r} for p, r in self.skipped]
+        return d
+
+
+@dataclass(slots=True)
+class _Planned:
+    source: str
+    kind: str
+    title: str | None
+    content_hash: str
+    size: int
+    source_type: str
+    importance: float
+    drafts: list[FactDraft] | None  # None: unchanged, only touch
+    doc_id: str | None = None
+
+
+_HTML_META = {
+    key: re.compile(
+        rf"""<meta[^>]+name\s*=\s*["']cdr-{name}["'][^>]*content\s*=\s*["']([^"']+)""", re.I)
+    for key, name in (("source_type", "source-type"), ("importance", "importance"))
+}
+
+
+def declared_settings(kind: str, text: str) -> dict[str, str]:
+    """What a document says about its own source type / importance: Markdown front matter
+    (`source_type:`, `importance:`) or HTML `<meta name="cdr-source-type|cdr-importance">`.
+    Read without a full parse, so an unchanged document costs no parsing."""
+    if kind == "md":
+        meta, _ = _front_matter(text[:20000].splitlines())
+        return {k: meta[k] for k in ("source_type", "importance") if k in meta}
+    if kind == "html":
+        head = text[:50000]
+        out = {}
+        for key, rx in _HTML_META.items():
+            m = rx.search(head)
+            if m:
+                out[key] = m.group(1).strip()
+        return out
+    return {}
+
+
+def _settings(declared: dict[str, str], doc: DocumentInput, source_type: str,
+              importance: float | None) -> tuple[str, float]:
+    """Most specific wins: the caller's per-document values, then what the document declares,
+    then the ingest's importance, then the source type's default weight."""
+    doc_type = doc.source_type or declared.get("source_type")
+    st = normalize_source_type(doc_type or source_type)
+    if doc.importance is not None:
+        return st, check_importance(doc.importance, f"importance of {doc.source}")
+    if "importance" in declared:
+        return st, check_importance(declared["importance"], "declared importance")
+    if doc_type is None and importance is not None:
+        return st, importance
+    return st, SOURCE_TYPE_IMPORTANCE[st]
+
+
+def _plan(ckf: CKF, doc: DocumentInput, source_type: str, importance: float | None,
+          chunking: ChunkConfig) -> _Planned:
+    data = doc.data.encode("utf-8") if isinstance(doc.data, str) else bytes(doc.data)
+    kind = doc.kind or kind_of(doc.source, "txt")
+    if kind not in KINDS:
+        raise SkipDocument(f"unsupported document kind {kind!r}")
+    # The bytes plus how they are cut into facts: a new chunking re-chunks unchanged files.
+    recipe = f"cdr-ckf parser {PARSER_VERSION} {chunking!r}\0".encode()
+    content_hash = hashlib.sha256(recipe + data).hexdigest()
+    text = decode(data, kind) if kind != "pdf" else ""
+    try:
+        st, imp = _settings(declared_settings(kind, text), doc, source_type, importance)
+    except InvalidInputError as e:
+        raise SkipDocument(str(e)) from None
+    state = ckf.document_state(doc.source)
+    if state is not None and state["content_hash"] == content_hash:
+        return _Planned(doc.source, kind, state["title"], content_hash, len(data), st, imp,
+                        None, state["doc_id"])
+    parsed = parse_bytes(data, kind)
+    drafts = chunk_blocks(parsed.blocks, chunking)
+    if not drafts:
+        raise SkipDocument(f"no facts: its text is under {chunking.min_tokens} tokens")
+    return _Planned(doc.source, kind, parsed.title, content_hash, len(data), st, imp, drafts)
+
+
+def _batches(plans: list[_Planned], new_first: dict[str, int], commit_every: int
+             ) -> Iterable[tuple[list[_Planned], list[str]]]:
+    """Consecutive documents whose new texts add up to about `commit_every`."""
+    batch: list[_Planned] = []
+    ids: list[str] = []
+    for k, p in enumerate(plans):
+        batch.append(p)
+        if p.drafts:
+            ids.extend(d.id for d in p.drafts if new_first.get(d.id) == k)
+        if len(ids) >= commit_every or len(batch) >= 4 * commit_every:
+            yield batch, ids
+            batch, ids = [], []
+    if batch:
+        yield batch, ids
+
+
+def ingest_documents(
+    ckf: CKF,
+    docs: Iterable[DocumentInput],
+    *,
+    source_type: str = "user",
+    importance: float | None = None,
+    progress: IngestProgress | None = None,
+    chunking: ChunkConfig = DEFAULT_CHUNKING,
+    batch_size: int = 32,
+    commit_every: int = 1024,
+    total_hint: int | None = None,
+    report: IngestReport | None = None,
+) -> IngestReport:
+    """Ingest documents given as content. Returns what happened, document by document
+    summed up; failures of single documents are in `report.skipped`, not exceptions."""
+    started = time.perf_counter()
+    source_type = normalize_source_type(source_type)
+    if importance is not None:
+        importance = check_importance(importance)
+    if commit_every < 1:
+        raise InvalidInputError(f"commit_every must be ≥ 1, got {commit_every}")
+    rep = report if report is not None else IngestReport()
+    plans: list[_Planned] = []
+    seen_sources: set[str] = set()
+    for k, doc in enumerate(docs):
+        if progress:
+            progress("read", k, total_hint or 0)
+        if doc.source in seen_sources:
+            continue
+        seen_sources.add(doc.source)
+        try:
+            plans.append(_plan(ckf, doc, source_type, importance, chunking))
+        except SkipDocument as e:
+            rep.skipped.append((doc.source, str(e)))
+    if progress:
+        progress("read", len(seen_sources), len(seen_sources))
+
+    # Which texts are new to the store, and which document brings each first.
+    first: dict[str, int] = {}
+    for k, p in enumerate(plans):
+        for d in p.drafts or ():
+            first.setdefault(d.id, k)
+    known = ckf.known_ids(list(first))
+    new_first = {i: k for i, k in first.items() if i not in known}
+    total = len(new_first)
+    done = 0
+    if progress:
+        progress("embed", 0, total)
+
+    def embed(texts: list[str]) -> np.ndarray:
+        nonlocal done
+
+        def tick(k: int) -> None:
+            nonlocal done
+            done += k
+            if progress:
+                progress("embed", min(done, total), total)
+
+        if not texts:
+            return np.zeros((0, ckf.dim), dtype=np.float32)
+        vecs = ckf.embedder.encode(texts, batch_size=batch_size, progress=tick)
+        rep.embedded += len(texts)
+        return vecs
+
+    for batch, ids in _batches(plans, new_first, commit_every):
+        by_id = {d.id: d for p in batch for d in (p.drafts or ())}
+        vectors = dict(zip(ids, embed([by_id[i].content for i in ids]), strict=True))
+        with ckf.writing() as txn:
+            for p in batch:
+                if p.drafts is None:
+                    assert p.doc_id is not None
+                    txn.touch_document(p.doc_id, source_type=p.source_type,
+                                       importance=p.importance)
+                    rep.documents_unchanged += 1
+                    (n,) = txn.conn.execute("SELECT n_facts FROM documents WHERE doc_id=?",
+                                            (p.doc_id,)).fetchone()
+                    rep.facts_kept += int(n)
+                    continue
+                existed = ckf.document_state(p.source) is not None
+                change = txn.put_document(
+                    source=p.source, kind=p.kind, title=p.title, content_hash=p.content_hash,
+                    size=p.size, source_type=p.source_type, importance=p.importance,
+                    drafts=p.drafts, vectors=vectors, embed_missing=embed,
+                )
+                if existed:
+                    rep.documents_changed += 1
+                else:
+                    rep.documents_new += 1
+                rep.facts_added += change.added
+                rep.facts_kept += change.kept
+                rep.facts_removed += change.removed
+    rep.documents = rep.documents_new + rep.documents_changed + rep.documents_unchanged
+    rep.seconds += time.perf_counter() - started
+    return rep
+
+
+def ingest(
+    ckf: CKF,
+    paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    *,
+    source_type: str = "user",
+    include: str | Sequence[str] | None = None,
+    exclude: str | Sequence[str] | None = None,
+    importance: float | None = None,
+    progress: IngestProgress | None = None,
+    chunking: ChunkConfig = DEFAULT_CHUNKING,
+    batch_size: int = 32,
+    commit_every: int = 1024,
+) -> IngestReport:
+    """Ingest files and directories (recursively; `include`/`exclude` globs). Documents that
+    vanished from a directory ingested before are marked STALE (their facts stay selectable,
+    flagged) and listed in `report.stale`."""
+    started = time.perf_counter()
+    if isinstance(paths, str | os.PathLike):
+        paths = [paths]
+    source_type = normalize_source_type(source_type)
+    if importance is not None:
+        importance = check_importance(importance)
+    candidates, roots = discover(paths, include, exclude)
+    rep = IngestReport()
+
+    def inputs() -> Iterable[DocumentInput]:
+        for c in candidates:
+            try:
+                data = read_file(c.path)
+            except SkipDocument as e:
+                rep.skipped.append((str(c.path), str(e)))
+                continue
+            suffix = c.path.suffix.lower()
+            kind = KIND_BY_SUFFIX.get(suffix, "txt")
+            yield DocumentInput(str(c.path), data, kind)
+
+    ingest_documents(ckf, inputs(), source_type=source_type, importance=importance,
+                     progress=progress, chunking=chunking, batch_size=batch_size,
+                     commit_every=commit_every, total_hint=len(candidates), report=rep)
+    rep.stale = _mark_vanished(ckf, roots)
+    rep.seconds = time.perf_counter() - started
+    return rep
+
+
+def _mark_vanished(ckf: CKF, roots: Sequence[Path]) -> list[str]:
+    gone: list[str] = []
+    for root in roots:
+        prefix = str(root).rstrip(os.sep) + os.sep
+        for d in ckf.documents():
+            if d["source"].startswith(prefix) and not os.path.exists(d["source"]):
+                gone.append(d["source"])
+    todo = [s for s in gone if ckf.document(s)["status"] != "STALE"]
+    if todo:
+        with ckf.writing() as txn:
+            for s in todo:
+                txn.set_document_status(ckf.document(s)["doc_id"], "STALE")
+    return gone
+
+
+def ingest_texts(
+    ckf: CKF,
+    docs: Iterable[DocumentInput | tuple[str, bytes | str]],
+    **kwargs: Any,
+) -> IngestReport:
+    """`ingest_documents` accepting `(source, content)` pairs as well."""
+    items = [d if isinstance(d, DocumentInput) else DocumentInput(d[0], d[1]) for d in docs]
+    return ingest_documents(ckf, items, total_hint=len(items), **kwargs)

@@ -1,0 +1,301 @@
+"""`cdr ingest` and `cdr ckf ...`: the command-line face of the knowledge fabric.
+
+Mounted by `cdr.cli` (`app.command("ingest")(ingest_command)`, `app.add_typer(ckf_app,
+name="ckf")`); `app` here is the same pair, standalone, for tests and `python -m cdr.cli_ckf`.
+Progress goes to stderr, results to stdout, errors to stderr with a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from cdr.errors import CdrError
+
+out = Console()
+err = Console(stderr=True)
+
+CkfOption = Annotated[Path, typer.Option("--ckf", envvar="CDR_CKF", help="CKF directory.",
+                                         show_default=False)]
+EmbedderOption = Annotated[str | None, typer.Option(
+    "--embedder", envvar="CDR_EMBEDDER",
+    help="Embedding model: 'minilm' (default, offline) or 'openai:<model>@<base_url>'.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """Known failures become one clear line and exit code 1 (2 for usage errors)."""
+    try:
+        yield
+    except CdrError as e:
+        err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    except OSError as e:
+        err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+
+
+def _embedder(spec: str | None) -> Any:
+    if spec is None:
+        return None
+    from cdr.embed import get_embedder
+
+    return get_embedder(spec)
+
+
+def _open(path: Path, embedder: str | None = None) -> Any:
+    from cdr.ckf import CKF
+
+    return CKF.open(path, _embedder(embedder))
+
+
+class _RichProgress:
+    """Adapts ingest's progress(stage, done, total) to a rich bar per stage."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.tasks: dict[str, TaskID] = {}
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        label = {"read": "reading documents", "embed": "embedding facts"}.get(stage, stage)
+        if stage not in self.tasks:
+            self.tasks[stage] = self.progress.add_task(label, total=total or None)
+        self.progress.update(self.tasks[stage], completed=done, total=total or None)
+
+
+def ingest_command(
+    paths: Annotated[list[Path], typer.Argument(help="Files or directories to ingest.",
+                                                show_default=False)],
+    ckf: CkfOption,
+    source_type: Annotated[str, typer.Option(
+        "--source-type", "-t",
+        help="regulatory | official | peer-reviewed | internal | user | web "
+             "(sets the importance weight).")] = "user",
+    glob: Annotated[list[str] | None, typer.Option(
+        "--glob", "--include", "-g",
+        help="Only files matching this glob (repeatable), e.g. '*.md' or 'library/**'.")] = None,
+    exclude: Annotated[list[str] | None, typer.Option(
+        "--exclude", "-x", help="Skip files/directories matching this glob (repeatable).")
+    ] = None,
+    importance: Annotated[float | None, typer.Option(
+        "--importance", help="Importance weight for this ingest, overriding the source type's.")
+    ] = None,
+    embedder: EmbedderOption = None,
+    dtype: Annotated[str, typer.Option(
+        "--dtype", help="Embedding storage for a new CKF: float32 or float16.")] = "float32",
+    as_json: JsonOption = False,
+) -> None:
+    """Ingest documents (Markdown, text, HTML, PDF) into a CKF, creating it if needed."""
+    from cdr.ckf import CKF, ingest
+    from cdr.ckf.model import check_importance, normalize_source_type
+    from cdr.errors import NotFoundError
+
+    with _errors():
+        # Check what can be checked before a CKF is created or a model is loaded.
+        source_type = normalize_source_type(source_type)
+        if importance is not None:
+            check_importance(importance)
+        for p in paths:
+            if not p.exists():
+                raise NotFoundError(f"no such file or directory: {p}")
+        store = CKF.open_or_create(ckf, _embedder(embedder), dtype=dtype)
+        try:
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                          TimeElapsedColumn(), TimeRemainingColumn(), console=err,
+                          transient=True, disable=as_json) as bar:
+                report = ingest(store, [str(p) for p in paths], source_type=source_type,
+                                include=glob or None, exclude=exclude or None,
+                                importance=importance, progress=_RichProgress(bar))
+        finally:
+            store.close()
+    if as_json:
+        out.print_json(json.dumps(report.to_dict()))
+        return
+    _print_report(report, ckf)
+
+
+def _print_report(report: Any, ckf: Path) -> None:
+    t = Table(title=f"Ingest into {ckf}", show_header=False)
+    t.add_column("", style="bold")
+    t.add_column("", justify="right")
+    t.add_row("documents", f"{report.documents} ({report.documents_new} new, "
+              f"{report.documents_changed} changed, {report.documents_unchanged} unchanged)")
+    t.add_row("facts added", str(report.facts_added))
+    t.add_row("facts kept", str(report.facts_kept))
+    t.add_row("facts removed", str(report.facts_removed))
+    t.add_row("texts embedded", str(report.embedded))
+    t.add_row("skipped files", str(len(report.skipped)))
+    if report.stale:
+        t.add_row("stale documents", str(len(report.stale)))
+    t.add_row("time", f"{report.seconds:.1f} s")
+    out.print(t)
+    if report.skipped:
+        out.print(f"[bold]Skipped files[/bold] ({len(report.skipped)}):")
+        for path, reason in report.skipped[:50]:
+            out.print(f"  {escape(path)}: [yellow]{escape(reason)}[/yellow]", highlight=False,
+                      soft_wrap=True)
+        if len(report.skipped) > 50:
+            out.print(f"  ... {len(report.skipped) - 50} more (see --json)")
+    if report.stale:
+        out.print("[bold]No longer on disk[/bold] (marked STALE, still selectable):")
+        for src in report.stale[:50]:
+            out.print(f"  {src}", highlight=False, soft_wrap=True, markup=False)
+
+
+ckf_app = typer.Typer(help="Inspect and edit a Contextual Knowledge Fabric (CKF).",
+                      no_args_is_help=True)
+
+
+@ckf_app.command("stats")
+def stats_command(ckf: CkfOption, as_json: JsonOption = False) -> None:
+    """Facts, documents, statuses, model and size of a CKF."""
+    with _errors():
+        store = _open(ckf)
+        try:
+            st = store.stats()
+        finally:
+            store.close()
+    if as_json:
+        out.print_json(json.dumps(st))
+        return
+    t = Table(title=f"CKF {st['path']}", show_header=False)
+    t.add_column("", style="bold")
+    t.add_column("")
+    t.add_row("model", f"{st['model_id']} ({st['dim']}-d, {st['dtype']})")
+    t.add_row("documents", f"{st['documents']} ({st['stale_documents']} stale)")
+    t.add_row("active facts", f"{st['active_facts']} ({st['code_facts']} code)")
+    t.add_row("facts by status", ", ".join(f"{k} {v}" for k, v in st["facts_by_status"].items()))
+    t.add_row("rows", str(st["rows"]))
+    t.add_row("active tokens", str(st["active_tokens"]))
+    t.add_row("by source type",
+              ", ".join(f"{k} {v}" for k, v in st["documents_by_source_type"].items()) or "-")
+    t.add_row("size on disk", f"{st['size_bytes'] / 1e6:.1f} MB")
+    t.add_row("updated", st["updated_at"])
+    out.print(t)
+
+
+@ckf_app.command("search")
+def search_command(
+    query: Annotated[str, typer.Argument(help="Text to search for.", show_default=False)],
+    ckf: CkfOption,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1)] = 10,
+    min_relevance: Annotated[float, typer.Option("--min-relevance")] = -1.0,
+    embedder: EmbedderOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Top facts for QUERY by cosine relevance, with their section and source."""
+    with _errors():
+        store = _open(ckf, embedder)
+        try:
+            hits = store.search(query, limit=limit, min_relevance=min_relevance)
+        finally:
+            store.close()
+    if as_json:
+        out.print_json(json.dumps([
+            {"relevance": round(rel, 4), "fact_id": f.id, "row": f.row, "section": f.section,
+             "source": f.source, "location": f.location, "is_code": f.is_code,
+             "status": f.status.name, "content": f.content} for f, rel in hits]))
+        return
+    t = Table(title=f"Top {len(hits)} facts for {query!r}")
+    t.add_column("rel", justify="right")
+    t.add_column("section", overflow="fold", max_width=30)
+    t.add_column("fact", overflow="fold")
+    for f, rel in hits:
+        snippet = " ".join(f.content.split())
+        snippet = snippet if len(snippet) <= 240 else snippet[:237] + "..."
+        where = f"{Path(f.source).name}:{f.location}"
+        t.add_row(f"{rel:.3f}", f.section or "-", f"{snippet}\n[dim]{where}[/dim]")
+    out.print(t)
+
+
+@ckf_app.command("rm")
+def rm_command(
+    doc: Annotated[str, typer.Argument(help="Document id, source path or URL.",
+                                       show_default=False)],
+    ckf: CkfOption,
+) -> None:
+    """Delete a document; its facts are never selected again."""
+    with _errors():
+        store = _open(ckf)
+        try:
+            source = store.document(doc)["source"]
+            n = store.delete_document(doc)
+        finally:
+            store.close()
+    out.print(f"removed {source} ({n} facts no longer selectable)", highlight=False,
+              soft_wrap=True, markup=False)
+
+
+@ckf_app.command("docs")
+def docs_command(ckf: CkfOption, as_json: JsonOption = False) -> None:
+    """List the documents of a CKF."""
+    with _errors():
+        store = _open(ckf)
+        try:
+            docs = store.documents()
+        finally:
+            store.close()
+    if as_json:
+        out.print_json(json.dumps(docs))
+        return
+    t = Table(title=f"{len(docs)} documents")
+    for col in ("doc_id", "facts", "type", "importance", "status", "source"):
+        t.add_column(col, overflow="fold")
+    for d in docs:
+        t.add_row(d["doc_id"], str(d["n_facts"]), d["source_type"], f"{d['importance']:.2f}",
+                  d["status"], d["source"])
+    out.print(t)
+
+
+@ckf_app.command("check")
+def check_command(ckf: CkfOption) -> None:
+    """Verify that the database and the array files agree (exit 1 if not)."""
+    with _errors():
+        store = _open(ckf)
+        try:
+            problems = store.check()
+        finally:
+            store.close()
+    if problems:
+        for p in problems:
+            err.print(f"[red]problem:[/red] {p}", highlight=False)
+        raise typer.Exit(1)
+    out.print("ok")
+
+
+@ckf_app.command("compact")
+def compact_command(ckf: CkfOption) -> None:
+    """Drop deleted facts from the arrays (renumbers rows; do it when no session is open)."""
+    with _errors():
+        store = _open(ckf)
+        try:
+            res = store.compact()
+        finally:
+            store.close()
+    out.print(f"rows: {res['rows_before']} → {res['rows_after']}")
+
+
+app = typer.Typer(no_args_is_help=True, help="cdr knowledge fabric commands.")
+app.command("ingest")(ingest_command)
+app.add_typer(ckf_app, name="ckf")
+
+if __name__ == "__main__":
+    app()
