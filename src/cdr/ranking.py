@@ -129,13 +129,14 @@ def _mmr_order(
     """Greedy MMR over the candidates: (order of the first `limit` picks, their MMR scores)."""
     m = embeddings.shape[0]
     limit = min(limit, m)
-    max_sim = np.full(m, -np.inf, dtype=_F32)
+    # Redundancy starts at 0 and only grows: a fact dissimilar to everything picked is not
+    # penalised, nor rewarded for anti-correlation, so the objectives picked never increase.
+    max_sim = np.zeros(m, dtype=_F32)
     taken = np.zeros(m, dtype=bool)
     order = np.empty(limit, dtype=np.int64)
     scores = np.empty(limit, dtype=_F32)
     for i in range(limit):
-        redundancy = np.where(np.isfinite(max_sim), max_sim, _F32(0.0))
-        obj = _F32(lam) * base - _F32(1.0 - lam) * redundancy
+        obj = _F32(lam) * base - _F32(1.0 - lam) * max_sim
         obj[taken] = -np.inf
         j = int(np.argmax(obj))
         order[i], scores[i], taken[j] = j, obj[j], True
