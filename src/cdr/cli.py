@@ -65,9 +65,11 @@ def window_table(events: Sequence[Any], title: str = "") -> Table:
     return table
 
 
-def assemble_document(task: str, events: Sequence[Any]) -> str:
-    body = "\n\n".join(e.output.strip() for e in events if e.output.strip())
-    return f"# {task.strip()}\n\n{body}\n"
+def assemble_document(task: str, events: Sequence[Any], outline: Sequence[str] = ()) -> str:
+    """The windows' sections merged into one document (see `cdr.assemble`)."""
+    from cdr.assemble import assemble_document as assemble
+
+    return assemble(task, [e.output for e in events], outline)
 
 
 def build_writer(name: str, base_url: str | None, model: str | None) -> Any:
@@ -164,7 +166,7 @@ def generate(
             err.print(f"[bold red]error:[/] {exc}")
             session.status = session.status if session.status != "in-progress" else "error"
     err.print(window_table(events, f"{task} — ranking {ranking}"))
-    document = assemble_document(task, events)
+    document = assemble_document(task, events, [sq.text for sq in session.sub_queries])
     if trace is not None:
         trace.write_text(json.dumps(build_trace(session, events), indent=2), encoding="utf-8")
     if out_file is not None:

@@ -68,7 +68,8 @@ def run_arm(store: CKF, ranking: str, windows: int, words: int, out_dir: Path) -
         for event in gen.run(TASK, session=session):
             events.append(event)
             bar.advance(job)
-    (out_dir / f"guide-{ranking}.md").write_text(assemble_document(TASK, events), "utf-8")
+    document = assemble_document(TASK, events, OUTLINE.splitlines())
+    (out_dir / f"guide-{ranking}.md").write_text(document, "utf-8")
     (out_dir / f"trace-{ranking}.json").write_text(
         json.dumps(build_trace(session, events), indent=2), "utf-8")
     return events
