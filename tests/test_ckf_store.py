@@ -501,13 +501,23 @@ def test_select_equals_brute_force(synthetic, seed, gate, limit):
     sel = ckf.select(q, gate, limit)
     emb = np.asarray(ckf.embeddings)
     sims = emb @ (q / np.linalg.norm(q))
-    ok = np.flatnonzero((sims >= np.float32(gate)) & (ckf.status <= FactStatus.STALE))
-    order = ok[np.lexsort((ok, -sims[ok]))]
-    if limit is not None:
-        order = order[:limit]
-    assert sel.indices.tolist() == order.tolist()
-    assert np.allclose(sel.relevances, sims[order], atol=1e-5)
-    assert not set(sel.indices.tolist()) & ({5, 17, 1500} | set(range(700, 1400)))
+    selectable = ckf.status <= FactStatus.STALE
+    # Two float32 mat-vecs may round the last bit differently (BLAS blocking), so facts whose
+    # similarity ties within 1e-5, or sits within 1e-5 of the gate, may legitimately swap.
+    tol = 1e-5
+    assert np.all(np.diff(sel.relevances) <= tol)
+    np.testing.assert_allclose(sel.relevances, sims[sel.indices], atol=tol)
+    sure_in = set(np.flatnonzero(selectable & (sims >= gate + tol)).tolist())
+    maybe_in = set(np.flatnonzero(selectable & (sims >= gate - tol)).tolist())
+    got = set(sel.indices.tolist())
+    assert got <= maybe_in
+    if limit is not None and limit < len(sure_in):
+        # truncated: exactly `limit` facts, and every fact clearly above the cut-off is in
+        assert len(got) == limit
+        cut = np.sort(sims[list(sure_in)])[::-1][limit - 1] if limit else np.inf
+        sure_in = {i for i in sure_in if sims[i] > cut + tol}
+    assert sure_in <= got
+    assert not got & ({5, 17, 1500} | set(range(700, 1400)))
 
 
 def test_append_raw_rejects_wrong_vectors(synthetic):

@@ -1,0 +1,286 @@
+"""Gateway benchmark (issue 5): sidecar envelope requests per second and latency percentiles
+on a 100k-fact CKF, with 1, 8 and 32 concurrent clients on loopback.
+
+The CKF is synthetic but shaped like a real one for the task's query: real MiniLM vectors of
+the task's sub-queries, a planted share of facts around them (cosine to a sub-query 0.6-0.95,
+so a few thousand pass the relevance gate and Phase 2 ranks them), and the rest random unit
+directions (cosine to the query ≈ 0, gated out as off-topic material is). Fact texts are 40-70
+words drawn from the Python reference's vocabulary. It is built once with `CKF.append_raw` and
+cached in `bench/data/` (gitignored).
+
+The gateway runs as users run it (uvicorn in its own process, extractive writer, SQLite
+session store in WAL mode). Each client has its own session, advanced by one window first, so
+the measured envelope has a Coverage Set, a residual and an n-gram blacklist to rank against.
+A client loops `POST /v1/sessions/{id}/envelope` with its token (keep-alive); each request
+reads the session, runs Phase 1-3 over the CKF, stores the pending envelope (a CAS write when
+it changed) and returns the envelope (~45 facts with text, the prompt messages).
+Clients are threads of this process: on a 2-core machine they compete with the server for
+CPU, so the numbers are a lower bound for a server on its own cores.
+
+Usage: python bench/gateway.py [--facts 100000] [--seconds 10] [--clients 1,8,32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path.insert(0, str(ROOT))  # tests.gateway_server: the same launcher the tests use
+try:
+    import cdr  # noqa: F401
+except ImportError:  # a checkout without `pip install -e .`
+    sys.path.insert(0, str(ROOT / "src"))
+
+from tests.gateway_server import GatewayServer, base_env  # noqa: E402
+
+RESULTS = BENCH / "results" / "gateway.md"
+CACHE = BENCH / "data"
+TASK = "Write a guide to Python exception handling"
+OUTLINE = ["The try statement and its except clauses", "Raising exceptions",
+           "Cleanup with finally", "Context managers and the with statement",
+           "Exception chaining", "Built-in exception classes"]
+PLANTED_SHARE = 0.03
+console = Console()
+
+
+# ----------------------------------------------------------------------------------- data
+
+
+def vocabulary() -> np.ndarray:
+    from pydoc_data.topics import topics
+
+    words = sorted({w for text in topics.values() for w in re.findall(r"[a-z]{3,12}", text)})
+    return np.array(words)
+
+
+def token_counts(texts_words: list[np.ndarray], vocab: np.ndarray) -> np.ndarray:
+    """cl100k tokens per text, summed per word: the pre-tokenizer splits at each space, so
+    a space-joined text costs its first word plus ' word' for every later one."""
+    from cdr.tokens import count_tokens_batch
+
+    first = np.asarray(count_tokens_batch(list(vocab)), dtype=np.int64)
+    spaced = np.asarray(count_tokens_batch([" " + w for w in vocab]), dtype=np.int64)
+    return np.array([first[w[0]] + spaced[w[1:]].sum() for w in texts_words], dtype=np.int64)
+
+
+def build_ckf(path: Path, n: int, seed: int = 0) -> Path:
+    from cdr.ckf.store import CKF
+    from cdr.dpe import task_topic
+    from cdr.embed import default_embedder
+    from cdr.vectors import normalize
+
+    marker = path / "bench.json"
+    spec = {"facts": n, "seed": seed, "task": TASK, "outline": OUTLINE,
+            "share": PLANTED_SHARE}
+    if marker.exists() and json.loads(marker.read_text()) == spec:
+        return path
+    if path.exists():
+        import shutil
+
+        shutil.rmtree(path)
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    emb = default_embedder()
+    vecs = emb.encode([task_topic(TASK), *OUTLINE])
+    query = normalize(vecs[0] + normalize(vecs[1:].mean(axis=0), "c"), "q")
+    d = emb.dim
+    planted = int(n * PLANTED_SHARE)
+    x = rng.standard_normal((n, d), dtype=np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    owner = rng.integers(0, len(OUTLINE), planted)
+    sigma = rng.uniform(0.35, 1.3, planted).astype(np.float32)[:, None]
+    x[:planted] = vecs[1:][owner] + sigma * x[:planted]
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    perm = rng.permutation(n)
+    x = x[perm]
+    vocab = vocabulary()
+    lengths = rng.integers(40, 71, n)
+    words = [rng.integers(0, len(vocab), k) for k in lengths]
+    contents = [f"Fact {i}: " + " ".join(vocab[w]) for i, w in enumerate(words)]
+    tokens = token_counts(words, vocab) + 4  # "Fact", " i", ":" (≤ 4 tokens for i < 10^6)
+    console.print(f"building a {n:,}-fact CKF at {path} "
+                  f"({int((x @ query >= 0.40).sum()):,} facts pass the 0.40 gate)")
+    ckf = CKF.create(path, emb)
+    chunk = 20_000
+    for s in range(0, n, chunk):
+        ckf.append_raw(contents[s:s + chunk], x[s:s + chunk], tokens=tokens[s:s + chunk],
+                       source=f"synthetic-{s // chunk}")
+    ckf.close()
+    marker.write_text(json.dumps(spec))
+    console.print(f"built in {time.perf_counter() - t0:.0f} s")
+    return path
+
+
+# ------------------------------------------------------------------------------- clients
+
+
+@dataclass
+class Run:
+    clients: int
+    requests: int
+    seconds: float
+    latencies: np.ndarray
+    errors: int
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.seconds
+
+    def pct(self, q: float) -> float:
+        return float(np.percentile(self.latencies, q) * 1000)
+
+
+def prepare_sessions(url: str, k: int) -> list[tuple[str, str]]:
+    """k sessions, each one window in (so coverage, residual and blacklist are non-empty)."""
+    from cdr.writers import get_writer
+
+    writer = get_writer("extractive")
+    out = []
+    with httpx.Client(base_url=url, timeout=120) as c:
+        for _ in range(k):
+            r = c.post("/v1/sessions", json={"task": TASK, "outline": OUTLINE,
+                                             "max_windows": 20, "words": 6000})
+            r.raise_for_status()
+            sid, token = r.json()["session_id"], r.json()["token"]
+            env = c.post(f"/v1/sessions/{sid}/envelope",
+                         headers={"Authorization": f"Bearer {token}"}).json()
+            text = writer.generate(env["messages"], env["max_tokens"]).text
+            w = c.post(f"/v1/sessions/{sid}/windows",
+                       headers={"Authorization": f"Bearer {env['token']}"},
+                       json={"text": text}).json()
+            assert w["status"] == "in-progress", w
+            out.append((sid, w["token"]))
+    return out
+
+
+def measure(url: str, sessions: list[tuple[str, str]], seconds: float) -> Run:
+    stop = threading.Event()
+    start = threading.Barrier(len(sessions) + 1)
+    lat: list[list[float]] = [[] for _ in sessions]
+    errors = [0]
+
+    def client(i: int, sid: str, token: str) -> None:
+        with httpx.Client(base_url=url, timeout=120,
+                          headers={"Authorization": f"Bearer {token}"}) as c:
+            c.post(f"/v1/sessions/{sid}/envelope")  # warm the connection and the envelope
+            start.wait()
+            while not stop.is_set():
+                t0 = time.perf_counter()
+                r = c.post(f"/v1/sessions/{sid}/envelope")
+                if r.status_code != 200:
+                    errors[0] += 1
+                lat[i].append(time.perf_counter() - t0)
+
+    threads = [threading.Thread(target=client, args=(i, s, t))
+               for i, (s, t) in enumerate(sessions)]
+    for t in threads:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    all_lat = np.array([x for per in lat for x in per])
+    return Run(len(sessions), len(all_lat), wall, all_lat, errors[0])
+
+
+# ------------------------------------------------------------------------------- report
+
+
+def machine() -> str:
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (0, 0, 0)
+    return (f"{platform.processor() or platform.machine()}, {cpus} cores, Python "
+            f"{platform.python_version()}, load average {load[0]:.1f} at the start")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--facts", type=int, default=100_000)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--clients", default="1,8,32")
+    ap.add_argument("--ckf", type=Path, default=None, help="where to build/cache the CKF")
+    ap.add_argument("--no-write", action="store_true", help="do not write the results file")
+    ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for the server")
+    args = ap.parse_args()
+    levels = [int(x) for x in args.clients.split(",")]
+    ckf = build_ckf(args.ckf or CACHE / f"gateway-{args.facts // 1000}k.ckf", args.facts)
+    env_machine = machine()
+    tmp = Path(tempfile.mkdtemp(prefix="cdr-bench-gw-"))
+    runs: list[Run] = []
+    with GatewayServer(base_env(tmp, **dict(x.split("=", 1) for x in args.env)), ckf=ckf,
+                       workdir=tmp) as server:
+        sessions = prepare_sessions(server.url, max(levels))
+        facts = httpx.post(f"{server.url}/v1/sessions/{sessions[0][0]}/envelope",
+                           headers={"Authorization": f"Bearer {sessions[0][1]}"}, timeout=60)
+        n_facts = len(facts.json()["facts"])
+        size_kb = len(facts.content) / 1024
+        for k in levels:
+            console.print(f"{k} client(s), {args.seconds:.0f} s ...")
+            runs.append(measure(server.url, sessions[:k], args.seconds))
+    table = Table(title=f"Envelope requests, {args.facts:,}-fact CKF (loopback, "
+                        f"{n_facts} facts/envelope, {size_kb:.0f} KB responses)")
+    for col in ("clients", "requests", "req/s", "p50 ms", "p99 ms", "errors"):
+        table.add_column(col, justify="right")
+    rows = []
+    for r in runs:
+        row = (str(r.clients), f"{r.requests:,}", f"{r.rps:.1f}", f"{r.pct(50):.1f}",
+               f"{r.pct(99):.1f}", str(r.errors))
+        rows.append(row)
+        table.add_row(*row)
+    console.print(table)
+    console.print(env_machine)
+    if args.no_write:
+        return
+    md = [
+        "# Gateway benchmark (`bench/gateway.py`)",
+        "",
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC — {env_machine}.",
+        "",
+        f"`POST /v1/sessions/{{id}}/envelope` on a {args.facts:,}-fact CKF (window 2 of a "
+        f"{len(OUTLINE)}-sub-query session: token check, session read, Phase 1 select over "
+        f"all facts, CDR rank, pack, prompt), {n_facts} facts per envelope, {size_kb:.0f} KB "
+        f"responses; one session per client, keep-alive httpx clients on loopback, "
+        f"{args.seconds:.0f} s per level. Clients run on the same cores as the server. A "
+        "client asking again for the same window's envelope finds its parsed session in the "
+        "gateway's cache and its pending envelope unchanged, so no store write happens; the "
+        "first envelope of each window (after `/windows`) also hits the cache, which "
+        "`/windows` fills.",
+        "",
+        f"Server environment: {' '.join(args.env) or 'defaults'} (BLAS held to one thread "
+        "per request; `--env CDR_BLAS_THREADS=0` shows OpenBLAS's default threads).",
+        "",
+        "| clients | requests | req/s | p50 ms | p99 ms | errors |",
+        "|---:|---:|---:|---:|---:|---:|",
+        *[f"| {' | '.join(r)} |" for r in rows],
+        "",
+        f"Command: `python bench/gateway.py --facts {args.facts} --seconds "
+        f"{args.seconds:g} --clients {args.clients}`",
+        "",
+    ]
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text("\n".join(md), encoding="utf-8")
+    console.print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()

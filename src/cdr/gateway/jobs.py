@@ -1,0 +1,123 @@
+"""Background ingest of uploaded documents.
+
+An upload is checked (type, decodable, has text) while the client waits, so a bad file gets a
+4xx naming the problem; the accepted files go to a staging directory and a job embeds and
+commits them on the CKF's single writer thread. Embedding 100 facts takes seconds, which a
+request should not wait for. Jobs live in memory: after a restart their status is gone, but
+what they committed is in the CKF.
+
+Uploaded documents get the source `upload/<file name>`, so uploading a file of the same name
+again updates that document (unchanged content costs nothing) instead of adding a copy.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cdr.errors import NotFoundError
+from cdr.gateway.knowledge import KnowledgeBase
+
+log = logging.getLogger("cdr.gateway")
+UPLOAD_PREFIX = "upload/"
+MAX_JOBS_KEPT = 1000
+
+
+@dataclass
+class StagedFile:
+    name: str  # the client's file name (base name only)
+    path: Path
+    kind: str
+
+
+@dataclass
+class IngestJob:
+    id: str
+    files: list[StagedFile]
+    source_type: str
+    importance: float | None
+    status: str = "queued"
+    created: float = field(default_factory=time.time)
+    started: float | None = None
+    finished: float | None = None
+    report: dict[str, Any] | None = None
+    documents: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "status": self.status, "files": [f.name for f in self.files],
+            "created": self.created, "started": self.started, "finished": self.finished,
+            "report": self.report, "documents": self.documents, "error": self.error,
+        }
+
+
+class IngestJobs:
+    def __init__(self, kb: KnowledgeBase, staging_root: Path | None = None) -> None:
+        self.kb = kb
+        # Not inside the CKF directory: `CKF.create` wants that empty on the first upload.
+        self.staging_root = staging_root
+        self._jobs: OrderedDict[str, IngestJob] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def staging_dir(self) -> Path:
+        """A fresh directory for one upload's files (removed when its job ends)."""
+        if self.staging_root is not None:
+            self.staging_root.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix="cdr-upload-", dir=self.staging_root))
+
+    def submit(self, files: list[StagedFile], source_type: str,
+               importance: float | None) -> IngestJob:
+        job = IngestJob(uuid.uuid4().hex, files, source_type, importance)
+        with self._lock:
+            self._jobs[job.id] = job
+            while len(self._jobs) > MAX_JOBS_KEPT:
+                self._jobs.popitem(last=False)
+        self.kb.submit(lambda: self._run(job))
+        return job
+
+    def get(self, job_id: str) -> IngestJob:
+        with self._lock:
+            job = self._jobs.get(job_id)
+        if job is None:
+            raise NotFoundError(f"no ingest job {job_id!r} (jobs are kept in memory, up to "
+                                f"{MAX_JOBS_KEPT}, until the gateway restarts)")
+        return job
+
+    def _run(self, job: IngestJob) -> None:
+        """On the writer thread; every failure ends up in the job, never lost in a future."""
+        from cdr.ckf.ingest import DocumentInput, ingest_documents
+
+        job.status, job.started = "running", time.time()
+        try:
+            ckf = self.kb.writer()
+            docs = [DocumentInput(UPLOAD_PREFIX + f.name, f.path.read_bytes(), f.kind)
+                    for f in job.files]
+            report = ingest_documents(ckf, docs, source_type=job.source_type,
+                                      importance=job.importance)
+            job.report = report.to_dict()
+            for d in docs:
+                state = ckf.document_state(d.source)
+                job.documents.append({
+                    "source": d.source,
+                    "doc_id": state["doc_id"] if state else None,
+                    "facts": int(state["n_facts"]) if state else 0,
+                    "status": state["status"] if state else None,
+                })
+            self.kb.reload()  # readers see the new facts before the job says it is done
+            job.status = "succeeded"
+        except Exception as exc:
+            log.exception("ingest job %s failed", job.id)
+            job.status, job.error = "failed", f"{type(exc).__name__}: {exc}"
+        finally:
+            job.finished = time.time()
+            if job.files:
+                shutil.rmtree(job.files[0].path.parent, ignore_errors=True)

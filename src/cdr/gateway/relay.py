@@ -1,0 +1,271 @@
+"""The OpenAI-compatible relay: one chat completion = one CDR session run to its exit.
+
+The last user message is the task; the gateway plans sub-queries, writes every window with
+its own writer (extractive, or the upstream LLM) and returns the assembled document. Each
+window is stored as soon as it is written (compare-and-set on the version this run wrote
+last), so a failed or abandoned run keeps what it did: its trace stays readable with the
+token the response carries. The LLM is called outside any store operation.
+
+The assembled document is the windows' texts, each stripped, joined by a blank line. A
+stream sends exactly the same characters (`DocumentText`), window by window as they are
+written, so concatenating the deltas of a stream gives the non-streamed content.
+
+Empty CKF: with an LLM writer the request is passed through to the LLM unchanged, answered
+with `CRP-Context-Mode: safety-only` and the onboarding hint (nothing to ground it in, but the
+client still gets an answer); the extractive writer has nothing to write from, so that is a
+409 carrying the same headers.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from cdr.envelope import DEFAULT_GENERATION_TOKENS
+from cdr.errors import UpstreamError
+from cdr.gateway.errors import ApiError, from_cdr_error
+from cdr.gateway.records import SessionRecord
+from cdr.gateway.runtime import SAFETY_ONLY_HEADERS, Gateway, session_headers
+from cdr.gateway.schemas import ChatCompletionRequest
+from cdr.loop import EmptyKnowledgeBaseError, WindowEvent
+from cdr.trace import window_record
+
+DeltaSink = Callable[[int, str], None]
+USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+
+class DocumentText:
+    """Per-window deltas → the pieces of the assembled document: each window's text stripped,
+    windows joined by a blank line. Leading whitespace of a window is dropped, trailing
+    whitespace held back until more text shows it was inner whitespace."""
+
+    SEPARATOR = "\n\n"
+
+    def __init__(self) -> None:
+        self._window: int | None = None
+        self._started = False
+        self._held = ""
+        self._any = False
+
+    def feed(self, window: int, piece: str) -> str:
+        if window != self._window:
+            self._window, self._started, self._held = window, False, ""
+        prefix = ""
+        if not self._started:
+            piece = piece.lstrip()
+            if not piece:
+                return ""
+            self._started = True
+            prefix = self.SEPARATOR if self._any else ""
+            self._any = True
+        body = piece.rstrip()
+        if not body:
+            self._held += piece
+            return ""
+        out = prefix + self._held + body
+        self._held = piece[len(body):]
+        return out
+
+
+def assemble(outputs: list[str]) -> str:
+    """The document `DocumentText` streams, from the windows' texts."""
+    return DocumentText.SEPARATOR.join(t.strip() for t in outputs if t.strip())
+
+
+def _passthrough_messages(req: ChatCompletionRequest) -> list[dict[str, str]]:
+    out = []
+    for m in req.messages:
+        role = {"developer": "system"}.get(m.role, m.role)
+        text = m.text()
+        if role in ("system", "user", "assistant") and text.strip():
+            out.append({"role": role, "content": text})
+    return out
+
+
+class ChatRun:
+    """One `/v1/chat/completions` request. `start` and `run` block (call them off the event
+    loop); `run` yields each finished window."""
+
+    def __init__(self, gw: Gateway, req: ChatCompletionRequest) -> None:
+        task = req.task()
+        if task is None or not task.strip():
+            raise ApiError(422, "messages has no user message with text: the last user message "
+                           "is the task to write", param="messages", code="invalid_fields")
+        self.gw = gw
+        self.req = req
+        self.task = task
+        self.options = gw.options(req.crp)
+        self.outline = req.crp.outline_text() if req.crp is not None else None
+        self.model = req.model
+        self.id = f"chatcmpl-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        self.events: list[WindowEvent] = []
+        self.passthrough = False
+        self.passthrough_text = ""
+        self.passthrough_usage: dict[str, int] = {}
+        self.sid: str | None = None
+        self.record: SessionRecord | None = None
+        self.version = 0
+
+    # ------------------------------------------------------------------ start
+
+    def start(self) -> None:
+        gw = self.gw
+        try:
+            snap = gw.snapshot()
+        except EmptyKnowledgeBaseError:
+            if gw.writer.name == "extractive":
+                raise
+            self.passthrough = True
+            return
+        self.gen = gw.generator(snap, self.options)
+        try:
+            session = self.gen.start(self.task, self.outline)
+        except UpstreamError as exc:  # the LLM wrote the outline
+            raise from_cdr_error(exc) from None
+        self.sid = gw.new_session_id()
+        self.record = SessionRecord(session, mode="chat", options=self.options)
+        self.version = gw.store.create(self.sid, self.record.to_json()).version
+
+    # ------------------------------------------------------------------ windows
+
+    def run(self, on_delta: DeltaSink | None = None,
+            cancelled: threading.Event | None = None) -> Iterator[WindowEvent]:
+        """Windows until an exit fires. An upstream failure is stored as the window's
+        `upstream-error`, then raised as a 502 `ApiError` carrying the session headers."""
+        if self.passthrough:
+            self._passthrough(on_delta)
+            return
+        assert self.record is not None and self.sid is not None
+        session, gen = self.record.session, self.gen
+        while not (cancelled is not None and cancelled.is_set()):
+            t0 = time.perf_counter()
+            prepared = gen.prepare(session)
+            result, error, text = None, None, ""
+            if len(prepared.envelope):
+                sink = None
+                if on_delta is not None:
+                    sink = functools.partial(on_delta, prepared.number)
+                try:
+                    result = gen.write(prepared, sink)
+                    text = result.text
+                except UpstreamError as exc:
+                    error = exc
+                    text = getattr(exc, "partial_text", "") or ""
+            event = gen.complete(session, prepared, text, result=result,
+                                 error=None if error is None else str(error),
+                                 seconds=time.perf_counter() - t0)
+            self.events.append(event)
+            self.record.windows.append(window_record(event))
+            self._save()
+            self.gw.metrics.window_done(prepared.envelope.ranking.ngram_activations)
+            if event.done:
+                self.gw.metrics.session_exit(event.status)
+            if error is not None:
+                api = from_cdr_error(error)
+                api.headers.update(self.headers())
+                raise api
+            yield event
+            if event.done:
+                return
+
+    def _save(self) -> None:
+        assert self.record is not None and self.sid is not None
+        self.version = self.gw.store.cas(self.sid, self.version, self.record.to_json()).version
+
+    def _passthrough(self, on_delta: DeltaSink | None) -> None:
+        messages = _passthrough_messages(self.req)
+        if not messages:
+            raise ApiError(422, "messages has no text to send", param="messages")
+        max_tokens = self.req.model_extra.get("max_tokens") if self.req.model_extra else None
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+            max_tokens = DEFAULT_GENERATION_TOKENS
+        sink = functools.partial(on_delta, 1) if on_delta is not None else None
+        try:
+            result = self.gw.writer.generate(messages, max_tokens, on_delta=sink)
+        except UpstreamError as exc:
+            api = from_cdr_error(exc)
+            api.headers.update(self.headers())
+            raise api from None
+        self.passthrough_text = result.text
+        self.passthrough_usage = dict(result.usage)
+
+    # ------------------------------------------------------------------ results
+
+    @property
+    def session(self) -> Any:
+        return self.record.session if self.record is not None else None
+
+    def token(self) -> str | None:
+        if self.sid is None or self.record is None:
+            return None
+        return self.gw.issue(self.sid, self.record.session)
+
+    def headers(self) -> dict[str, str]:
+        if self.passthrough:
+            return {**SAFETY_ONLY_HEADERS, "CRP-Context-Window": "1/1",
+                    "CRP-Context-Continuation-Status": "safety-only"}
+        assert self.record is not None and self.sid is not None
+        last = self.events[-1].headers if self.events else None
+        return session_headers(self.record.session, self.sid, self.token(), last)
+
+    def content(self) -> str:
+        if self.passthrough:
+            return self.passthrough_text
+        return assemble([e.output for e in self.events])
+
+    def usage(self) -> dict[str, int]:
+        sources = [self.passthrough_usage] if self.passthrough else [e.usage for e in self.events]
+        totals = dict.fromkeys(USAGE_KEYS, 0)
+        for u in sources:
+            for k in USAGE_KEYS[:2]:
+                v = u.get(k, 0)
+                totals[k] += v if isinstance(v, int) else 0
+        totals["total_tokens"] = totals["prompt_tokens"] + totals["completion_tokens"]
+        return totals
+
+    def finish_reason(self) -> str:
+        s = self.session
+        return "length" if s is not None and s.status == "limit-reached" else "stop"
+
+    def crp(self, headers: dict[str, str]) -> dict[str, Any]:
+        s = self.session
+        if s is None:
+            return {"session_id": None, "token": None, "status": "safety-only", "windows": 1,
+                    "max_windows": 1, "completeness": 0.0, "headers": headers}
+        return {"session_id": self.sid, "token": headers.get("CRP-Set-Session"),
+                "status": s.status, "windows": s.window_count, "max_windows": s.max_windows,
+                "completeness": round(s.completeness(), 4), "headers": headers}
+
+    def completion(self) -> tuple[dict[str, Any], dict[str, str]]:
+        headers = self.headers()
+        body = {
+            "id": self.id, "object": "chat.completion", "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "finish_reason": self.finish_reason(),
+                         "message": {"role": "assistant", "content": self.content()}}],
+            "usage": self.usage(), "crp": self.crp(headers),
+        }
+        return body, headers
+
+    def chunk(self, delta: dict[str, Any], finish_reason: str | None = None,
+              **extra: Any) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "id": self.id, "object": "chat.completion.chunk", "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+        }
+        body.update(extra)
+        return body
+
+
+def run_to_completion(run: ChatRun) -> tuple[dict[str, Any], dict[str, str]]:
+    """The non-streaming request, start to end (blocking)."""
+    run.start()
+    for _ in run.run():
+        pass
+    return run.completion()

@@ -1,0 +1,149 @@
+"""`POST /v1/chat/completions`: the OpenAI wire format over a whole CDR run.
+
+Streaming (`stream: true`): `chat.completion.chunk` events as the windows are written, then
+`data: [DONE]`. Response headers go out before the first window, so they describe the session
+as it starts (`CRP-Context-Window: 0/M`, the first token); what is only known later rides in
+the chunks' `crp` field instead of headers:
+
+* after each window, a chunk with an empty delta and
+  `crp: {"event": "window", "window": n, "status", "completeness", "headers": {...}}`;
+* the last chunk (with `finish_reason`) carries `crp: {"event": "final", "session_id",
+  "token", "status", "windows", "max_windows", "completeness", "headers": {...}}` — the
+  headers a non-streamed response would have had, including `CRP-Set-Session`;
+* with `stream_options.include_usage`, a usage chunk (empty `choices`) follows, as OpenAI's.
+
+A failure before any text was sent (the upstream LLM down) is a plain JSON error response
+(502); a failure after that is an `{"error": {...}}` event (what OpenAI's clients raise on),
+followed by `[DONE]`. A client that disconnects stops the run after the current window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from cdr.errors import CdrError
+from cdr.gateway.errors import ApiError, from_cdr_error
+from cdr.gateway.relay import ChatRun, DocumentText, run_to_completion
+from cdr.gateway.runtime import Gateway, session_headers
+from cdr.gateway.schemas import ChatCompletion, ChatCompletionRequest, ErrorResponse
+
+log = logging.getLogger("cdr.gateway")
+router = APIRouter(tags=["openai"])
+
+_END = object()
+
+
+@router.post(
+    "/v1/chat/completions",
+    response_model=ChatCompletion,
+    responses={
+        200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
+              "description": "A chat.completion, or with `stream: true` an SSE stream of "
+                             "chat.completion.chunk events ending with `data: [DONE]`."},
+        **{c: {"model": ErrorResponse} for c in (400, 409, 413, 422, 502, 503)},
+    },
+    summary="OpenAI-compatible chat completion written over several CDR windows",
+)
+async def chat_completions(request: Request, body: ChatCompletionRequest) -> Response:
+    gw: Gateway = request.app.state.gateway
+    run = ChatRun(gw, body)
+    loop = asyncio.get_running_loop()
+    if not body.stream:
+        result, headers = await loop.run_in_executor(gw.executor, run_to_completion, run)
+        return JSONResponse(result, headers=headers)
+    await loop.run_in_executor(gw.executor, run.start)
+    return await _stream(gw, run, body)
+
+
+def _sse(obj: Any) -> str:
+    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
+
+
+async def _stream(gw: Gateway, run: ChatRun, body: ChatCompletionRequest) -> Response:
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    cancelled = threading.Event()
+
+    def put(item: Any) -> None:
+        loop.call_soon_threadsafe(queue.put_nowait, item)
+
+    text = DocumentText()
+
+    def on_delta(window: int, piece: str) -> None:
+        if out := text.feed(window, piece):
+            put(("delta", out))
+
+    def work() -> None:
+        try:
+            for event in run.run(on_delta, cancelled):
+                put(("window", event))
+            put(("final", None))
+        except ApiError as exc:
+            put(("error", exc))
+        except CdrError as exc:
+            err = from_cdr_error(exc)
+            if run.sid is not None:
+                err.headers.update(run.headers())
+            put(("error", err))
+        except Exception:
+            log.exception("chat completion stream failed")
+            put(("error", ApiError(500, "internal error in the gateway (logged)")))
+        finally:
+            put(_END)
+
+    # Headers describe the session before any window: computed before the worker touches it.
+    headers = run.headers() if run.passthrough else _initial_headers(run)
+    loop.run_in_executor(gw.executor, work)
+    first = await queue.get()
+    if isinstance(first, tuple) and first[0] == "error":
+        await queue.get()  # _END: the worker is done
+        return first[1].response()
+
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+
+    async def events() -> AsyncIterator[str]:
+        try:
+            yield _sse(run.chunk({"role": "assistant", "content": ""}))
+            item = first
+            while item is not _END:
+                kind, value = item
+                if kind == "delta":
+                    yield _sse(run.chunk({"content": value}))
+                elif kind == "window":
+                    yield _sse(run.chunk({}, crp={
+                        "event": "window", "window": value.number, "status": value.status,
+                        "completeness": round(value.completeness, 4),
+                        "headers": value.headers}))
+                elif kind == "final":
+                    final_headers = run.headers()
+                    yield _sse(run.chunk({}, run.finish_reason(),
+                                         crp={"event": "final", **run.crp(final_headers)}))
+                    if include_usage:
+                        chunk = run.chunk({})
+                        chunk["choices"] = []
+                        chunk["usage"] = run.usage()
+                        yield _sse(chunk)
+                elif kind == "error":
+                    yield _sse(value.body())
+                item = await queue.get()
+            yield "data: [DONE]\n\n"
+        finally:
+            cancelled.set()
+
+    return StreamingResponse(events(), media_type="text/event-stream", headers={
+        **headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def _initial_headers(run: ChatRun) -> dict[str, str]:
+    """The session as it starts (window 0); the final ones go in the last chunk."""
+    session = run.session
+    assert session is not None and run.sid is not None
+    return session_headers(session, run.sid, run.gw.issue(run.sid, session))

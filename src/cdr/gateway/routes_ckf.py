@@ -1,0 +1,143 @@
+"""CKF endpoints: upload documents (ingested in the background), job status, stats, delete."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import PurePosixPath, PureWindowsPath
+from typing import Annotated, Any
+
+from fastapi import APIRouter, File, Form, Path, Request, UploadFile
+from fastapi.responses import JSONResponse
+
+from cdr.gateway.errors import ApiError
+from cdr.gateway.jobs import StagedFile
+from cdr.gateway.runtime import Gateway
+from cdr.gateway.schemas import Deleted, ErrorResponse, Job
+
+router = APIRouter(prefix="/v1/ckf", tags=["ckf"])
+MAX_FILES = 100
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return {c: {"model": ErrorResponse} for c in codes}
+
+
+def _gw(request: Request) -> Gateway:
+    return request.app.state.gateway
+
+
+def _check_upload(name: str, data: bytes) -> str:
+    """The file's kind, or a 415 (type we do not read) / 422 (a file we cannot use)."""
+    from cdr.ckf.parse import KIND_BY_SUFFIX, pdf_available
+    from cdr.ckf.sources import SkipDocument, parse_bytes
+
+    suffix = PurePosixPath(name).suffix.lower()
+    kind = KIND_BY_SUFFIX.get(suffix)
+    if kind is None or (kind == "pdf" and not pdf_available()):
+        supported = sorted(s for s, k in KIND_BY_SUFFIX.items()
+                           if k != "pdf" or pdf_available())
+        raise ApiError(415, f"{name}: unsupported file type {suffix or '(no extension)'!r}; "
+                       f"supported: {', '.join(supported)}", param="file",
+                       code="unsupported_file_type")
+    try:
+        parse_bytes(data, kind)
+    except SkipDocument as exc:
+        raise ApiError(422, f"{name}: {exc}", param="file", code="unusable_document") from None
+    return kind
+
+
+def _clean_name(raw: str | None) -> str:
+    name = PureWindowsPath(PurePosixPath(raw or "").name).name.strip()
+    if not name or name in (".", "..") or len(name) > 255 or any(ord(c) < 32 for c in name):
+        raise ApiError(422, f"upload has no usable file name ({raw!r}); the name's extension "
+                       "says how to read it", param="file", code="invalid_file_name")
+    return name
+
+
+@router.post("/documents", status_code=202, response_model=Job,
+             responses=_errors(400, 404, 413, 415, 422),
+             summary="Upload documents (.md, .txt, .html, .pdf); they are ingested in the "
+                     "background: poll the job")
+async def upload_documents(
+    request: Request,
+    file: Annotated[list[UploadFile], File(description="One or more files (repeat the field).")],
+    source_type: Annotated[str, Form(max_length=64, description="Importance class: "
+                                     "regulatory, official, peer-reviewed, internal, user, web."
+                                     )] = "user",
+    importance: Annotated[float | None, Form(gt=0, le=1, description="Overrides the source "
+                                             "type's importance.")] = None,
+) -> JSONResponse:
+    from cdr.ckf.model import normalize_source_type
+
+    gw = _gw(request)
+    if gw.kb.path is None:
+        raise ApiError(409, "no CKF directory is configured: start the gateway with --ckf DIR "
+                       "or CDR_CKF", code="no_ckf")
+    if len(file) > MAX_FILES:
+        raise ApiError(422, f"at most {MAX_FILES} files per upload, got {len(file)}",
+                       param="file")
+    stype = normalize_source_type(source_type)
+    loop = asyncio.get_running_loop()
+    checked: list[tuple[str, bytes, str]] = []
+    seen: set[str] = set()
+    for up in file:
+        name = _clean_name(up.filename)
+        if name in seen:
+            raise ApiError(422, f"file name {name!r} appears twice in one upload",
+                           param="file")
+        seen.add(name)
+        data = await up.read()
+        kind = await loop.run_in_executor(None, _check_upload, name, data)
+        checked.append((name, data, kind))
+    staging = gw.jobs.staging_dir()
+    staged = []
+    for name, data, kind in checked:
+        path = staging / name
+        path.write_bytes(data)
+        staged.append(StagedFile(name, path, kind))
+    job = gw.jobs.submit(staged, stype, importance)
+    return JSONResponse(job.to_json(), status_code=202,
+                        headers={"Location": f"/v1/ckf/jobs/{job.id}"})
+
+
+@router.get("/jobs/{job_id}", response_model=Job, responses=_errors(404, 422),
+            summary="An ingest job's status and report")
+def get_job(request: Request,
+            job_id: Annotated[str, Path(min_length=1, max_length=64)]) -> JSONResponse:
+    return JSONResponse(_gw(request).jobs.get(job_id).to_json())
+
+
+@router.get("/stats", summary="Facts, documents and storage of the CKF")
+def stats(request: Request) -> JSONResponse:
+    gw = _gw(request)
+    snap = gw.kb.current()
+    if snap is None:
+        return JSONResponse({"path": str(gw.kb.path) if gw.kb.path else None, "exists": False,
+                             "active_facts": 0, "documents": 0})
+    return JSONResponse({"exists": True, **snap.stats()})
+
+
+@router.get("/documents", summary="Documents in the CKF")
+def documents(request: Request) -> JSONResponse:
+    snap = _gw(request).kb.current()
+    return JSONResponse({"documents": snap.documents() if snap is not None else []})
+
+
+@router.delete("/documents/{doc_id}", response_model=Deleted, responses=_errors(404, 409, 422),
+               summary="Delete a document (by id, or a unique id prefix of 6+ characters)")
+async def delete_document(
+    request: Request,
+    doc_id: Annotated[str, Path(min_length=1, max_length=256)],
+) -> JSONResponse:
+    gw = _gw(request)
+    snap = gw.kb.current()
+    if snap is None:
+        raise ApiError(404, f"no document {doc_id!r}: there is no CKF yet")
+    loop = asyncio.get_running_loop()
+    try:  # NotFoundError -> 404 before a write is queued
+        doc = await loop.run_in_executor(None, snap.document, doc_id)
+    except (ValueError, OSError):  # not even a possible path or id (e.g. a NUL byte)
+        raise ApiError(404, f"no document {doc_id!r} in the CKF") from None
+    future = gw.kb.submit_write(lambda ckf: ckf.delete_document(doc["doc_id"]))
+    removed = await asyncio.wrap_future(future)
+    return JSONResponse({"id": doc["doc_id"], "deleted": True, "facts_removed": removed})

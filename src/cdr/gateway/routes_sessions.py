@@ -1,0 +1,97 @@
+"""HTTP glue for the sidecar API (the logic is in `cdr.gateway.sidecar`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Request
+from fastapi.responses import JSONResponse
+from fastapi.security import APIKeyHeader, HTTPBearer
+
+from cdr.gateway import sidecar
+from cdr.gateway.runtime import TOKEN_HEADER, Gateway, token_from_headers
+from cdr.gateway.schemas import (
+    Deleted,
+    EnvelopeResponse,
+    ErrorResponse,
+    SessionCreate,
+    SessionCreated,
+    Trace,
+    WindowResult,
+    WindowSubmit,
+)
+
+router = APIRouter(prefix="/v1/sessions", tags=["sidecar"])
+
+_bearer = HTTPBearer(auto_error=False, description="The session token (`CRP-Set-Session` of "
+                     "the last response).")
+_crp_header = APIKeyHeader(name=TOKEN_HEADER, auto_error=False,
+                           description="The session token, as an alternative to Bearer.")
+
+
+def session_token(request: Request, _b: Any = Depends(_bearer),
+                  _h: Any = Depends(_crp_header)) -> str:
+    return token_from_headers(request.headers)
+
+
+Token = Annotated[str, Depends(session_token)]
+SessionId = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$",
+                                description="The id `POST /v1/sessions` returned.")]
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return {c: {"model": ErrorResponse} for c in codes}
+
+
+_TOKEN_ERRORS = _errors(400, 401, 404, 409, 413, 422, 503)
+_HEADERS_DOC = {
+    "CRP-Set-Session": {"description": "The session token to send on the next call.",
+                        "schema": {"type": "string"}},
+    "CRP-Context-Window": {"description": "N/M: window N of at most M.",
+                           "schema": {"type": "string"}},
+    "CRP-Quality-Completeness": {"schema": {"type": "string"}},
+    "CRP-Context-Mode": {"schema": {"type": "string"}},
+}
+
+
+def _gw(request: Request) -> Gateway:
+    return request.app.state.gateway
+
+
+def _json(result: tuple[dict[str, Any], dict[str, str]], status: int = 200) -> JSONResponse:
+    body, headers = result
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+@router.post("", status_code=201, response_model=SessionCreated,
+             responses={201: {"headers": _HEADERS_DOC}, **_errors(400, 409, 413, 422, 502, 503)},
+             summary="Start a session: plan the sub-queries, get the id and the first token")
+def create_session(request: Request, body: SessionCreate) -> JSONResponse:
+    return _json(sidecar.create_session(_gw(request), body), 201)
+
+
+@router.post("/{session_id}/envelope", response_model=EnvelopeResponse,
+             responses={200: {"headers": _HEADERS_DOC}, **_TOKEN_ERRORS},
+             summary="The next window's envelope: facts, anchor, plan and chat messages")
+def envelope(request: Request, session_id: SessionId, token: Token) -> JSONResponse:
+    return _json(sidecar.envelope(_gw(request), session_id, token))
+
+
+@router.post("/{session_id}/windows", response_model=WindowResult,
+             responses={200: {"headers": _HEADERS_DOC}, **_TOKEN_ERRORS},
+             summary="Report the window your LLM wrote: DPE report, headers, exit decision")
+def submit_window(request: Request, session_id: SessionId, token: Token,
+                  body: WindowSubmit) -> JSONResponse:
+    return _json(sidecar.submit_window(_gw(request), session_id, token, body))
+
+
+@router.get("/{session_id}", response_model=Trace, responses=_TOKEN_ERRORS,
+            summary="The session's trace (DESIGN.md §4)")
+def get_trace(request: Request, session_id: SessionId, token: Token) -> JSONResponse:
+    return _json(sidecar.trace(_gw(request), session_id, token))
+
+
+@router.delete("/{session_id}", response_model=Deleted, responses=_TOKEN_ERRORS,
+               summary="End a session and delete its state")
+def delete_session(request: Request, session_id: SessionId, token: Token) -> JSONResponse:
+    return _json(sidecar.delete(_gw(request), session_id, token))

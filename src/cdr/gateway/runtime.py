@@ -1,0 +1,221 @@
+"""Everything a request handler needs, built once per app: settings, the CKF, the writer, the
+token signer, the session store, metrics, ingest jobs; and the checks every session call runs.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from cdr.errors import EmbeddingModelMismatchError, NotFoundError
+from cdr.gateway.errors import ApiError
+from cdr.gateway.jobs import IngestJobs
+from cdr.gateway.knowledge import KnowledgeBase
+from cdr.gateway.metrics import GatewayMetrics
+from cdr.gateway.records import SessionCache, SessionRecord
+from cdr.gateway.schemas import GenerationOptions
+from cdr.gateway.settings import GatewaySettings
+from cdr.gateway.store import SessionStore, StoredSession
+from cdr.headers import EMPTY_HINT, EXHAUSTED_HINT, decimal2
+from cdr.loop import EmptyKnowledgeBaseError, GenerationConfig, Generator
+from cdr.session import DEFAULT_MAX_WINDOWS, IN_PROGRESS, Session
+from cdr.session_token import StaleTokenError, TokenPayload, TokenSigner
+from cdr.writers import Writer, get_writer
+
+TOKEN_HEADER = "CRP-Session"
+SET_TOKEN_HEADER = "CRP-Set-Session"
+SESSION_ID_HEADER = "CRP-Session-Id"
+CHAT_THREADS = 64
+
+
+def build_writer(settings: GatewaySettings) -> Writer:
+    """The writer `CDR_WRITER` names, with the upstream from `CDR_LLM_*`."""
+    if settings.writer == "extractive":
+        return get_writer("extractive")
+    kwargs: dict[str, Any] = {"model": settings.llm_model}
+    if settings.llm_api_key is not None:
+        kwargs["api_key"] = settings.llm_api_key.get_secret_value()
+    if settings.writer == "openai":
+        kwargs["base_url"] = settings.llm_base_url or "https://api.openai.com/v1"
+    elif settings.llm_base_url:
+        kwargs["base_url"] = settings.llm_base_url
+    return get_writer(settings.writer, **kwargs)
+
+
+def empty_kb_error(snapshot: Any, path: Path | None) -> EmptyKnowledgeBaseError:
+    if path is None:
+        where = "no CKF is configured (set CDR_CKF or pass --ckf)"
+    elif snapshot is None:
+        where = f"there is no CKF at {path} yet"
+    else:
+        where = f"the CKF at {path} has no active facts"
+    return EmptyKnowledgeBaseError(
+        f"{where}: nothing to ground the document in; upload documents "
+        "(POST /v1/ckf/documents) or run `cdr ingest PATH --ckf DIR`"
+    )
+
+
+def token_from_headers(headers: Mapping[str, str]) -> str:
+    """The session token from `Authorization: Bearer` or `CRP-Session` (401 if neither)."""
+    auth = headers.get("authorization")
+    if auth:
+        scheme, _, value = auth.strip().partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            return value.strip()
+    value = headers.get(TOKEN_HEADER.lower())
+    if value and value.strip():
+        return value.strip()
+    raise ApiError(401, "missing session token: send `Authorization: Bearer <token>` or "
+                   f"`{TOKEN_HEADER}: <token>` with the token from the last `{SET_TOKEN_HEADER}`",
+                   code="missing_token")
+
+
+def session_headers(session: Session, session_id: str, token: str | None = None,
+                    last: Mapping[str, str] | None = None) -> dict[str, str]:
+    """CRP headers describing a session as it stands (after its last finished window)."""
+    headers = dict(last or {})
+    exhausted = session.status == "ckf-exhausted"
+    headers.update({
+        "CRP-Context-Window": f"{session.window_count}/{session.max_windows}",
+        "CRP-Quality-Completeness": decimal2(session.completeness()),
+        "CRP-Context-Continuation-Status": session.status,
+        "CRP-Context-Mode": "ckf-exhausted" if exhausted else "full",
+        SESSION_ID_HEADER: session_id,
+    })
+    if exhausted:
+        headers["CRP-Onboarding-Hint"] = EXHAUSTED_HINT
+    if token is not None:
+        headers[SET_TOKEN_HEADER] = token
+    return headers
+
+
+SAFETY_ONLY_HEADERS = {"CRP-Context-Mode": "safety-only", "CRP-Onboarding-Hint": EMPTY_HINT}
+
+
+class Gateway:
+    """The app's state; routes reach it as `request.app.state.gateway`."""
+
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        *,
+        ckf: Any = None,
+        writer: Writer | None = None,
+        store: SessionStore | None = None,
+        signer: TokenSigner | None = None,
+    ) -> None:
+        self.settings = settings
+        initial = None if ckf is None or isinstance(ckf, str | Path) else ckf
+        path = Path(ckf) if isinstance(ckf, str | Path) else settings.ckf
+        self.kb = KnowledgeBase(path, initial)
+        self.writer = writer if writer is not None else build_writer(settings)
+        self.signer = signer if signer is not None else settings.token_signer()
+        self.store = store if store is not None else settings.session_store()
+        self.metrics = GatewayMetrics()
+        self.jobs = IngestJobs(self.kb)
+        self.sessions = SessionCache()
+        self.executor = ThreadPoolExecutor(max_workers=CHAT_THREADS,
+                                           thread_name_prefix="cdr-chat")
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        self.kb.close()
+        self.store.close()
+
+    # ------------------------------------------------------------------ CKF
+
+    def snapshot(self, *, require_facts: bool = True) -> Any:
+        """The CKF snapshot for this request. Starting a session needs active facts; going on
+        with one needs a CKF (an emptied CKF then exhausts it, as Exit 3 intends)."""
+        snap = self.kb.current()
+        if snap is None or (require_facts and KnowledgeBase.is_empty(snap)):
+            raise empty_kb_error(snap, self.kb.path)
+        return snap
+
+    def context_mode_headers(self) -> dict[str, str]:
+        """Defaults for responses that say nothing more specific."""
+        if self.kb.current_is_empty():
+            return dict(SAFETY_ONLY_HEADERS)
+        return {"CRP-Context-Mode": "full"}
+
+    # ------------------------------------------------------------------ options
+
+    def options(self, opts: GenerationOptions | None) -> dict[str, Any]:
+        """Request options with the server's defaults filled in, checked against its caps."""
+        o = opts or GenerationOptions()
+        cap = self.settings.max_windows_cap
+        windows = o.max_windows if o.max_windows is not None else min(DEFAULT_MAX_WINDOWS, cap)
+        if windows > cap:
+            raise ApiError(422, f"max_windows={windows} exceeds this gateway's cap of {cap} "
+                           "(CDR_MAX_WINDOWS_CAP)", param="max_windows", code="invalid_fields")
+        out: dict[str, Any] = {"max_windows": windows, "ranking": o.ranking or "cdr"}
+        if o.words is not None:
+            out["words"] = o.words
+        if o.sub_queries is not None:
+            out["sub_queries"] = o.sub_queries
+        if o.window_tokens is not None:
+            out["generation_tokens"] = o.window_tokens
+        if o.context_tokens is not None:
+            out["context_tokens"] = o.context_tokens
+        return out
+
+    def generator(self, snapshot: Any, options: Mapping[str, Any]) -> Generator:
+        cfg = GenerationConfig(min_relevance=self.settings.min_relevance, **options)
+        return Generator(snapshot, self.writer, cfg)
+
+    # ------------------------------------------------------------------ sessions
+
+    @staticmethod
+    def new_session_id() -> str:
+        return uuid.uuid4().hex
+
+    def issue(self, session_id: str, session: Session) -> str:
+        return self.signer.issue(session_id, session.model_id, session.window_count,
+                                 session.residual_ids)
+
+    def verify(self, token: str, session_id: str, snapshot: Any) -> TokenPayload:
+        """Signature, expiry, session binding and embedding model (401 / 409)."""
+        model = snapshot.model_id if snapshot is not None else None
+        return self.signer.verify(token, session_id=session_id, model_id=model)
+
+    def load(self, session_id: str, snapshot: Any, *, fresh: bool = False
+             ) -> tuple[StoredSession, SessionRecord]:
+        """The stored row and its parsed record. Without `fresh` the record may be shared
+        with other requests (read it, never change it); with `fresh` it is a private copy."""
+        stored = self.store.get(session_id)
+        if stored is None:
+            self.sessions.discard(session_id)
+            raise NotFoundError(f"session {session_id!r} does not exist (never created, "
+                                "deleted, or created on another gateway's store)")
+        record = None if fresh else self.sessions.get(session_id, stored.version, snapshot)
+        if record is None:
+            index = snapshot.ngram_index if snapshot is not None else None
+            record = SessionRecord.from_json(stored.data, index)
+            if snapshot is not None and record.session.model_id != snapshot.model_id:
+                raise EmbeddingModelMismatchError(snapshot.model_id, record.session.model_id,
+                                                  "session")
+            if not fresh:
+                self.sessions.put(session_id, stored.version, snapshot, record)
+        return stored, record
+
+    def authorize(self, session_id: str, token: str, snapshot: Any, *, fresh: bool = False
+                  ) -> tuple[StoredSession, SessionRecord]:
+        """Every check a session call needs: token (signature, expiry, model), the session
+        exists, and the token is for its current window (else a replay: 409)."""
+        payload = self.verify(token, session_id, snapshot)
+        stored, record = self.load(session_id, snapshot, fresh=fresh)
+        if payload.window != record.session.window_count:
+            raise StaleTokenError(payload.window, record.session.window_count)
+        return stored, record
+
+    @staticmethod
+    def require_in_progress(session_id: str, session: Session) -> None:
+        if session.status != IN_PROGRESS:
+            raise ApiError(409, f"session {session_id!r} has ended ({session.status}) after "
+                           f"{session.window_count} windows; read its trace with GET or start "
+                           "a new session", code="session_ended",
+                           headers=session_headers(session, session_id))
+

@@ -1,0 +1,326 @@
+"""Request and response bodies (they are also the OpenAPI schema the fuzz tests run from).
+
+Bounds on sizes are part of the contract: they keep one request's cost (embedding, packing)
+bounded, and make the schema honest about what the gateway accepts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from cdr.ranking import RANKING_MODES
+
+MAX_TASK_CHARS = 20_000
+MAX_OUTLINE_ITEMS = 50
+MAX_OUTLINE_CHARS = 20_000
+MAX_WINDOW_TEXT_CHARS = 400_000
+MAX_WORDS = 100_000
+MAX_SUB_QUERIES = 20
+
+Ranking = Literal["cdr", "relevance", "mmr"]
+assert set(RANKING_MODES) == {"cdr", "relevance", "mmr"}  # keep the Literal in step
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GenerationOptions(_Strict):
+    """How to run the window loop; every field is optional (server defaults apply)."""
+
+    outline: str | list[str] | None = Field(
+        None, description="Sub-queries: a Markdown/plain outline (one per line) or a list. "
+        "Omitted: decomposed automatically (by the LLM writer, else from the CKF).")
+    max_windows: int | None = Field(None, ge=1, le=20, description="Window limit (Exit 2).")
+    words: int | None = Field(None, ge=1, le=MAX_WORDS, description="Target document length.")
+    ranking: Ranking | None = Field(None, description="Phase 2 ranking mode.")
+    sub_queries: int | None = Field(None, ge=1, le=MAX_SUB_QUERIES,
+                                    description="Sub-queries for automatic decomposition.")
+    window_tokens: int | None = Field(None, ge=16, le=32_768, description="Generation reserve "
+                                      "G: the most tokens one window may write (the LLM's "
+                                      "max_tokens per window).")
+    context_tokens: int | None = Field(None, ge=256, le=2_000_000, description="Context size "
+                                       "C of the LLM that writes the windows; the envelope "
+                                       "gets C minus system prompt, task, anchor and G.")
+
+    @field_validator("outline")
+    @classmethod
+    def _outline(cls, v: str | list[str] | None) -> str | list[str] | None:
+        if v is None:
+            return v
+        if isinstance(v, list):
+            if not v or len(v) > MAX_OUTLINE_ITEMS:
+                raise ValueError(f"outline list must have 1..{MAX_OUTLINE_ITEMS} items")
+            if any(not isinstance(x, str) or not x.strip() for x in v):
+                raise ValueError("outline items must be non-empty strings")
+            if sum(len(x) for x in v) > MAX_OUTLINE_CHARS:
+                raise ValueError(f"outline exceeds {MAX_OUTLINE_CHARS} characters")
+            if any("\n" in x or "\r" in x for x in v):
+                raise ValueError("an outline item must be a single line")
+            return v
+        if len(v) > MAX_OUTLINE_CHARS:
+            raise ValueError(f"outline exceeds {MAX_OUTLINE_CHARS} characters")
+        if not any(line.strip() for line in v.splitlines()):
+            raise ValueError("outline is empty (expected one sub-query per line)")
+        return v
+
+    def outline_text(self) -> str | None:
+        if isinstance(self.outline, list):
+            return "\n".join(x.strip() for x in self.outline)
+        return self.outline
+
+
+# ------------------------------------------------------------------ OpenAI chat completions
+
+
+class ContentPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: str = Field(..., max_length=64)
+    text: str | None = Field(None, max_length=MAX_TASK_CHARS)
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(p.text for p in self.content if p.type == "text" and p.text)
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(BaseModel):
+    """OpenAI's request. Sampling fields (`temperature`, `max_tokens`...) are accepted and
+    ignored: each window's budget comes from the envelope (SPEC-003), not from the client."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str = Field("cdr", max_length=256)
+    messages: list[ChatMessage] = Field(..., min_length=1, max_length=256)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    crp: GenerationOptions | None = Field(
+        None, description="CDR options (OpenAI clients send them with `extra_body`).")
+
+    def task(self) -> str | None:
+        """The last user message's text: what to write."""
+        for m in reversed(self.messages):
+            if m.role == "user":
+                return m.text()
+        return None
+
+
+class ChatUsage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class ChatResponseMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class ChatChoice(BaseModel):
+    index: int
+    message: ChatResponseMessage
+    finish_reason: str
+
+
+class CrpResult(BaseModel):
+    """CDR's view of the run (also in the last streamed chunk's `crp` field)."""
+
+    session_id: str | None = None
+    token: str | None = None
+    status: str
+    windows: int
+    max_windows: int
+    completeness: float
+    headers: dict[str, str]
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: ChatUsage
+    crp: CrpResult
+
+
+# ------------------------------------------------------------------ sidecar
+
+
+class SessionCreate(GenerationOptions):
+    task: str = Field(..., min_length=1, max_length=MAX_TASK_CHARS, description="What to write.")
+
+    @field_validator("task")
+    @classmethod
+    def _task(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("task is blank")
+        return v
+
+
+class SubQueryOut(BaseModel):
+    id: str
+    text: str
+    expected_words: int
+
+
+class SessionCreated(BaseModel):
+    session_id: str
+    token: str
+    status: str
+    embedding_model: str
+    ranking: str
+    max_windows: int
+    sub_queries: list[SubQueryOut]
+    headers: dict[str, str]
+
+
+class EnvelopeFact(BaseModel):
+    ref: str = Field(..., description="How the prompt cites it: F1, F2...")
+    fact_id: str
+    source: str
+    section: str
+    content: str
+    relevance: float
+    novelty: float
+    residual_pull: float
+    ngram_penalty: float
+    score: float
+    tokens: int
+
+
+class PlanItem(BaseModel):
+    title: str
+    target_words: int
+    fact_refs: list[str]
+
+
+class PromptMessage(BaseModel):
+    role: str
+    content: str
+
+
+class EnvelopeResponse(BaseModel):
+    session_id: str
+    window: int = Field(..., description="The number of the window this envelope is for.")
+    max_windows: int
+    anchor: str = Field(..., description="The Residual Task Anchor (SPEC-024 §4).")
+    facts: list[EnvelopeFact]
+    plan: list[PlanItem]
+    messages: list[PromptMessage] = Field(
+        ..., description="Chat messages to send to your LLM for this window (empty when the "
+        "envelope is empty: the session then ended as ckf-exhausted, write nothing).")
+    max_tokens: int
+    etag: str
+    saturation: float
+    residual: list[str]
+    status: str
+    done: bool
+    token: str
+    headers: dict[str, str]
+
+
+class WindowSubmit(_Strict):
+    text: str = Field(..., max_length=MAX_WINDOW_TEXT_CHARS,
+                      description="The window your LLM wrote from the envelope's messages.")
+    etag: str | None = Field(None, max_length=128, description="The envelope's etag; when "
+                             "given, it must match the envelope prepared for this window.")
+
+
+class AddressedOut(BaseModel):
+    id: str
+    depth: float
+
+
+class DpeReportOut(BaseModel):
+    addressed: list[AddressedOut]
+    words: dict[str, int]
+    paragraphs: int
+    unattributed_words: int
+
+
+class WindowResult(BaseModel):
+    session_id: str
+    window: int
+    report: DpeReportOut
+    completeness: float
+    residual: list[str]
+    status: str
+    done: bool
+    exit_reason: str | None
+    token: str
+    headers: dict[str, str]
+
+
+class Trace(BaseModel):
+    """DESIGN.md §4's trace, plus the session id and its progress."""
+
+    model_config = ConfigDict(extra="allow")
+    session_id: str
+    task: str
+    embedding_model: str
+    ranking: str
+    sub_queries: list[SubQueryOut]
+    windows: list[dict[str, Any]]
+    status: str
+    completeness: float
+    max_windows: int
+
+
+class Deleted(BaseModel):
+    id: str
+    deleted: bool
+
+
+# ------------------------------------------------------------------ CKF
+
+
+class JobDocument(BaseModel):
+    source: str
+    doc_id: str | None
+    facts: int
+    status: str | None
+
+
+class Job(BaseModel):
+    id: str
+    status: Literal["queued", "running", "succeeded", "failed"]
+    files: list[str]
+    created: float
+    started: float | None = None
+    finished: float | None = None
+    report: dict[str, Any] | None = None
+    documents: list[JobDocument] = Field(default_factory=list)
+    error: str | None = None
+
+
+class Health(BaseModel):
+    status: str
+    writer: str
+    ckf: dict[str, Any] | None
+
+
+class ErrorDetail(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: str
+    message: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail

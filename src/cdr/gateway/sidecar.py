@@ -1,0 +1,210 @@
+"""The sidecar API: the client calls its own LLM; the gateway runs everything else.
+
+    POST /v1/sessions                 task (+ outline)         -> id, token
+    POST /v1/sessions/{id}/envelope   token                    -> facts, anchor, messages
+    POST /v1/sessions/{id}/windows    token, the window's text -> DPE report, exit decision
+    GET  /v1/sessions/{id}            token                    -> trace
+    DELETE /v1/sessions/{id}          token
+
+Concurrency: every state change is read → compute → compare-and-set on the stored version.
+The compute step (packing, DPE embedding) runs outside any lock; if another request changed
+the session meanwhile, the CAS fails and the whole step is redone from the new state — where
+the token check then answers 409 if that other request finished this window first. Two
+requests with one token for one window: exactly one wins. No LLM is ever called in here.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+from cdr.gateway.errors import ApiError
+from cdr.gateway.records import (
+    SessionRecord,
+    derive,
+    dump_prepared,
+    load_prepared,
+    with_pending,
+)
+from cdr.gateway.runtime import (
+    SESSION_ID_HEADER,
+    SET_TOKEN_HEADER,
+    Gateway,
+    session_headers,
+)
+from cdr.gateway.schemas import SessionCreate, WindowSubmit
+from cdr.gateway.store import VersionConflictError
+from cdr.headers import window_headers
+from cdr.loop import PreparedWindow, WindowEvent
+from cdr.trace import window_record
+
+MAX_ATTEMPTS = 25
+
+Response = tuple[dict[str, Any], dict[str, str]]
+
+
+def _backoff(attempt: int) -> None:
+    time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
+
+
+def create_session(gw: Gateway, req: SessionCreate) -> Response:
+    snap = gw.snapshot()
+    options = gw.options(req)
+    session = gw.generator(snap, options).start(req.task, req.outline_text())
+    sid = gw.new_session_id()
+    gw.store.create(sid, SessionRecord(session, mode="sidecar", options=options).to_json())
+    token = gw.issue(sid, session)
+    body = {
+        "session_id": sid, "token": token, "status": session.status,
+        "embedding_model": session.model_id, "ranking": session.ranking,
+        "max_windows": session.max_windows,
+        "sub_queries": [{"id": q.id, "text": q.text, "expected_words": q.expected_words}
+                        for q in session.sub_queries],
+    }
+    headers = session_headers(session, sid, token)
+    body["headers"] = headers
+    return body, headers
+
+
+def _facts_out(prepared: PreparedWindow) -> list[dict[str, Any]]:
+    env = prepared.envelope
+    r = env.ranking
+    return [
+        {"ref": f"F{i + 1}", "fact_id": fid, "source": f.source, "section": f.section,
+         "content": f.content, "relevance": round(float(r.relevance[i]), 4),
+         "novelty": round(float(r.novelty[i]), 4),
+         "residual_pull": round(float(r.residual_pull[i]), 4),
+         "ngram_penalty": round(float(r.ngram_penalty[i]), 4),
+         "score": round(float(r.score[i]), 4), "tokens": int(env.tokens[i])}
+        for i, (fid, f) in enumerate(zip(env.fact_ids, prepared.facts, strict=True))
+    ]
+
+
+def _finished(gw: Gateway, event: WindowEvent) -> None:
+    gw.metrics.window_done(event.prepared.envelope.ranking.ngram_activations)
+    if event.done:
+        gw.metrics.session_exit(event.status)
+
+
+def envelope(gw: Gateway, sid: str, token: str) -> Response:
+    """The next window's envelope. Idempotent while the session does not move: asking again
+    returns the same envelope. An empty envelope (nothing relevant and novel left) ends the
+    session as ckf-exhausted right here, so the client never asks its LLM for ungrounded text.
+    """
+    for attempt in range(MAX_ATTEMPTS):
+        snap = gw.snapshot(require_facts=False)
+        stored, rec = gw.authorize(sid, token, snap)  # shared: read only
+        session = rec.session
+        gw.require_in_progress(sid, session)
+        gen = gw.generator(snap, rec.options)
+        prepared = gen.prepare(session)
+        event: WindowEvent | None = None
+        data: str | None = None
+        if len(prepared.envelope) == 0:
+            rec = SessionRecord.from_json(stored.data, snap.ngram_index)  # a private copy
+            session = rec.session
+            event = gen.complete(session, prepared, "")
+            rec.windows.append(window_record(event))
+            rec.pending = None
+            data = rec.to_json()
+        else:
+            pending = dump_prepared(prepared)
+            if rec.pending != pending:
+                data = with_pending(stored.data, pending)
+                rec = derive(rec, pending=pending)
+        if data is not None:
+            try:
+                new = gw.store.cas(sid, stored.version, data)
+            except VersionConflictError:
+                _backoff(attempt)
+                continue
+            gw.sessions.put(sid, new.version, snap, rec)
+        break
+    else:
+        raise VersionConflictError(sid, stored.version, None)
+    new_token = gw.issue(sid, session)
+    if event is not None:
+        _finished(gw, event)
+        headers = session_headers(session, sid, new_token, event.headers)
+    else:
+        headers = {**window_headers(session, prepared, prepared.envelope),
+                   SESSION_ID_HEADER: sid, SET_TOKEN_HEADER: new_token}
+    env = prepared.envelope
+    body = {
+        "session_id": sid, "window": prepared.number, "max_windows": session.max_windows,
+        "anchor": env.anchor, "facts": _facts_out(prepared),
+        "plan": [{"title": p.title, "target_words": p.target_words,
+                  "fact_refs": list(p.fact_refs)} for p in prepared.plan],
+        "messages": [] if event is not None else prepared.messages,
+        "max_tokens": prepared.max_tokens, "etag": env.etag,
+        "saturation": round(env.saturation, 4), "residual": list(session.residual_ids),
+        "status": session.status, "done": event is not None, "token": new_token,
+        "headers": headers,
+    }
+    return body, headers
+
+
+def submit_window(gw: Gateway, sid: str, token: str, req: WindowSubmit) -> Response:
+    """Verify the window's text (DPE Stage 8), update the session, apply the exit rules."""
+    for attempt in range(MAX_ATTEMPTS):
+        snap = gw.snapshot(require_facts=False)
+        stored, rec = gw.authorize(sid, token, snap, fresh=True)  # changed below
+        session = rec.session
+        gw.require_in_progress(sid, session)
+        pending = rec.pending
+        number = session.window_count + 1
+        if pending is None or pending.get("number") != number:
+            raise ApiError(409, f"no envelope is prepared for window {number} of session "
+                           f"{sid!r}: POST /v1/sessions/{sid}/envelope first",
+                           code="no_envelope",
+                           headers=session_headers(session, sid))
+        if req.etag is not None and req.etag != pending["etag"]:
+            raise ApiError(409, f"etag {req.etag!r} is not the envelope prepared for window "
+                           f"{number} ({pending['etag']!r}); fetch the envelope again",
+                           code="etag_mismatch", headers=session_headers(session, sid))
+        prepared = load_prepared(pending)
+        event = gw.generator(snap, rec.options).complete(session, prepared, req.text)
+        rec.windows.append(window_record(event))
+        rec.pending = None
+        try:
+            new = gw.store.cas(sid, stored.version, rec.to_json())
+        except VersionConflictError:
+            _backoff(attempt)
+            continue
+        gw.sessions.put(sid, new.version, snap, rec)
+        break
+    else:
+        raise VersionConflictError(sid, stored.version, None)
+    _finished(gw, event)
+    new_token = gw.issue(sid, session)
+    headers = session_headers(session, sid, new_token, event.headers)
+    report = event.report
+    body = {
+        "session_id": sid, "window": event.number,
+        "report": {"addressed": report.addressed_sub_queries, "words": dict(report.words),
+                   "paragraphs": report.paragraphs,
+                   "unattributed_words": report.unattributed_words},
+        "completeness": round(event.completeness, 4), "residual": list(event.residual),
+        "status": event.status, "done": event.done,
+        "exit_reason": event.status if event.done else None, "token": new_token,
+        "headers": headers,
+    }
+    return body, headers
+
+
+def trace(gw: Gateway, sid: str, token: str) -> Response:
+    snap = gw.kb.current()
+    _, rec = gw.authorize(sid, token, snap)
+    last = rec.windows[-1]["headers"] if rec.windows else None
+    headers = session_headers(rec.session, sid, gw.issue(sid, rec.session), last)
+    return rec.trace(sid), headers
+
+
+def delete(gw: Gateway, sid: str, token: str) -> Response:
+    snap = gw.kb.current()
+    gw.authorize(sid, token, snap)
+    gw.sessions.discard(sid)
+    if not gw.store.delete(sid):
+        raise ApiError(404, f"session {sid!r} does not exist (deleted concurrently)")
+    return {"id": sid, "deleted": True}, {SESSION_ID_HEADER: sid}

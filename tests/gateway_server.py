@@ -1,0 +1,208 @@
+"""Real gateway processes for tests: `python -m uvicorn --factory cdr.gateway.app:create_app`
+(or `python -m cdr.cli serve`) in a subprocess on a loopback port, ready when `/healthz`
+answers, stopped by PID.
+
+The uvicorn mode hands the child a socket already bound to a free port (`--fd`), so there is
+no race for the port; the CLI mode (which takes `--port`) binds a port found free just before.
+The child gets a clean environment (no inherited `CDR_*`) and runs in a temp directory (no
+stray `.env`).
+
+Fixtures (session-scoped, shared by every gateway test module; a test module pulls them in
+with `pytest_plugins = ["tests.gateway_server"]`):
+
+* `gateway_ckf` — a CKF built once with the real MiniLM model from ten Python language
+  reference topics (`pydoc_data.topics`: try, exceptions, with, raise, loops, ...), ~100 facts.
+* `gateway` — an extractive-writer gateway on that CKF (sessions in their own SQLite file,
+  signing secret `SECRET`, bodies limited to `MAX_BODY_BYTES`).
+
+Test modules import constants from here before pytest loads it as a plugin, so assertion
+rewriting is off for it (PYTEST_DONT_REWRITE), which also keeps pytest from warning.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+SECRET = "gateway-test-secret-0123456789abcdef"
+MAX_BODY_BYTES = 200_000
+TOKEN_TTL = 900
+TOPICS = ("try", "exceptions", "with", "raise", "for", "while", "break", "continue",
+          "context-managers", "assert")
+# A task the extractive writer completes in two windows on this CKF (task-complete); small
+# windows (~200 words) keep the DPE's embedding of each window cheap.
+TASK = "Write a guide to Python exception handling"
+OUTLINE = ["The try statement", "Raising exceptions", "The with statement"]
+WORDS = 300
+WINDOW_TOKENS = 300
+CRP = {"outline": OUTLINE, "words": WORDS, "window_tokens": WINDOW_TOKENS, "max_windows": 4}
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def child_env(extra: Mapping[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CDR_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
+    env.update(extra)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class GatewayServer:
+    """One gateway process. `env` holds its `CDR_*` settings."""
+
+    def __init__(self, env: Mapping[str, str], *, via_cli: bool = False,
+                 ckf: Path | None = None, workdir: Path | None = None) -> None:
+        self.env = dict(env)
+        self.via_cli = via_cli
+        self.ckf = ckf
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="cdr-gw-"))
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = self.workdir / "server.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def openai_base_url(self) -> str:
+        return f"{self.url}/v1"
+
+    def start(self, timeout: float = 90.0) -> GatewayServer:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it until it exits
+        sock = None
+        if self.via_cli:
+            self.port = free_port()
+            cmd = [sys.executable, "-m", "cdr.cli", "serve", "--host", "127.0.0.1",
+                   "--port", str(self.port)]
+            if self.ckf is not None:
+                cmd += ["--ckf", str(self.ckf)]
+            pass_fds: tuple[int, ...] = ()
+        else:
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            sock.listen(256)
+            self.port = int(sock.getsockname()[1])
+            cmd = [sys.executable, "-m", "uvicorn", "--factory", "cdr.gateway.app:create_app",
+                   "--fd", str(sock.fileno()), "--log-level", "warning", "--no-access-log"]
+            pass_fds = (sock.fileno(),)
+        env = child_env(self.env)
+        if self.ckf is not None and not self.via_cli:
+            env["CDR_CKF"] = str(self.ckf)
+        try:
+            self.proc = subprocess.Popen(cmd, env=env, cwd=self.workdir, stdout=log,
+                                         stderr=subprocess.STDOUT, pass_fds=pass_fds)
+        finally:
+            log.close()
+            if sock is not None:
+                sock.close()  # the child holds its own copy
+        self._wait_ready(timeout)
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"gateway exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=2.0).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"gateway not ready after {timeout} s:\n{self.log()}")
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-5000:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+
+    def restart(self) -> GatewayServer:
+        self.stop()
+        return self.start()
+
+    def client(self, **kw: Any) -> httpx.Client:
+        kw.setdefault("timeout", 120.0)
+        return httpx.Client(base_url=self.url, **kw)
+
+    def __enter__(self) -> GatewayServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def write_topics(root: Path, names: tuple[str, ...] = TOPICS) -> Path:
+    from pydoc_data.topics import topics
+
+    root.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (root / f"{name}.txt").write_text(topics[name], encoding="utf-8")
+    return root
+
+
+def build_ckf(path: Path, docs: Path) -> Path:
+    from cdr.ckf.ingest import ingest
+    from cdr.ckf.store import CKF
+
+    with CKF.create(path) as ckf:
+        report = ingest(ckf, [docs])
+        assert report.facts_added > 50, report
+    return path
+
+
+def copy_ckf(src: Path, dst: Path) -> Path:
+    """A private copy (for a server whose tests write to its CKF)."""
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("sessions.sqlite3*"))
+    return dst
+
+
+def base_env(tmp: Path, **extra: str) -> dict[str, str]:
+    return {"CDR_SIGNING_SECRET": SECRET, "CDR_SESSION_DB": str(tmp / "sessions.sqlite3"),
+            "CDR_TOKEN_TTL_SECONDS": str(TOKEN_TTL), **extra}
+
+
+@pytest.fixture(scope="session")
+def gateway_ckf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("gateway-ckf")
+    return build_ckf(root / "ckf", write_topics(root / "docs"))
+
+
+@pytest.fixture(scope="session")
+def gateway(gateway_ckf: Path, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[GatewayServer]:
+    tmp = tmp_path_factory.mktemp("gateway-main")
+    env = base_env(tmp, CDR_MAX_BODY_BYTES=str(MAX_BODY_BYTES))
+    with GatewayServer(env, ckf=gateway_ckf, workdir=tmp) as server:
+        yield server

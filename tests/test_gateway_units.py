@@ -1,0 +1,162 @@
+"""In-process pieces of the gateway: the streamed document equals the assembled one, a stored
+envelope completes exactly like the prepared one, error mapping, token extraction, caps."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cdr.ckf.store import CKF
+from cdr.errors import EmbeddingModelMismatchError, InvalidInputError, NotFoundError, UpstreamError
+from cdr.gateway.errors import ApiError, from_cdr_error, from_validation_errors
+from cdr.gateway.records import SessionRecord, dump_prepared, load_prepared
+from cdr.gateway.relay import DocumentText, assemble
+from cdr.gateway.runtime import Gateway, token_from_headers
+from cdr.gateway.schemas import GenerationOptions
+from cdr.gateway.settings import GatewaySettings
+from cdr.gateway.store import MemorySessionStore, VersionConflictError
+from cdr.headers import window_headers
+from cdr.loop import EmptyKnowledgeBaseError, GenerationConfig, Generator
+from cdr.session_token import ExpiredTokenError, StaleTokenError, TokenModelMismatchError
+from cdr.trace import window_record
+from cdr.writers import get_writer
+from tests.gateway_server import OUTLINE, TASK, WINDOW_TOKENS, WORDS
+
+pytest_plugins = ["tests.gateway_server"]
+
+piece = st.text(alphabet=st.sampled_from(list("ab \n\t#")), max_size=8)
+
+
+@given(st.lists(st.lists(piece, max_size=6), max_size=6))
+def test_streamed_pieces_concatenate_to_the_assembled_document(windows):
+    doc = DocumentText()
+    streamed = "".join(doc.feed(n, p) for n, pieces in enumerate(windows, 1) for p in pieces)
+    assert streamed == assemble(["".join(pieces) for pieces in windows])
+
+
+def test_assemble_strips_windows_and_drops_empty_ones():
+    assert assemble(["  ## A\n\nx \n", "\n\n", "## B\ny"]) == "## A\n\nx\n\n## B\ny"
+    assert assemble([]) == ""
+
+
+@pytest.fixture(scope="module")
+def ckf(gateway_ckf):
+    with CKF.open(gateway_ckf) as store:
+        yield store
+
+
+def test_a_stored_envelope_completes_exactly_like_the_prepared_one(ckf):
+    gen = Generator(ckf, get_writer("extractive"), GenerationConfig(max_windows=4, words=WORDS,
+                                                                  generation_tokens=WINDOW_TOKENS))
+    session = gen.start(TASK, "\n".join(OUTLINE))
+    for _ in range(2):
+        prepared = gen.prepare(session)
+        stored = json.loads(json.dumps(dump_prepared(prepared)))  # through the store's JSON
+        loaded = load_prepared(stored)
+        assert loaded.envelope.etag == prepared.envelope.etag
+        assert window_headers(session, loaded, loaded.envelope) == window_headers(
+            session, prepared, prepared.envelope)
+        text = gen.write(prepared).text
+        twin = copy.deepcopy(session)
+        a = gen.complete(session, prepared, text)
+        b = gen.complete(twin, loaded, text)
+        assert (a.headers, a.status, a.completeness, a.residual) == (
+            b.headers, b.status, b.completeness, b.residual)
+        assert window_record(a) == window_record(b)
+        assert session.to_json() == twin.to_json()
+    with pytest.raises(InvalidInputError, match="damaged"):
+        load_prepared({**stored, "ranking": {}})
+
+
+def test_session_record_round_trips(ckf):
+    gen = Generator(ckf, get_writer("extractive"), GenerationConfig(max_windows=3, words=WORDS,
+                                                                  generation_tokens=WINDOW_TOKENS))
+    session = gen.start(TASK, "\n".join(OUTLINE))
+    prepared = gen.prepare(session)
+    event = gen.complete(session, prepared, gen.write(prepared).text)
+    rec = SessionRecord(session, [window_record(event)], dump_prepared(gen.prepare(session)),
+                        "chat", {"max_windows": 3})
+    back = SessionRecord.from_json(rec.to_json(), ckf.ngram_index)
+    assert back.to_json() == rec.to_json()
+    assert back.trace("s1") == rec.trace("s1")
+    assert back.trace("s1")["windows"][0]["number"] == 1
+    for bad in ("{", "[]", json.dumps({"format": "other"})):
+        with pytest.raises(InvalidInputError):
+            SessionRecord.from_json(bad)
+
+
+@pytest.mark.parametrize(("exc", "status", "code"), [
+    (StaleTokenError(1, 2), 409, "stale_token"),
+    (ExpiredTokenError(5, 10.0), 401, "expired_token"),
+    (TokenModelMismatchError("model-a", "model-b"), 409, "embedding_model_mismatch"),
+    (EmbeddingModelMismatchError("model-a", "model-b"), 409, "embedding_model_mismatch"),
+    (VersionConflictError("s", 1, 2), 409, "version_conflict"),
+    (NotFoundError("no session 'x'"), 404, None),
+    (InvalidInputError("task is empty"), 422, None),
+    (EmptyKnowledgeBaseError("empty"), 409, "empty_knowledge_base"),
+    (UpstreamError("overloaded", 529), 502, "upstream_failed"),
+])
+def test_library_errors_map_to_statuses(exc, status, code):
+    err = from_cdr_error(exc)
+    assert (err.status, err.code) == (status, code)
+    body = err.body()["error"]
+    assert str(exc) in body["message"]
+    if isinstance(exc, UpstreamError):
+        assert body["upstream_status"] == 529 and "529" in body["message"]
+    if isinstance(exc, EmbeddingModelMismatchError):
+        assert (body["expected"], body["got"]) == ("model-a", "model-b")
+    if isinstance(exc, EmptyKnowledgeBaseError):
+        assert err.headers["CRP-Context-Mode"] == "safety-only"
+
+
+def test_validation_errors_name_the_fields():
+    bad_json = from_validation_errors([{"type": "json_invalid", "loc": ("body", 7),
+                                        "msg": "JSON decode error",
+                                        "ctx": {"error": "Expecting value"}}])
+    assert bad_json.status == 400 and "position 7" in bad_json.message
+    fields = from_validation_errors([
+        {"type": "missing", "loc": ("body", "task"), "msg": "Field required"},
+        {"type": "int_parsing", "loc": ("body", "max_windows"), "msg": "not an int"}])
+    assert fields.status == 422 and fields.param == "task"
+    assert "task: Field required" in fields.message and "max_windows" in fields.message
+    assert [d["field"] for d in fields.extra["details"]] == ["task", "max_windows"]
+
+
+def test_token_comes_from_bearer_or_crp_session():
+    assert token_from_headers({"authorization": "Bearer abc"}) == "abc"
+    assert token_from_headers({"authorization": "bearer  abc "}) == "abc"
+    assert token_from_headers({"crp-session": "xyz"}) == "xyz"
+    assert token_from_headers({"authorization": "Basic dXNlcg==", "crp-session": "t"}) == "t"
+    for headers in ({}, {"authorization": "Bearer "}, {"crp-session": "  "}):
+        with pytest.raises(ApiError) as e:
+            token_from_headers(headers)
+        assert e.value.status == 401 and e.value.code == "missing_token"
+
+
+def test_options_apply_defaults_and_the_window_cap(tmp_path, ckf):
+    settings_ = GatewaySettings(_env_file=None, dev=True, session_db=tmp_path / "s.db",
+                                max_windows_cap=3)
+    gw = Gateway(settings_, ckf=ckf, store=MemorySessionStore())
+    try:
+        assert gw.options(None) == {"max_windows": 3, "ranking": "cdr"}
+        assert gw.options(GenerationOptions(words=900, ranking="mmr", max_windows=2,
+                                            window_tokens=500, context_tokens=4096)) == {
+            "max_windows": 2, "ranking": "mmr", "words": 900, "generation_tokens": 500,
+            "context_tokens": 4096}
+        with pytest.raises(ApiError) as e:
+            gw.options(GenerationOptions(max_windows=4))
+        assert e.value.status == 422 and "cap of 3" in e.value.message
+    finally:
+        gw.close()
+
+
+def test_outline_options_are_checked():
+    assert GenerationOptions(outline=["a", " b "]).outline_text() == "a\nb"
+    assert GenerationOptions(outline="- a\n- b").outline_text() == "- a\n- b"
+    for bad in ([], [""], ["a\nb"], "\n \n"):
+        with pytest.raises(ValueError, match="outline"):
+            GenerationOptions(outline=bad)
