@@ -10,7 +10,7 @@ The packed facts are then laid out strongest-first-and-last (1st, 3rd, 5th… fr
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -148,14 +148,15 @@ def first_and_last_layout(n: int) -> np.ndarray:
 
 def pack(
     ranking: Ranking,
-    fact_ids: Sequence[str],
+    fact_ids: Sequence[str] | Callable[[np.ndarray], Sequence[str]],
     content_tokens: np.ndarray,
     budget: Budget,
     anchor: str,
     max_facts: int | None = None,
 ) -> Envelope:
-    """Greedy packing of ranked facts into the budget; `fact_ids` and `content_tokens` are
-    aligned with `ranking.indices`."""
+    """Greedy packing of ranked facts into the budget. `content_tokens` is aligned with
+    `ranking.indices`; `fact_ids` is too, or is a lookup from `ranking.indices` values to ids,
+    called for the packed facts only (ids of facts left out are never fetched)."""
     costs = np.asarray(content_tokens, dtype=np.int64) + FACT_FRAMING_TOKENS
     if costs.shape[0] != len(ranking):
         raise InvalidInputError("content_tokens must be aligned with the ranking")
@@ -165,7 +166,11 @@ def pack(
     layout = taken[first_and_last_layout(len(taken))]
     return Envelope(
         ranking=ranking.take(layout),
-        fact_ids=[fact_ids[i] for i in layout],
+        fact_ids=(
+            list(fact_ids(ranking.indices[layout]))
+            if callable(fact_ids)
+            else [fact_ids[i] for i in layout]
+        ),
         tokens=costs[layout],
         budget=budget,
         anchor=anchor,

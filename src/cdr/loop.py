@@ -238,11 +238,8 @@ class Generator:
             task_text += "\n" + session.backward_summary()
         budget = make_budget(cfg.context_tokens, cfg.system_prompt, task_text,
                              cfg.generation_tokens)
-        rows = ranking.indices
-        ids = self.ckf.fact_ids(rows) if hasattr(self.ckf, "fact_ids") else [
-            f.id for f in self.ckf.facts(rows)]
-        envelope = pack(ranking, ids, self.ckf.token_counts[rows], budget, anchor,
-                        cfg.max_envelope_facts)
+        envelope = pack(ranking, self.ckf.fact_ids, self.ckf.token_counts[ranking.indices],
+                        budget, anchor, cfg.max_envelope_facts)
         packed_rows = envelope.ranking.indices
         facts = self.ckf.facts(packed_rows)
         plan = self._plan(session, plan_sqs, packed_rows, envelope)
