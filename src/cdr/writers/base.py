@@ -9,18 +9,16 @@ with backoff that honour `Retry-After`, never retrying once text has been handed
 
 from __future__ import annotations
 
-import email.utils
 import inspect
 import json
-import random
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
 from cdr.errors import InvalidInputError, UpstreamError
+from cdr.http_retry import backoff_delay, retry_after_seconds
 from cdr.tokens import count_tokens
 
 WRITER_NAMES = ("extractive", "openai", "anthropic")
@@ -177,30 +175,6 @@ def iter_sse(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
         yield event or "message", "\n".join(data)
 
 
-def retry_after_seconds(headers: httpx.Headers) -> float | None:
-    """The server's requested wait: `retry-after-ms`, or `Retry-After` as seconds or a date."""
-    ms = headers.get("retry-after-ms")
-    if ms is not None:
-        try:
-            return max(0.0, float(ms) / 1000.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
-
-
 def error_excerpt(body: str, limit: int = 300) -> str:
     """The human part of an error body: `error.message` when it is JSON, else its start."""
     try:
@@ -350,10 +324,7 @@ class HttpChatWriter:
         )
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            return min(retry_after, self.max_backoff)
-        wait = self.backoff * 2**attempt * (1.0 + 0.25 * random.random())
-        return min(wait, self.max_backoff)
+        return backoff_delay(attempt, self.backoff, self.max_backoff, retry_after)
 
     def _attempt(self, payload: dict[str, Any], emit: DeltaCallback) -> WriterResult:
         try:
