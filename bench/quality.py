@@ -60,7 +60,6 @@ from quality_arms import (  # noqa: E402
     PyversityRanker,
     ShownMemoryCdrRanker,
     XQuADRanker,
-    thresholded_plan_generator,
 )
 from quality_metrics import RunMetrics, WindowData, run_metrics  # noqa: E402
 from quality_tasks import DEFAULT_PAGES, SEP, Task, label_of, make_task, page_of  # noqa: E402
@@ -84,7 +83,6 @@ class Arm:
     mode: str = "relevance"  # built-in ranking mode when `make` is None
     make: Callable[[CKF, int], ArmRanker] | None = None
     overrides: dict[str, Any] = field(default_factory=dict)  # GenerationConfig fields
-    generator: type = Generator  # a Generator subclass (proposals), the loop as it is by default
 
 
 def _pyv(strategy: str, diversity: float, name: str) -> Callable[[CKF, int], ArmRanker]:
@@ -127,9 +125,9 @@ def sweep_arms(base: GenerationConfig, gate: float) -> list[Arm]:
     for g in (round(gate - 0.05, 2), round(gate - 0.10, 2)):
         arms.append(Arm(f"cdr gate {g:.2f}", f"CDR, gate {g:.2f}", "cdr",
                         overrides={"min_relevance": g}))
-    plan_gen = thresholded_plan_generator(base.attribution_threshold)
     arms.append(Arm("cdr plan≥attr", "CDR, plan keeps facts ≥ attribution threshold "
-                    "(proposal)", "cdr", generator=plan_gen))
+                    "(proposal)", "cdr",
+                    overrides={"plan_min_similarity": base.attribution_threshold}))
     small = 2048 if base.context_tokens != 2048 else 1536
     arms.append(Arm(f"cdr+shown ctx {small}", f"CDR + shown-fact memory, context {small}",
                     make=_shown, overrides={"context_tokens": small}))
@@ -252,7 +250,7 @@ def run_one(ckf: CKF, corpus: Corpus, task: Task, arm: Arm, base: GenerationConf
     cfg = replace(base, max_windows=max_windows, ranking=arm.mode, **arm.overrides)
     ranker = arm.make(ckf, envelope_tokens(cfg, task)) if arm.make else None
     cfg = replace(cfg, ranker=ranker)
-    gen = arm.generator(ckf, get_writer("extractive"), cfg)
+    gen = Generator(ckf, get_writer("extractive"), cfg)
     if embedder is not None:
         gen.embedder = embedder
     session = gen.start(task.title, task.outline_text)

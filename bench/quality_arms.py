@@ -16,7 +16,7 @@ novelty = 1, residual pull = 0, n-gram penalty = 0, coverage = 0.
 
 Two proposals for the loop are measured with the same machinery (not the spec, labelled as
 such in the results): `ShownMemoryCdrRanker` (CDR that also remembers facts of earlier
-envelopes) and `thresholded_plan_generator` (a window plan that drops far facts).
+envelopes).
 `CachingEmbedder` only saves time.
 
 Diversifiers pick facts one at a time; picking every candidate would cost a greedy pass over
@@ -221,36 +221,6 @@ class ShownMemoryCdrRanker(ArmRanker):
         r.novelty = (r.novelty * weight).astype(_F32)
         r.mode = self.name
         return r.take(np.argsort(-r.score, kind="stable"))
-
-
-def thresholded_plan_generator(threshold: float) -> type:
-    """A proposal, not the loop as it is: a `Generator` whose window plan puts a packed fact
-    under a section only if its cosine to that section's sub-query reaches `threshold` (the
-    DPE attribution threshold). As shipped, every packed fact goes to its closest section
-    however far it is, and Stage 8 then credits that section by its heading alone."""
-    from cdr.loop import Generator
-    from cdr.prompt import PlanSection
-
-    class ThresholdPlanGenerator(Generator):
-        def _plan(self, session: Any, plan_sqs: list[Any], rows: np.ndarray,
-                  envelope: Any) -> list[Any]:
-            if not len(rows) or not plan_sqs:
-                return []
-            pos = [session.sub_query_ids.index(sq.id) for sq in plan_sqs]
-            sims = np.asarray(self.ckf.embeddings[rows]) @ session.sub_query_embeddings[pos].T
-            owner = np.argmax(sims, axis=1)
-            owner[sims[np.arange(len(rows)), owner] < threshold] = -1
-            by_score = np.argsort(-envelope.ranking.score, kind="stable")
-            plan = []
-            for j, sq in enumerate(plan_sqs):
-                refs = tuple(f"F{i + 1}" for i in by_score if owner[i] == j)
-                if refs:
-                    done = session.cumulative_depth[sq.id]
-                    target = max(round(sq.expected_words * (1.0 - min(done, 1.0))), 40)
-                    plan.append(PlanSection(sq.text, target, refs))
-            return plan
-
-    return ThresholdPlanGenerator
 
 
 class CachingEmbedder:

@@ -101,6 +101,9 @@ class GenerationConfig:
     attribution_threshold: float = DEFAULT_ATTRIBUTION_THRESHOLD
     backward_summary: bool = False
     max_envelope_facts: int | None = None
+    # None: every packed fact goes under its closest remaining section, however far. A value
+    # keeps a fact out of the plan unless its cosine to that section reaches it.
+    plan_min_similarity: float | None = None
     safety_check: SafetyCheck | None = None
     ranker: Ranker | None = None  # replaces the built-in modes when set
 
@@ -262,6 +265,8 @@ class Generator:
         pos = [session.sub_query_ids.index(sq.id) for sq in plan_sqs]
         sims = np.asarray(self.ckf.embeddings[rows]) @ session.sub_query_embeddings[pos].T
         owner = np.argmax(sims, axis=1)
+        if self.config.plan_min_similarity is not None:
+            owner[sims[np.arange(len(rows)), owner] < self.config.plan_min_similarity] = -1
         by_score = np.argsort(-envelope.ranking.score, kind="stable")
         plan = []
         for j, sq in enumerate(plan_sqs):
