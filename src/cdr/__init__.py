@@ -28,7 +28,35 @@ from cdr.session import EXIT_REASONS, Session, depth_from_words, exit_reason
 
 __version__ = "0.1.0"
 
-__all__ = [
+# Heavier parts, imported on first use so that `import cdr` stays cheap.
+_LAZY = {
+    "CKF": "cdr.ckf",
+    "ingest": "cdr.ckf",
+    "Generator": "cdr.loop",
+    "GenerationConfig": "cdr.loop",
+    "WindowEvent": "cdr.loop",
+    "get_writer": "cdr.writers",
+    "default_embedder": "cdr.embed",
+    "build_trace": "cdr.trace",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'cdr' has no attribute {name!r}")
+
+__all__ = [  # noqa: RUF022 - grouped: eager names, then the lazy ones
+    "CKF",
+    "GenerationConfig",
+    "Generator",
+    "WindowEvent",
+    "build_trace",
+    "default_embedder",
+    "get_writer",
+    "ingest",
     "CDR_MIN_RELEVANCE",
     "COVERAGE_PENALTY_CAP",
     "EXIT_REASONS",
