@@ -46,6 +46,7 @@ class KnowledgeBase:
         self._empty_of: tuple[Any, bool] | None = None
         self._writer: Any = None
         self._probe: Any = None
+        self._probe_lock = threading.Lock()
         self._writes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdr-ckf-writer")
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
@@ -60,6 +61,13 @@ class KnowledgeBase:
 
     def current(self) -> Any:
         """The snapshot to use for a whole request (None: no CKF yet)."""
+        return self._current
+
+    def latest(self) -> Any:
+        """`current()`, after catching up with the disk now rather than at the watcher's next
+        tick: views of the CKF itself (stats, documents) must agree with what they list."""
+        if self._changed():
+            self.reload()
         return self._current
 
     @staticmethod
@@ -123,6 +131,12 @@ class KnowledgeBase:
 
     def _changed(self) -> bool:
         """Cheap check: a probe object's `refresh()` reads one meta row."""
+        if self.path is None:
+            return False
+        with self._probe_lock:  # the watcher and request threads share the probe
+            return self._probe_changed()
+
+    def _probe_changed(self) -> bool:
         if self._probe is None:
             try:
                 self._probe = _open(self.path)  # type: ignore[arg-type]

@@ -110,7 +110,7 @@ def get_job(request: Request,
 @router.get("/stats", summary="Facts, documents and storage of the CKF")
 def stats(request: Request) -> JSONResponse:
     gw = _gw(request)
-    snap = gw.kb.current()
+    snap = gw.kb.latest()
     if snap is None:
         return JSONResponse({"path": str(gw.kb.path) if gw.kb.path else None, "exists": False,
                              "active_facts": 0, "documents": 0})
@@ -119,7 +119,7 @@ def stats(request: Request) -> JSONResponse:
 
 @router.get("/documents", summary="Documents in the CKF")
 def documents(request: Request) -> JSONResponse:
-    snap = _gw(request).kb.current()
+    snap = _gw(request).kb.latest()
     return JSONResponse({"documents": snap.documents() if snap is not None else []})
 
 
