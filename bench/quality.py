@@ -49,6 +49,7 @@ except ImportError:  # running from a checkout without an install
     sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(BENCH))
 
+from _machine import cpu_name  # noqa: E402
 from cdr.ckf import CKF, ingest  # noqa: E402
 from cdr.ckf.corpus import cache_dir, python_docs_dir  # noqa: E402
 from cdr.envelope import make_budget, residual_anchor  # noqa: E402
@@ -370,14 +371,7 @@ def machine() -> dict[str, str]:
         commit += " (uncommitted changes)" if dirty else ""
     except OSError:
         commit = "unknown"
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_name()
     import pyversity
 
     return {

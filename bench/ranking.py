@@ -54,7 +54,9 @@ try:
     import cdr  # noqa: F401
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(BENCH))
 
+from _machine import cpu_name  # noqa: E402
 from cdr.coverage import CoverageEntry, CoverageSet, ResidualSet, SubQuery  # noqa: E402
 from cdr.ranking import CDR_MIN_RELEVANCE, Ranking, cdr_components, rank_all  # noqa: E402
 from cdr.spec import cdr_rank as spec_cdr_rank  # noqa: E402
@@ -478,14 +480,7 @@ def set_blas_threads(n: int) -> None:
 
 
 def machine() -> dict[str, str]:
-    cpu = platform.processor() or "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_name(platform.processor() or "unknown")
     blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]  # type: ignore[index]
     return {
         "CPU": f"{cpu}, {os.cpu_count()} logical CPUs",
