@@ -43,6 +43,10 @@ def _mount_ckf_commands() -> None:
 
 _mount_ckf_commands()
 
+from cdr.cli_models import models_app  # noqa: E402
+
+app.add_typer(models_app, name="models", help="List and install the models cdr runs on.")
+
 
 def window_table(events: Sequence[Any], title: str = "") -> Table:
     """window, facts packed, Coverage-Score, n-gram activations, CWR6, completeness, status."""
@@ -75,8 +79,8 @@ def assemble_document(task: str, events: Sequence[Any], outline: Sequence[str] =
 def build_writer(name: str, base_url: str | None, model: str | None) -> Any:
     from cdr.writers import get_writer
 
-    if name == "extractive":
-        return get_writer("extractive")
+    if name in ("extractive", "local"):  # local: the GGUF from CDR_LOCAL_MODEL
+        return get_writer(name)
     settings: dict[str, Any] = {}
     model = model or os.environ.get("CDR_LLM_MODEL")
     if not model:
@@ -98,7 +102,7 @@ def generate(
     outline: Annotated[Path | None, typer.Option(help="One sub-query per line.")] = None,
     windows: Annotated[int, typer.Option(help="Maximum number of windows (1–20).")] = 5,
     words: Annotated[int, typer.Option(help="Target length of the whole document.")] = 1800,
-    writer: Annotated[str, typer.Option(help="extractive | openai | anthropic",
+    writer: Annotated[str, typer.Option(help="extractive | local | openai | anthropic",
                                         envvar="CDR_WRITER")] = "extractive",
     ranking: Annotated[str, typer.Option(help="cdr | relevance | mmr")] = "cdr",
     min_relevance: Annotated[float | None, typer.Option(

@@ -33,8 +33,8 @@ CHAT_THREADS = 64
 
 def build_writer(settings: GatewaySettings) -> Writer:
     """The writer `CDR_WRITER` names, with the upstream from `CDR_LLM_*`."""
-    if settings.writer == "extractive":
-        return get_writer("extractive")
+    if settings.writer in ("extractive", "local"):  # local: the model from CDR_LOCAL_MODEL
+        return get_writer(settings.writer)
     kwargs: dict[str, Any] = {"model": settings.llm_model}
     if settings.llm_api_key is not None:
         kwargs["api_key"] = settings.llm_api_key.get_secret_value()

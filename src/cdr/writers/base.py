@@ -21,7 +21,7 @@ from cdr.errors import InvalidInputError, UpstreamError
 from cdr.http_retry import backoff_delay, retry_after_seconds
 from cdr.tokens import count_tokens
 
-WRITER_NAMES = ("extractive", "openai", "anthropic")
+WRITER_NAMES = ("extractive", "openai", "anthropic", "local")
 
 # Statuses a later attempt can cure: timeouts, lock conflicts, rate limits, overload.
 RETRY_STATUSES = frozenset({408, 409, 429})
@@ -47,6 +47,19 @@ class WriterResult:
     text: str
     finish_reason: str
     usage: dict[str, int]
+    # With finish_reason "length": the unfinished last paragraph, cut from `text` so that the
+    # window keeps (and Stage 8 credits) only complete paragraphs; the next window continues.
+    dropped_text: str = ""
+
+
+def trim_truncated(result: WriterResult) -> WriterResult:
+    """Cut a token-limited text back to its last complete paragraph (`cdr.markdown`)."""
+    if result.finish_reason != "length" or result.dropped_text:
+        return result
+    from cdr.markdown import keep_complete
+
+    result.text, result.dropped_text = keep_complete(result.text)
+    return result
 
 
 @runtime_checkable
@@ -92,6 +105,10 @@ def _writer_class(name: str) -> type:
         from cdr.writers.anthropic_writer import AnthropicWriter
 
         return AnthropicWriter
+    if name == "local":
+        from cdr.writers.local import LocalWriter
+
+        return LocalWriter
     raise InvalidInputError(f"unknown writer {name!r}; choose one of: {', '.join(WRITER_NAMES)}")
 
 
@@ -315,7 +332,7 @@ class HttpChatWriter:
                     self._sleep(self._delay(attempt, err.retry_after))
                 continue
             result.usage = complete_usage(result.usage, messages, result.text)
-            return result
+            return trim_truncated(result)
         assert last is not None
         raise UpstreamError(
             f"{self.name} writer: {last.message} (gave up after {attempts} attempt"
