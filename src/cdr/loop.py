@@ -251,8 +251,9 @@ class Generator:
                         budget, anchor, cfg.max_envelope_facts)
         packed_rows = envelope.ranking.indices
         facts = self.ckf.facts(packed_rows)
-        plan = fit_plan(self._plan(session, plan_sqs, packed_rows, envelope),
-                        round(cfg.generation_tokens * WORDS_PER_TOKEN))
+        plan = self._plan(session, plan_sqs, packed_rows, envelope)
+        if self.writer.name != "extractive":  # it pastes facts: its budget is the facts'
+            plan = fit_plan(plan, round(cfg.generation_tokens * WORDS_PER_TOKEN))
         refs = [(f"F{i + 1}", f.section or f.source, f.content) for i, f in enumerate(facts)]
         begun = {sq.text for sq in session.sub_queries if session.cumulative_depth[sq.id] > 0}
         user = build_user_prompt(session.task, anchor, plan, refs,
