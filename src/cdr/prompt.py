@@ -56,16 +56,19 @@ def build_user_prompt(
     *,
     continued: Sequence[str] = (),
     first_window: bool = True,
+    instructions: bool = True,
 ) -> str:
     """`facts` are (ref, section, content) in envelope layout order; only those the plan cites
     are listed (the rest would only lengthen the prompt). `continued` names planned sections
-    an earlier window began; `first_window` False says the document is already under way.
+    an earlier window began; `first_window` False says the document is already under way;
+    `instructions` False leaves out the closing lines (the prompt before issue 9, kept so the
+    prompt benchmark can compare).
 
     The closing lines are what a small instruction model follows best (measured in the README,
     "Prompts on the reference model"): the exact headings to write, a word count, and a plain
     "no introduction, no conclusion" — it otherwise opens every window with an introduction.
     """
-    cited = {ref for s in plan for ref in s.fact_refs}
+    cited = {ref for s in plan for ref in s.fact_refs} if instructions else set()
     lines = [f"Task: {task}", anchor]
     if backward_summary:
         lines.append(f"Previously covered (for reference only): {backward_summary}")
@@ -76,7 +79,7 @@ def build_user_prompt(
     for ref, section, content in facts:
         if not cited or ref in cited:
             lines += [f"[{ref}] ({section})", content.strip(), ""]
-    if plan:
+    if plan and instructions:
         headings = ", ".join(f'"## {s.title}"' for s in plan)
         total = sum(s.target_words for s in plan)
         lines += ["", _WRITE_HEADER,
