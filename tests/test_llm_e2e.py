@@ -128,13 +128,15 @@ def test_gateway_streams_two_real_windows_to_the_openai_client(local_gateway):
 @pytest.fixture(scope="module")
 def llama_server(model_path, tmp_path_factory) -> Iterator[str]:
     """`python -m llama_cpp.server` on a free loopback port, stopped by PID."""
+    from cdr.writers.local import default_threads
+
     port = free_port()
     log = tmp_path_factory.mktemp("llama-server") / "server.log"
     with open(log, "wb") as fh:
         proc = subprocess.Popen(
             [sys.executable, "-m", "llama_cpp.server", "--model", str(model_path),
              "--model_alias", "reference", "--host", "127.0.0.1", "--port", str(port),
-             "--n_ctx", str(N_CTX), "--n_threads", str(min(os.cpu_count() or 1, 8))],
+             "--n_ctx", str(N_CTX), "--n_threads", str(default_threads())],
             stdout=fh, stderr=subprocess.STDOUT, env=child_env({}))
     base = f"http://127.0.0.1:{port}/v1"
     try:

@@ -57,7 +57,10 @@ class ChecksumMismatchError(CdrError):
 def cache_dir() -> Path:
     """Where downloaded models live: `$CDR_CACHE_DIR`, else `~/.cache/cdr`."""
     root = os.environ.get("CDR_CACHE_DIR")
-    return Path(root).expanduser() if root else Path.home() / ".cache" / "cdr"
+    if root:
+        return Path(root).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "cdr"
 
 
 def reference_llm_path() -> Path:
