@@ -11,7 +11,9 @@ so scoring N facts is one matrix-vector product, whatever the number of entries.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -129,6 +131,13 @@ class SubQuery:
     id: str
     text: str
     expected_words: int = 300
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "text": self.text, "expected_words": self.expected_words}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SubQuery:
+        return cls(data["id"], data["text"], int(data["expected_words"]))
 
 
 class ResidualSet:

@@ -13,8 +13,9 @@ The CDR terms for M gated candidates cost one product of the (M, d) candidate bl
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 
@@ -28,10 +29,16 @@ MIN_NOVELTY_FLOOR = 0.20
 COVERAGE_PENALTY_CAP = 0.80
 DEFAULT_MMR_LAMBDA = 0.5
 
+# The one spelling of the modes: the gateway's request schema uses the Literal, the CLI, the
+# session and the trace schema the tuple.
 RankingMode = Literal["cdr", "relevance", "mmr"]
-RANKING_MODES: tuple[str, ...] = ("cdr", "relevance", "mmr")
+RANKING_MODES: tuple[str, ...] = get_args(RankingMode)
+DEFAULT_RANKING = "cdr"
 
 _F32 = np.float32
+# The per-candidate float arrays of a `Ranking`, in its field order (and its stored form's).
+RANKING_ARRAYS = ("score", "relevance", "novelty", "residual_pull", "ngram_penalty",
+                  "coverage_score")
 
 
 @dataclass
@@ -74,6 +81,27 @@ class Ranking:
             self.indices[p], self.score[p], self.relevance[p], self.novelty[p],
             self.residual_pull[p], self.ngram_penalty[p], self.coverage_score[p], self.mode,
             self.n_candidates, self.ngram_activations, dict(self.extra),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able copy; float32 values survive the round trip through Python floats."""
+        return {
+            "indices": [int(x) for x in self.indices],
+            **{k: np.asarray(getattr(self, k), dtype=_F32).tolist() for k in RANKING_ARRAYS},
+            "mode": self.mode,
+            "n_candidates": int(self.n_candidates),
+            "ngram_activations": int(self.ngram_activations),
+            "extra": {k: float(v) for k, v in self.extra.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Ranking:
+        """The `Ranking` `to_dict` saw (KeyError/TypeError/ValueError on a damaged copy)."""
+        return cls(
+            np.asarray(data["indices"], dtype=np.int64),
+            *(np.asarray(data[k], dtype=_F32) for k in RANKING_ARRAYS),
+            mode=data["mode"], n_candidates=int(data["n_candidates"]),
+            ngram_activations=int(data["ngram_activations"]), extra=dict(data["extra"]),
         )
 
 
@@ -153,9 +181,11 @@ def _top(score: np.ndarray, top_k: int | None) -> np.ndarray:
     return part[np.lexsort((part, -score[part]))]
 
 
-def _check_mode(mode: str) -> None:
+def check_mode(mode: str) -> str:
+    """`mode` if it is a ranking mode, else a clear error naming the choices."""
     if mode not in RANKING_MODES:
         raise InvalidInputError(f"unknown ranking mode {mode!r}; choose one of {RANKING_MODES}")
+    return mode
 
 
 def rank(
@@ -177,7 +207,7 @@ def rank(
     The gate is applied here too, so callers may pass Phase 1's output or a raw block. `rows`
     maps candidate positions to the caller's ids (e.g. CKF rows) in the returned `indices`.
     """
-    _check_mode(mode)
+    check_mode(mode)
     rel = np.asarray(relevance, dtype=_F32)
     if rel.ndim != 1 or rel.shape[0] != embeddings.shape[0]:
         raise InvalidInputError(

@@ -24,7 +24,7 @@ import numpy as np
 from cdr.coverage import CoverageSet, ResidualSet, SubQuery, check_depth
 from cdr.errors import EmbeddingModelMismatchError, InvalidInputError
 from cdr.ngrams import NgramBlacklist, NgramIndex
-from cdr.ranking import CDR_MIN_RELEVANCE, RANKING_MODES
+from cdr.ranking import CDR_MIN_RELEVANCE, DEFAULT_RANKING, check_mode
 from cdr.vectors import unit_matrix, unit_vector
 
 COMPLETION_THRESHOLD = 0.92
@@ -36,8 +36,18 @@ SAFETY_BUDGET_FLOOR = 0.10
 EXHAUSTION_RATIO = 0.15
 SCHEMA_VERSION = 1
 
-EXIT_REASONS = ("task-complete", "limit-reached", "ckf-exhausted", "safety-budget-depleted")
+# Run statuses: a session is in progress until one of the four exits of §6 fires (in this
+# priority order); a run can also stop on its writer's upstream failure, or (CLI) on another
+# error. Traces, headers and the gateway all use these names.
 IN_PROGRESS = "in-progress"
+TASK_COMPLETE = "task-complete"
+LIMIT_REACHED = "limit-reached"
+CKF_EXHAUSTED = "ckf-exhausted"
+SAFETY_BUDGET_DEPLETED = "safety-budget-depleted"
+UPSTREAM_ERROR = "upstream-error"
+RUN_FAILED = "error"
+EXIT_REASONS = (TASK_COMPLETE, LIMIT_REACHED, CKF_EXHAUSTED, SAFETY_BUDGET_DEPLETED)
+RUN_STATUSES = (IN_PROGRESS, *EXIT_REASONS, UPSTREAM_ERROR, RUN_FAILED)
 
 
 def depth_from_words(words: int, expected_words: int) -> float:
@@ -63,13 +73,13 @@ def exit_reason(
     which is CKF exhaustion (DESIGN.md §3.7).
     """
     if completeness >= completion_threshold and residual_empty:
-        return "task-complete"
+        return TASK_COMPLETE
     if window_count >= max_windows:
-        return "limit-reached"
+        return LIMIT_REACHED
     if mean_novelty_ratio is None or mean_novelty_ratio < EXHAUSTION_RATIO:
-        return "ckf-exhausted"
+        return CKF_EXHAUSTED
     if safety_budget <= SAFETY_BUDGET_FLOOR:
-        return "safety-budget-depleted"
+        return SAFETY_BUDGET_DEPLETED
     return None
 
 
@@ -111,7 +121,7 @@ class Session:
     safety_budget: float = 1.0
     min_relevance: float = CDR_MIN_RELEVANCE
     residual_exit_depth: float = DEFAULT_RESIDUAL_EXIT_DEPTH
-    ranking: str = "cdr"
+    ranking: str = DEFAULT_RANKING
     status: str = IN_PROGRESS
     history: list[WindowRecord] = field(default_factory=list)
     _residual_cache: ResidualSet | None = field(default=None, repr=False, compare=False)
@@ -128,7 +138,7 @@ class Session:
         max_windows: int = DEFAULT_MAX_WINDOWS,
         min_relevance: float = CDR_MIN_RELEVANCE,
         residual_exit_depth: float = DEFAULT_RESIDUAL_EXIT_DEPTH,
-        ranking: str = "cdr",
+        ranking: str = DEFAULT_RANKING,
         ngram_index: NgramIndex | None = None,
     ) -> Session:
         if not task or not task.strip():
@@ -142,8 +152,7 @@ class Session:
             raise InvalidInputError(
                 f"max_windows must be within 1..{MAX_WINDOWS_LIMIT}, got {max_windows}"
             )
-        if ranking not in RANKING_MODES:
-            raise InvalidInputError(f"unknown ranking {ranking!r}; choose one of {RANKING_MODES}")
+        check_mode(ranking)
         check_depth(residual_exit_depth)
         q = unit_vector(query_vector, "query vector")
         emb = unit_matrix(sub_query_embeddings, "sub-query embeddings", q.shape[0])
@@ -270,10 +279,7 @@ class Session:
             "task": self.task,
             "model_id": self.model_id,
             "dim": self.dim,
-            "sub_queries": [
-                {"id": s.id, "text": s.text, "expected_words": s.expected_words}
-                for s in self.sub_queries
-            ],
+            "sub_queries": [sq.to_dict() for sq in self.sub_queries],
             "sub_query_embeddings": _b64(self.sub_query_embeddings.astype(np.float32)),
             "query_vector": _b64(self.query_vector.astype(np.float32)),
             "coverage": {
@@ -306,7 +312,7 @@ class Session:
         if data.get("schema") != SCHEMA_VERSION:
             raise InvalidInputError(f"unsupported session schema {data.get('schema')!r}")
         dim = int(data["dim"])
-        sqs = [SubQuery(s["id"], s["text"], int(s["expected_words"])) for s in data["sub_queries"]]
+        sqs = [SubQuery.from_dict(s) for s in data["sub_queries"]]
         weights = data["coverage"]["weights"]
         coverage = CoverageSet(dim)
         cov_emb = _unb64(data["coverage"]["embeddings"], np.float32, (len(weights), dim))

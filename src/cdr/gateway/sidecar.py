@@ -20,13 +20,7 @@ import time
 from typing import Any
 
 from cdr.gateway.errors import ApiError
-from cdr.gateway.records import (
-    SessionRecord,
-    derive,
-    dump_prepared,
-    load_prepared,
-    with_pending,
-)
+from cdr.gateway.records import SessionRecord, derive, with_pending
 from cdr.gateway.runtime import (
     SESSION_ID_HEADER,
     SET_TOKEN_HEADER,
@@ -35,9 +29,8 @@ from cdr.gateway.runtime import (
 )
 from cdr.gateway.schemas import SessionCreate, WindowSubmit
 from cdr.gateway.store import VersionConflictError
-from cdr.headers import window_headers
 from cdr.loop import PreparedWindow, WindowEvent
-from cdr.trace import window_record
+from cdr.trace import packed_facts, window_record
 
 MAX_ATTEMPTS = 25
 
@@ -59,8 +52,7 @@ def create_session(gw: Gateway, req: SessionCreate) -> Response:
         "session_id": sid, "token": token, "status": session.status,
         "embedding_model": session.model_id, "ranking": session.ranking,
         "max_windows": session.max_windows,
-        "sub_queries": [{"id": q.id, "text": q.text, "expected_words": q.expected_words}
-                        for q in session.sub_queries],
+        "sub_queries": [q.to_dict() for q in session.sub_queries],
     }
     headers = session_headers(session, sid, token)
     body["headers"] = headers
@@ -68,23 +60,11 @@ def create_session(gw: Gateway, req: SessionCreate) -> Response:
 
 
 def _facts_out(prepared: PreparedWindow) -> list[dict[str, Any]]:
-    env = prepared.envelope
-    r = env.ranking
-    return [
-        {"ref": f"F{i + 1}", "fact_id": fid, "source": f.source, "section": f.section,
-         "content": f.content, "relevance": round(float(r.relevance[i]), 4),
-         "novelty": round(float(r.novelty[i]), 4),
-         "residual_pull": round(float(r.residual_pull[i]), 4),
-         "ngram_penalty": round(float(r.ngram_penalty[i]), 4),
-         "score": round(float(r.score[i]), 4), "tokens": int(env.tokens[i])}
-        for i, (fid, f) in enumerate(zip(env.fact_ids, prepared.facts, strict=True))
-    ]
-
-
-def _finished(gw: Gateway, event: WindowEvent) -> None:
-    gw.metrics.window_done(event.prepared.envelope.ranking.ngram_activations)
-    if event.done:
-        gw.metrics.session_exit(event.status)
+    """The trace's view of the packed facts, plus what the client's LLM needs: the prompt's
+    reference (F1, F2, …) and the fact text."""
+    return [{"ref": f"F{i + 1}", **item, "content": fact.content}
+            for i, (item, fact) in enumerate(zip(packed_facts(prepared), prepared.facts,
+                                                 strict=True))]
 
 
 def envelope(gw: Gateway, sid: str, token: str) -> Response:
@@ -104,12 +84,13 @@ def envelope(gw: Gateway, sid: str, token: str) -> Response:
         if len(prepared.envelope) == 0:
             rec = SessionRecord.from_json(stored.data, snap.ngram_index)  # a private copy
             session = rec.session
-            event = gen.complete(session, prepared, "")
+            event = gen.close_if_empty(session, prepared)
+            assert event is not None
             rec.windows.append(window_record(event))
             rec.pending = None
             data = rec.to_json()
         else:
-            pending = dump_prepared(prepared)
+            pending = prepared.to_dict()
             if rec.pending != pending:
                 data = with_pending(stored.data, pending)
                 rec = derive(rec, pending=pending)
@@ -125,11 +106,10 @@ def envelope(gw: Gateway, sid: str, token: str) -> Response:
         raise VersionConflictError(sid, stored.version, None)
     new_token = gw.issue(sid, session)
     if event is not None:
-        _finished(gw, event)
+        gw.window_finished(event)
         headers = session_headers(session, sid, new_token, event.headers)
     else:
-        headers = {**window_headers(session, prepared, prepared.envelope),
-                   SESSION_ID_HEADER: sid, SET_TOKEN_HEADER: new_token}
+        headers = {**prepared.headers(session), SESSION_ID_HEADER: sid, SET_TOKEN_HEADER: new_token}
     env = prepared.envelope
     body = {
         "session_id": sid, "window": prepared.number, "max_windows": session.max_windows,
@@ -163,7 +143,7 @@ def submit_window(gw: Gateway, sid: str, token: str, req: WindowSubmit) -> Respo
             raise ApiError(409, f"etag {req.etag!r} is not the envelope prepared for window "
                            f"{number} ({pending['etag']!r}); fetch the envelope again",
                            code="etag_mismatch", headers=session_headers(session, sid))
-        prepared = load_prepared(pending)
+        prepared = PreparedWindow.from_dict(pending)
         event = gw.generator(snap, rec.options).complete(session, prepared, req.text)
         rec.windows.append(window_record(event))
         rec.pending = None
@@ -176,7 +156,7 @@ def submit_window(gw: Gateway, sid: str, token: str, req: WindowSubmit) -> Respo
         break
     else:
         raise VersionConflictError(sid, stored.version, None)
-    _finished(gw, event)
+    gw.window_finished(event)
     new_token = gw.issue(sid, session)
     headers = session_headers(session, sid, new_token, event.headers)
     report = event.report
