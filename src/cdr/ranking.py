@@ -19,10 +19,10 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 
-from cdr.coverage import CoverageSet, ResidualSet
+from cdr.coverage import CoverageSet, ResidualSet, weighted_centroid
 from cdr.errors import InvalidInputError
 from cdr.ngrams import ngram_penalty as _ngram_penalty
-from cdr.vectors import as_matrix, as_vector, unit_matrix, unit_vector
+from cdr.vectors import as_matrix, as_vector
 
 CDR_MIN_RELEVANCE = 0.55
 MIN_NOVELTY_FLOOR = 0.20
@@ -60,12 +60,6 @@ class Ranking:
 
     def __len__(self) -> int:
         return len(self.indices)
-
-    def base_score(self) -> np.ndarray:
-        """importance × effective relevance: the score before novelty and the n-gram guard."""
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = self.novelty * (1.0 - self.ngram_penalty)
-            return np.where(ratio > 0, self.score / ratio, 0.0).astype(_F32)
 
     def novelty_ratio(self) -> np.ndarray:
         """Score over base score, `novelty × (1 − ngram_penalty)` (DESIGN.md §3.7)."""
@@ -307,8 +301,7 @@ def cdr_scores(
         raise InvalidInputError(f"importance has {imp.shape[0]} values for {n} facts")
     rel = f @ q
     gate = np.flatnonzero(rel >= _F32(min_relevance))
-    total = float(w.sum())
-    centroid = (w @ cov.astype(np.float64) / total).astype(_F32) if total > 0 else None
+    centroid = weighted_centroid(cov, w)
     counts = None if ngram_counts is None else np.asarray(ngram_counts).reshape(-1)[gate]
     score, *_ = cdr_components(
         f[gate], rel[gate], imp[gate], counts, centroid, res, cov.shape[0] > 0
@@ -316,9 +309,3 @@ def cdr_scores(
     out = np.full(n, np.nan, dtype=_F32)
     out[gate] = score
     return out
-
-
-def normalized_inputs(facts: object, query: object) -> tuple[np.ndarray, np.ndarray]:
-    """Validate and L2-normalise a fact matrix and a query once, for callers with raw vectors."""
-    f = unit_matrix(facts, "facts")
-    return f, unit_vector(query, "query", f.shape[1] if f.shape[0] else None)

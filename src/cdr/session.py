@@ -13,7 +13,6 @@ update states which model produced its vectors and a different id is refused (§
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from cdr.coverage import CoverageSet, ResidualSet, SubQuery, check_depth
 from cdr.errors import EmbeddingModelMismatchError, InvalidInputError
 from cdr.ngrams import NgramBlacklist, NgramIndex
 from cdr.ranking import CDR_MIN_RELEVANCE, DEFAULT_RANKING, check_mode
-from cdr.vectors import unit_matrix, unit_vector
+from cdr.vectors import from_b64, to_b64, unit_matrix, unit_vector
 
 COMPLETION_THRESHOLD = 0.92
 THOROUGH_DEPTH = 0.90
@@ -81,14 +80,6 @@ def exit_reason(
     if safety_budget <= SAFETY_BUDGET_FLOOR:
         return SAFETY_BUDGET_DEPLETED
     return None
-
-
-def _b64(arr: np.ndarray) -> str:
-    return base64.b64encode(np.ascontiguousarray(arr).tobytes()).decode("ascii")
-
-
-def _unb64(text: str, dtype: type, shape: tuple[int, ...]) -> np.ndarray:
-    return np.frombuffer(base64.b64decode(text), dtype=dtype).reshape(shape).copy()
 
 
 @dataclass
@@ -210,10 +201,6 @@ class Session:
         vals = [min(self.cumulative_depth[i] / THOROUGH_DEPTH, 1.0) for i in self.sub_query_ids]
         return float(np.mean(vals))
 
-    def bind_ngram_index(self, index: NgramIndex) -> None:
-        """Attach the CKF's n-gram index (after loading), recomputing per-fact counts once."""
-        self.blacklist = self.blacklist.bind(index)
-
     # -- the update of §7.2 ------------------------------------------------------------------
 
     def update_after_window(
@@ -273,21 +260,16 @@ class Session:
     # -- (de)serialisation -------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        cov = self.coverage
         return {
             "schema": SCHEMA_VERSION,
             "task": self.task,
             "model_id": self.model_id,
             "dim": self.dim,
             "sub_queries": [sq.to_dict() for sq in self.sub_queries],
-            "sub_query_embeddings": _b64(self.sub_query_embeddings.astype(np.float32)),
-            "query_vector": _b64(self.query_vector.astype(np.float32)),
-            "coverage": {
-                "embeddings": _b64(cov.embeddings),
-                "weights": [float(w) for w in cov._weights],
-                "windows": [int(n) for n in cov._windows],
-            },
-            "blacklist": _b64(self.blacklist.as_array()),
+            "sub_query_embeddings": to_b64(self.sub_query_embeddings.astype(np.float32)),
+            "query_vector": to_b64(self.query_vector.astype(np.float32)),
+            "coverage": self.coverage.to_dict(),
+            "blacklist": to_b64(self.blacklist.as_array()),
             "cumulative_depth": dict(self.cumulative_depth),
             "residual_ids": list(self.residual_ids),
             "window_count": self.window_count,
@@ -313,20 +295,16 @@ class Session:
             raise InvalidInputError(f"unsupported session schema {data.get('schema')!r}")
         dim = int(data["dim"])
         sqs = [SubQuery.from_dict(s) for s in data["sub_queries"]]
-        weights = data["coverage"]["weights"]
-        coverage = CoverageSet(dim)
-        cov_emb = _unb64(data["coverage"]["embeddings"], np.float32, (len(weights), dim))
-        for e, w, n in zip(cov_emb, weights, data["coverage"]["windows"], strict=True):
-            coverage.add(e, w, n)
-        bl_hashes = np.frombuffer(base64.b64decode(data["blacklist"]), dtype=np.uint64)
-        blacklist = NgramBlacklist(ngram_index, bl_hashes)
+        coverage = CoverageSet.from_dict(dim, data["coverage"])
+        blacklist = NgramBlacklist(ngram_index, from_b64(data["blacklist"], np.uint64))
         return cls(
             task=data["task"],
             model_id=data["model_id"],
             dim=dim,
             sub_queries=sqs,
-            sub_query_embeddings=_unb64(data["sub_query_embeddings"], np.float32, (len(sqs), dim)),
-            query_vector=_unb64(data["query_vector"], np.float32, (dim,)),
+            sub_query_embeddings=from_b64(data["sub_query_embeddings"], np.float32,
+                                          (len(sqs), dim)),
+            query_vector=from_b64(data["query_vector"], np.float32, (dim,)),
             coverage=coverage,
             blacklist=blacklist,
             cumulative_depth={k: float(v) for k, v in data["cumulative_depth"].items()},
