@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from cdr.coverage import CoverageSet, ResidualSet, SubQuery, check_depth
-from cdr.errors import EmbeddingModelMismatchError, InvalidInputError
+from cdr.errors import EmbeddingModelMismatchError, InvalidInputError, parse_json_object
 from cdr.ngrams import NgramBlacklist, NgramIndex
 from cdr.ranking import CDR_MIN_RELEVANCE, DEFAULT_RANKING, check_mode
 from cdr.vectors import from_b64, to_b64, unit_matrix, unit_vector
@@ -321,8 +321,4 @@ class Session:
 
     @classmethod
     def from_json(cls, text: str, ngram_index: NgramIndex | None = None) -> Session:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InvalidInputError(f"session JSON is malformed: {exc}") from None
-        return cls.from_dict(data, ngram_index)
+        return cls.from_dict(parse_json_object(text, "session JSON"), ngram_index)

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from cdr.errors import InvalidInputError
+from cdr.errors import InvalidInputError, parse_json_object
 from cdr.ngrams import NgramIndex
 from cdr.session import Session
 from cdr.trace import trace_document
@@ -47,11 +47,8 @@ class SessionRecord:
 
     @classmethod
     def from_json(cls, text: str, ngram_index: NgramIndex | None = None) -> SessionRecord:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InvalidInputError(f"stored session is not JSON: {exc}") from None
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
+        data = parse_json_object(text, "stored session")
+        if data.get("format") != FORMAT:
             raise InvalidInputError("stored session has an unknown format")
         return cls(
             session=Session.from_dict(data["session"], ngram_index),

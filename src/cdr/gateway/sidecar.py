@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from cdr.gateway.errors import ApiError
@@ -28,7 +30,7 @@ from cdr.gateway.runtime import (
     session_headers,
 )
 from cdr.gateway.schemas import SessionCreate, WindowSubmit
-from cdr.gateway.store import VersionConflictError
+from cdr.gateway.store import StoredSession, VersionConflictError
 from cdr.loop import PreparedWindow, WindowEvent
 from cdr.trace import packed_facts, window_record
 
@@ -67,43 +69,61 @@ def _facts_out(prepared: PreparedWindow) -> list[dict[str, Any]]:
                                                  strict=True))]
 
 
+@dataclass
+class _Change:
+    """What one attempt computed: the record after it, the JSON to store (None: nothing to
+    store), and what the response needs."""
+
+    record: SessionRecord
+    data: str | None
+    prepared: PreparedWindow
+    event: WindowEvent | None
+
+
+def _change(gw: Gateway, sid: str, token: str, fresh: bool,
+            compute: Callable[[Any, StoredSession, SessionRecord], _Change]) -> _Change:
+    """read → `compute` → compare-and-set on the read version, redone from the new state when
+    another request changed the session meanwhile (the token check then answers 409 if that
+    request finished this window first). `fresh`: `compute` changes the record it is given."""
+    for attempt in range(MAX_ATTEMPTS):
+        snap = gw.snapshot(require_facts=False)
+        stored, rec = gw.authorize(sid, token, snap, fresh=fresh)
+        gw.require_in_progress(sid, rec.session)
+        change = compute(snap, stored, rec)
+        if change.data is not None:
+            try:
+                new = gw.store.cas(sid, stored.version, change.data)
+            except VersionConflictError:
+                _backoff(attempt)
+                continue
+            gw.sessions.put(sid, new.version, snap, change.record)
+        return change
+    raise VersionConflictError(sid, stored.version, None)
+
+
 def envelope(gw: Gateway, sid: str, token: str) -> Response:
     """The next window's envelope. Idempotent while the session does not move: asking again
     returns the same envelope. An empty envelope (nothing relevant and novel left) ends the
     session as ckf-exhausted right here, so the client never asks its LLM for ungrounded text.
     """
-    for attempt in range(MAX_ATTEMPTS):
-        snap = gw.snapshot(require_facts=False)
-        stored, rec = gw.authorize(sid, token, snap)  # shared: read only
-        session = rec.session
-        gw.require_in_progress(sid, session)
+    def compute(snap: Any, stored: StoredSession, rec: SessionRecord) -> _Change:
         gen = gw.generator(snap, rec.options)
-        prepared = gen.prepare(session)
-        event: WindowEvent | None = None
-        data: str | None = None
+        prepared = gen.prepare(rec.session)  # rec is shared: read only
         if len(prepared.envelope) == 0:
             rec = SessionRecord.from_json(stored.data, snap.ngram_index)  # a private copy
-            session = rec.session
-            event = gen.close_if_empty(session, prepared)
+            event = gen.close_if_empty(rec.session, prepared)
             assert event is not None
             rec.windows.append(window_record(event))
             rec.pending = None
-            data = rec.to_json()
-        else:
-            pending = prepared.to_dict()
-            if rec.pending != pending:
-                data = with_pending(stored.data, pending)
-                rec = derive(rec, pending=pending)
-        if data is not None:
-            try:
-                new = gw.store.cas(sid, stored.version, data)
-            except VersionConflictError:
-                _backoff(attempt)
-                continue
-            gw.sessions.put(sid, new.version, snap, rec)
-        break
-    else:
-        raise VersionConflictError(sid, stored.version, None)
+            return _Change(rec, rec.to_json(), prepared, event)
+        pending = prepared.to_dict()
+        if rec.pending == pending:
+            return _Change(rec, None, prepared, None)
+        return _Change(derive(rec, pending=pending), with_pending(stored.data, pending),
+                       prepared, None)
+
+    change = _change(gw, sid, token, False, compute)
+    session, prepared, event = change.record.session, change.prepared, change.event
     new_token = gw.issue(sid, session)
     if event is not None:
         gw.window_finished(event)
@@ -127,11 +147,8 @@ def envelope(gw: Gateway, sid: str, token: str) -> Response:
 
 def submit_window(gw: Gateway, sid: str, token: str, req: WindowSubmit) -> Response:
     """Verify the window's text (DPE Stage 8), update the session, apply the exit rules."""
-    for attempt in range(MAX_ATTEMPTS):
-        snap = gw.snapshot(require_facts=False)
-        stored, rec = gw.authorize(sid, token, snap, fresh=True)  # changed below
-        session = rec.session
-        gw.require_in_progress(sid, session)
+    def compute(snap: Any, stored: StoredSession, rec: SessionRecord) -> _Change:
+        session = rec.session  # a private copy: changed below
         pending = rec.pending
         number = session.window_count + 1
         if pending is None or pending.get("number") != number:
@@ -147,15 +164,11 @@ def submit_window(gw: Gateway, sid: str, token: str, req: WindowSubmit) -> Respo
         event = gw.generator(snap, rec.options).complete(session, prepared, req.text)
         rec.windows.append(window_record(event))
         rec.pending = None
-        try:
-            new = gw.store.cas(sid, stored.version, rec.to_json())
-        except VersionConflictError:
-            _backoff(attempt)
-            continue
-        gw.sessions.put(sid, new.version, snap, rec)
-        break
-    else:
-        raise VersionConflictError(sid, stored.version, None)
+        return _Change(rec, rec.to_json(), prepared, event)
+
+    change = _change(gw, sid, token, True, compute)
+    session, event = change.record.session, change.event
+    assert event is not None
     gw.window_finished(event)
     new_token = gw.issue(sid, session)
     headers = session_headers(session, sid, new_token, event.headers)

@@ -172,6 +172,14 @@ def loads_object(data: str, what: str) -> dict[str, Any]:
     return obj
 
 
+def mid_stream_error(url: str, error: Any) -> TransientError:
+    """An error event inside a stream (either API's shape: a message, maybe a numeric code)."""
+    detail = error.get("message", error) if isinstance(error, dict) else error
+    code = error.get("code") if isinstance(error, dict) else None
+    return TransientError(f"{url} sent an error mid-stream: {str(detail)[:300]}",
+                          code if isinstance(code, int) else None)
+
+
 class TransientError(Exception):
     """An attempt failed in a way a later attempt may not (raised by parsers, caught here)."""
 
