@@ -345,7 +345,7 @@ class Generator:
             else np.zeros((0, session.dim), np.float32)
         )
         fresh = [session.blacklist.fresh_share(p) for _, p in paragraphs]
-        return verify_window(text, session.sub_queries, session.sub_query_embeddings, emb,
+        return verify_window(session.sub_queries, session.sub_query_embeddings, emb,
                              paragraphs, self.config.attribution_threshold, fresh)
 
     def complete(
