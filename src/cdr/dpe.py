@@ -159,7 +159,9 @@ class DpeReport:
 # is the next part…", "I hope this helps"). It earns no depth wherever it sits.
 _CHATTER = re.compile(
     r"^\W*(?:sure|certainly|of course|absolutely|okay|ok|great|alright)\b"
-    r"|^\W*(?:here(?:'s| is| are)|below (?:is|are|you))\b"
+    r"|^\W*(?:here(?:'s| is| are)|below (?:is|are|you'll find))\s+(?:the|your|a|an)\s+"
+    r"(?:\w+\s+){0,2}(?:part|section|sections|guide|document|article|text|content|draft"
+    r"|continuation|rest|overview of the)\b"
     r"|^\W*(?:i hope|hope this|let me know|feel free|happy coding|i have (?:written|covered))\b"
     r"|^\W*(?:in this (?:part|window|section|continuation)),? (?:i|we) (?:will|'ll)\b",
     re.IGNORECASE,
@@ -168,7 +170,8 @@ _CHATTER = re.compile(
 # text and clearly closer than to any other (all-MiniLM-L6-v2; README "Stage 8 on LLM text").
 HEADING_MATCH_THRESHOLD = 0.55
 HEADING_MATCH_MARGIN = 0.05
-_NUMBERING = re.compile(r"^\s*(?:(?:part|section|chapter|step)\s+)?(?:\d+(?:\.\d+)*|[ivx]+)"
+# Numbering and fact labels the model copies into headings: "2.", "Section 3:", "F5:".
+_NUMBERING = re.compile(r"^\s*(?:(?:part|section|chapter|step)\s+)?(?:\d+(?:\.\d+)*|[ivx]+|f\d+)"
                         r"[.):]?\s+", re.IGNORECASE)
 
 
@@ -183,17 +186,28 @@ def normalise_heading(heading: str) -> str:
     return " ".join(_WORD.findall(h.lower()))
 
 
-def split_paragraphs(text: str) -> list[tuple[str | None, str]]:
-    """(nearest heading above it, prose block) pairs, in order.
+def split_paragraphs(
+    text: str, titles: Sequence[str] = ()
+) -> list[tuple[str | None, str]]:
+    """(owning heading, prose block) pairs, in order.
 
     Prose is paragraphs, lists and quotes (`cdr.markdown`); headings are context, and code
     blocks are not prose — a fact-grounded window is written in words, and code the model adds
-    on its own earns no depth.
+    on its own earns no depth. The owning heading is the nearest one above the block, unless an
+    outer heading names one of `titles` (the sub-queries): "### Integers" under "## Numeric
+    types" still belongs to Numeric types.
     """
     from cdr.markdown import parse_blocks
 
-    return [(b.heading, b.text) for b in parse_blocks(text)
-            if b.kind in ("paragraph", "list", "quote", "table") and word_count(b.text)]
+    wanted = {normalise_heading(t) for t in titles}
+    out: list[tuple[str | None, str]] = []
+    for b in parse_blocks(text):
+        if b.kind not in ("paragraph", "list", "quote", "table") or not word_count(b.text):
+            continue
+        owner = next((h for h in reversed(b.headings) if normalise_heading(h) in wanted),
+                     b.heading)
+        out.append((owner, b.text))
+    return out
 
 
 def verify_text(
@@ -209,7 +223,7 @@ def verify_text(
     One `encode` call embeds every paragraph and every distinct heading, so a heading the model
     renamed ("Making indexes" for "Creating indexes") still names its sub-query.
     """
-    paragraphs = split_paragraphs(text)
+    paragraphs = split_paragraphs(text, [sq.text for sq in sub_queries])
     headings = sorted({h for h, _ in paragraphs if h})
     dim = sub_query_embeddings.shape[1] if sub_query_embeddings.ndim == 2 else 0
     texts = [p for _, p in paragraphs] + headings
@@ -217,7 +231,7 @@ def verify_text(
     p_emb, h_emb = emb[: len(paragraphs)], emb[len(paragraphs):]
     heading_sims = {h: h_emb[i] @ sub_query_embeddings.T for i, h in enumerate(headings)}
     fresh = [fresh_share(p) for _, p in paragraphs] if fresh_share is not None else None
-    return verify_window(text, sub_queries, sub_query_embeddings, p_emb, paragraphs, threshold,
+    return verify_window(sub_queries, sub_query_embeddings, p_emb, paragraphs, threshold,
                          fresh, heading_sims)
 
 
@@ -238,7 +252,6 @@ def _heading_owner(heading: str, by_title: dict[str, int],
 
 
 def verify_window(
-    text: str,
     sub_queries: Sequence[SubQuery],
     sub_query_embeddings: np.ndarray,
     paragraph_embeddings: np.ndarray,
