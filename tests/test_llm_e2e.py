@@ -36,7 +36,9 @@ from tests.gateway_server import (
 pytestmark = pytest.mark.llm
 pytest_plugins = ["tests.gateway_server"]
 
-N_CTX = 2048
+N_CTX = 2048  # the model's context
+# The envelope budget, in cl100k tokens: the model's tokenizer counts ~20% more on this text.
+CONTEXT = 1536
 EXITS = {"task-complete", "limit-reached", "ckf-exhausted"}
 HEADERS = ("CRP-Context-Coverage-Score", "CRP-Context-Coverage-Depth", "CRP-Context-Window",
            "CRP-Context-Continuation-Status", "CRP-Quality-Completeness")
@@ -61,7 +63,7 @@ def test_cdr_generate_two_windows_with_the_local_writer(model_path, types_ckf_pa
     proc = subprocess.run(
         [sys.executable, "-m", "cdr.cli", "generate", BUILTIN_TYPES_TASK, "--ckf",
          str(types_ckf_path), "--outline", str(outline), "--windows", "2", "--writer", "local",
-         "--context-tokens", str(N_CTX), "--generation-tokens", "160", "--trace",
+         "--context-tokens", str(CONTEXT), "--generation-tokens", "160", "--trace",
          str(trace_path), "--out", str(doc)],
         capture_output=True, text=True, env=env, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -99,7 +101,7 @@ def test_gateway_streams_two_real_windows_to_the_openai_client(local_gateway):
     client = OpenAI(base_url=local_gateway.openai_base_url, api_key="x", max_retries=0,
                     timeout=900)
     crp = {"outline": OUTLINE, "words": 300, "window_tokens": 128, "max_windows": 2,
-           "context_tokens": N_CTX}
+           "context_tokens": CONTEXT}
     raw = client.chat.completions.with_raw_response.create(
         model="cdr-local", messages=[{"role": "user", "content": TASK}], stream=True,
         extra_body={"crp": crp}, stream_options={"include_usage": True})

@@ -84,23 +84,25 @@ def words_table(run: ArmRun) -> Table:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from cdr.assemble import assemble_document
     from cdr.ckf.corpus import cache_dir
-    from cdr.cli import assemble_document, window_table
     from cdr.demo import OUTLINE, TASK, build_ckf, summary_table
+    from cdr.tables import window_table
     from cdr.trace import build_trace
     from cdr.writers import get_writer
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--windows", type=int, default=4)
     parser.add_argument("--words", type=int, default=1800)
-    parser.add_argument("--context-tokens", type=int, default=3072)
+    parser.add_argument("--context-tokens", type=int, default=3072,
+                        help="envelope budget (cl100k); the model gets 1.3x this as context")
     parser.add_argument("--generation-tokens", type=int, default=768)
     parser.add_argument("--out", type=Path, default=Path("demo-output"))
     parser.add_argument("--cache", type=Path, default=cache_dir() / "demo")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     try:
-        writer = get_writer("local")
+        writer = get_writer("local", n_ctx=round(args.context_tokens * 1.3))
     except CdrError as exc:
         console.print(f"[bold red]error:[/] {exc}")
         raise SystemExit(1) from None
@@ -118,7 +120,8 @@ def main(argv: list[str] | None = None) -> None:
                           words=args.words, context_tokens=args.context_tokens,
                           generation_tokens=args.generation_tokens, on_window=show)
         results[ranking] = run.events
-        document = assemble_document(TASK, run.events, OUTLINE.splitlines())
+        document = assemble_document(TASK, [e.output for e in run.events],
+                                     OUTLINE.splitlines())
         (args.out / f"guide-llm-{ranking}.md").write_text(document, "utf-8")
         (args.out / f"trace-llm-{ranking}.json").write_text(
             json.dumps(build_trace(run.session, run.events), indent=2), "utf-8")
