@@ -124,3 +124,25 @@ def test_models_install_unknown_name():
     proc = subprocess.run([sys.executable, "-m", "cdr.cli", "models", "install", "gpt"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "embedder, llm" in proc.stderr
+
+
+def test_local_writer_without_its_model_names_make_llm(tmp_path, monkeypatch):
+    from cdr.writers import get_writer
+
+    monkeypatch.setenv("CDR_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("CDR_LOCAL_MODEL", raising=False)
+    with pytest.raises(models.ModelNotInstalledError, match="make llm"):
+        get_writer("local")
+    with pytest.raises(CdrError, match=r"missing\.gguf does not exist"):
+        get_writer("local", model_path=str(tmp_path / "missing.gguf"))
+
+
+def test_generate_with_local_writer_and_no_model_is_one_line(tmp_path, tiny_ckf_path):
+    env = {**os.environ, "CDR_CACHE_DIR": str(tmp_path), "COLUMNS": "300"}
+    env.pop("CDR_LOCAL_MODEL", None)
+    proc = subprocess.run([sys.executable, "-m", "cdr.cli", "generate", "Write about X",
+                           "--ckf", str(tiny_ckf_path), "--writer", "local"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "run `make llm`" in lines[0], proc.stderr
