@@ -13,7 +13,6 @@ import sys
 import threading
 from pathlib import Path
 
-import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -39,6 +38,8 @@ from tests.gateway_server import free_port
 from tests.pg_server import fresh_schema
 
 pytest_plugins = ["tests.pg_server"]
+psycopg = pytest.importorskip("psycopg", reason="PostgreSQL tests need psycopg "
+                              "(pip install 'psycopg[binary,pool]')")
 
 
 def increment(data: str) -> str:
