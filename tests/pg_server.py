@@ -42,7 +42,7 @@ def find_bin_dir() -> Path | None:
     """Where `initdb` and `pg_ctl` are: PATH first, then Debian's versioned directories."""
     found = shutil.which("initdb")
     if found and shutil.which("pg_ctl"):
-        return Path(found).parent
+        return Path(found).resolve().parent  # /usr/local/bin/initdb may be a symlink
     for d in BIN_DIRS:
         if (Path(d) / "initdb").exists() and (Path(d) / "pg_ctl").exists():
             return Path(d)
@@ -107,10 +107,12 @@ class LocalPostgres:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def with_schema(dsn: str, schema: str) -> str:
-    """The DSN with `schema` first on the search path."""
+def with_schema(dsn: str, schema: str, **server_settings: str) -> str:
+    """The DSN with `schema` first on the search path (and other per-connection settings,
+    e.g. `synchronous_commit="off"`)."""
     sep = "&" if "?" in dsn else "?"
-    return f"{dsn}{sep}options={quote(f'-csearch_path={schema}', safe='')}"
+    opts = " ".join(f"-c{k}={v}" for k, v in {"search_path": schema, **server_settings}.items())
+    return f"{dsn}{sep}options={quote(opts, safe='')}"
 
 
 @pytest.fixture(scope="session")
@@ -139,15 +141,16 @@ def pg_dsn() -> Iterator[str]:
 
 
 @contextmanager
-def fresh_schema(dsn: str) -> Iterator[str]:
-    """A new empty schema on the server; yields a DSN that uses it, drops it afterwards."""
+def fresh_schema(dsn: str, **server_settings: str) -> Iterator[str]:
+    """A new empty schema on the server; yields a DSN that uses it (with `server_settings`
+    per connection), drops it afterwards."""
     import psycopg
 
     schema = f"t_{uuid.uuid4().hex[:16]}"
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
     try:
-        yield with_schema(dsn, schema)
+        yield with_schema(dsn, schema, **server_settings)
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
