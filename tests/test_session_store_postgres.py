@@ -34,7 +34,7 @@ from cdr.gateway.store_postgres import (
     PostgresSessionStore,
     is_postgres_url,
 )
-from tests.gateway_server import free_port
+from tests.gateway_server import child_env, free_port
 from tests.pg_server import fresh_schema
 
 pytest_plugins = ["tests.pg_server"]
@@ -191,6 +191,26 @@ def test_unreachable_server_names_it_but_not_the_password():
     message = str(err.value)
     assert f"127.0.0.1:{port}/cdrdb" in message and "hunter2" not in message
     assert err.value.http_status == 503
+
+
+def test_missing_driver_is_named(monkeypatch):
+    monkeypatch.setitem(sys.modules, "psycopg_pool", None)  # import now raises ImportError
+    with pytest.raises(InvalidInputError, match=r"needs psycopg 3 .*pip install"):
+        PostgresSessionStore("postgresql://127.0.0.1:1/x")
+
+
+def test_cdr_serve_on_an_unreachable_store_exits_with_one_line(tmp_path):
+    port = free_port()
+    env = {**child_env({"CDR_SESSION_DB": f"postgresql://cdr:hunter2@127.0.0.1:{port}/db"
+                                          "?connect_timeout=2",
+                        "CDR_SIGNING_SECRET": "s" * 32})}
+    proc = subprocess.run([sys.executable, "-m", "cdr.cli", "serve", "--port", str(port)],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert proc.returncode != 0
+    message = " ".join(proc.stderr.split())  # the console wraps long lines
+    assert "Traceback" not in message and message.startswith("error: "), proc.stderr
+    assert f"cannot connect to the PostgreSQL session store at 127.0.0.1:{port}/db" in message
+    assert "hunter2" not in message
 
 
 def test_bad_configuration_is_refused(pg_schema_dsn):

@@ -20,7 +20,9 @@ Migrations run in one transaction under a PostgreSQL advisory lock, so replicas 
 the same moment apply each step once; a database newer than this code is refused with its
 version named. Connections come from a `psycopg_pool.ConnectionPool` (autocommit: every
 statement is its own transaction); a pool inherited through `fork` is never used by the
-child, which opens its own.
+child, which opens its own. A server that cannot be reached is a `SessionStoreBusyError`
+(HTTP 503, retry later) naming host, port and database but never the password; after a
+PostgreSQL restart each stale pooled connection fails one call that way and is replaced.
 
 Select it with `CDR_SESSION_DB=postgresql://user@host:5432/dbname` (the password belongs in
 `PGPASSWORD` or `~/.pgpass`, where libpq reads it, rather than in a URL that logs may show).
@@ -108,8 +110,19 @@ class _Shared:
             raise InvalidInputError(f"session store at {self.where} is closed")
         with self._lock:
             if self._pool is None or self._pid != os.getpid():
+                import psycopg
                 from psycopg_pool import ConnectionPool
 
+                # One direct connection first: a down server or a wrong name fails now, with
+                # libpq's own reason, instead of after the pool's timeout of retries.
+                try:
+                    psycopg.connect(self.dsn, connect_timeout=max(1, int(self.timeout))).close()
+                except psycopg.Error as exc:
+                    reason = " ".join(str(exc).split())
+                    raise SessionStoreBusyError(
+                        f"cannot connect to the PostgreSQL session store at {self.where}: "
+                        f"{reason}"
+                    ) from exc
                 self._pool = ConnectionPool(
                     self.dsn, min_size=self.min_size, max_size=self.max_size,
                     timeout=self.timeout, kwargs={"autocommit": True}, open=False,
@@ -175,6 +188,15 @@ class PostgresSessionStore:
             )
         if _table not in _TABLES:
             raise InvalidInputError(f"unknown session store table {_table!r}")
+        try:
+            import psycopg  # noqa: F401
+            import psycopg_pool  # noqa: F401
+        except ImportError as exc:
+            raise InvalidInputError(
+                f"CDR_SESSION_DB names a PostgreSQL server, which needs psycopg 3 and "
+                f"psycopg_pool ({exc}): pip install 'psycopg[binary,pool]' (the `postgres` "
+                "extra)"
+            ) from exc
         if not 1 <= min_size <= max_size:
             raise InvalidInputError(f"pool sizes need 1 <= min_size <= max_size, got "
                                     f"{min_size} and {max_size}")
