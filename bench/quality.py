@@ -51,10 +51,11 @@ sys.path.insert(0, str(BENCH))
 
 from _machine import cpu_name  # noqa: E402
 from cdr.ckf import CKF, ingest  # noqa: E402
-from cdr.ckf.corpus import cache_dir, python_docs_dir  # noqa: E402
 from cdr.envelope import make_budget, residual_anchor  # noqa: E402
 from cdr.loop import PHASE1_LIMIT, GenerationConfig, Generator, default_min_relevance  # noqa: E402
+from cdr.samples import cache_dir  # noqa: E402
 from cdr.writers import get_writer  # noqa: E402
+from corpus import python_docs_dir  # noqa: E402
 from quality_arms import (  # noqa: E402
     ArmRanker,
     CachingEmbedder,

@@ -18,10 +18,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from cdr.ckf import CKF, ingest
-from cdr.ckf.corpus import cache_dir, pydoc_topics_dir
 from cdr.cli import assemble_document, window_table
 from cdr.loop import GenerationConfig, Generator
 from cdr.quality import cwr6, fact_reuse
+from cdr.samples import cache_dir, pydoc_topics_dir
 from cdr.trace import build_trace
 from cdr.writers import get_writer
 
