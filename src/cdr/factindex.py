@@ -233,10 +233,12 @@ def select_rows(emb: np.ndarray, active: np.ndarray, q: np.ndarray, gate: float,
     idx = np.flatnonzero(keep)
     rel = sims[idx]
     if limit is not None and len(idx) > limit:
-        cut = len(rel) - int(limit)
-        part = np.argpartition(rel, cut)[cut:]
-        idx, rel = idx[part], rel[part]
-    order = np.lexsort((idx, -rel))
+        # Keep everything at or above the limit-th best relevance: rows tied with it must
+        # compete by row number, not by where a partition happened to put them.
+        kth = np.partition(rel, len(rel) - limit)[len(rel) - limit]
+        near = rel >= kth
+        idx, rel = idx[near], rel[near]
+    order = np.lexsort((idx, -rel))[:limit]
     idx, rel = idx[order].astype(np.int64), rel[order].astype(np.float32)
     return Selection(idx + row_offset, rel, np.asarray(emb[idx], dtype=np.float32))
 

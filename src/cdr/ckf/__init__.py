@@ -34,7 +34,8 @@ from cdr.ckf.model import (
     normalize_source_type,
 )
 from cdr.ckf.parse import parse, parse_html, parse_markdown, parse_pdf, parse_text
-from cdr.ckf.store import CKF, CKFSnapshot
+from cdr.ckf.snapshot import CKFSnapshot
+from cdr.ckf.store import CKF
 from cdr.ckf.writer import CKFBusyError, CKFWriter
 
 __all__ = [

@@ -1,6 +1,6 @@
 """The CKF's writer/admin side: file lifecycle, locking and every SQL statement that changes it.
 
-Readers (`cdr.ckf.store.CKFSnapshot`) never write; everything that does goes through a
+Readers (`cdr.ckf.snapshot.CKFSnapshot`) never write; everything that does goes through a
 `CKFWriter`: creating a store, the single-writer file lock, atomic write transactions (ingest
 commits, deletes, importance and status changes, quarantine, raw appends), and the database
 side of integrity checks and compaction (`cdr.ckf.maintenance` holds their logic).

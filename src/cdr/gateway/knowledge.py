@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, TypeVar
 from cdr.errors import NotFoundError
 
 if TYPE_CHECKING:
-    from cdr.ckf.store import CKF, CKFSnapshot
+    from cdr.ckf.snapshot import CKFSnapshot
+    from cdr.ckf.store import CKF
     from cdr.factindex import FactIndex
 
 log = logging.getLogger("cdr.gateway")
@@ -39,7 +40,7 @@ WATCH_SECONDS = 1.0
 
 def _open(path: Path) -> CKFSnapshot:
     """A read-only snapshot: request threads never write through it."""
-    from cdr.ckf.store import CKFSnapshot
+    from cdr.ckf.snapshot import CKFSnapshot
 
     return CKFSnapshot.open(path)
 
