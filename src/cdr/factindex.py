@@ -12,6 +12,14 @@ the rows would return — same rows, same relevances, same order (ties broken by
 fact's CDR score depends only on the fact and values the caller can broadcast (query,
 coverage centroid and weight, residual matrix, gate, blacklisted 6-grams), ranking a merged
 selection equals ranking the single-index selection.
+
+For a backend whose shards should also rank (to send back k candidates instead of `limit`),
+the exact recipe is two rounds: each shard returns its top-`limit` (relevance, row) pairs,
+the caller merges them to find the global cut-off, then each shard ranks only its rows at or
+above that cut-off with the broadcast values and returns its best with their components.
+The per-row arrays below (`importance`, `token_counts`, the 6-gram CSR) are whole-index
+arrays because the one-process loop indexes them by row; a backend too large for that can
+serve them lazily.
 """
 
 from __future__ import annotations
