@@ -15,8 +15,9 @@ selection equals ranking the single-index selection.
 
 For a backend whose shards should also rank (to send back k candidates instead of `limit`),
 the exact recipe is two rounds: each shard returns its top-`limit` (relevance, row) pairs,
-the caller merges them to find the global cut-off, then each shard ranks only its rows at or
-above that cut-off with the broadcast values and returns its best with their components.
+the caller merges them to find the global cut-off (the `limit`-th (relevance, row) pair), then
+each shard ranks only its rows ahead of it with the broadcast values and returns its best with
+their components.
 The per-row arrays below (`importance`, `token_counts`, the 6-gram CSR) are whole-index
 arrays because the one-process loop indexes them by row; a backend too large for that can
 serve them lazily.
