@@ -41,7 +41,7 @@ def stage8(text: str, meta: dict, embedder):
 
 
 def test_fixtures_exist_with_their_prompts():
-    assert len(FIXTURES) >= 2
+    assert len(FIXTURES) >= 3
     for path in FIXTURES:
         text, meta = load(path)
         assert text.strip() and meta["messages"][-1]["role"] == "user"
@@ -141,3 +141,17 @@ def test_depth_from_real_window_is_spread_over_the_planned_sections(embedder):
 ])
 def test_chatter(text, chatter):
     assert is_chatter(text) is chatter
+
+
+def test_real_window_lead_in_to_an_example_is_content(embedder):
+    """exceptions-guided-w1: "Here is a simple example of how to use the `try` statement:" is
+    the text introducing a code example, not chatter; it stays with its section."""
+    text, meta = load(DATA / "exceptions-guided-w1.md")
+    kept, _ = keep_complete(text)
+    sqs, report = stage8(kept, meta, embedder)
+    try_id = next(s.id for s in sqs if s.text == "The try statement")
+    paragraphs = split_paragraphs(kept, [s.text for s in sqs])
+    lead = [i for i, (_, p) in enumerate(paragraphs) if p.startswith("Here is a simple example")]
+    assert lead and not is_chatter(paragraphs[lead[0]][1])
+    assert report.attribution == [try_id] * len(paragraphs)
+    assert report.unattributed_words == 0
