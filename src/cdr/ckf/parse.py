@@ -7,10 +7,13 @@ chunker's job, not theirs.
 
 from __future__ import annotations
 
+import html as html_lib
 import io
 import re
 import textwrap
 from collections.abc import Callable
+from functools import lru_cache
+from typing import Any
 
 from cdr.ckf.model import Block, ParsedDocument
 from cdr.errors import InvalidInputError
@@ -24,7 +27,7 @@ KIND_BY_SUFFIX = {
 KINDS = ("md", "txt", "html", "pdf")
 # Bumped when parsing or chunking changes what facts a document yields, so that re-ingesting
 # an unchanged file re-chunks it (and embeds only texts that are actually new).
-PARSER_VERSION = 1
+PARSER_VERSION = 2  # 2: Markdown by markdown-it-py (CommonMark)
 
 
 class _Sections:
@@ -47,13 +50,13 @@ class _Sections:
 
 # ----------------------------------------------------------------------------- Markdown
 
-_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
-_ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
-_SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
-_HR = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
-_LIST_ITEM = re.compile(r"^\s{0,3}(?:[-*+]|\d{1,9}[.)])\s+")
 _FRONT_KEY = re.compile(r"^([A-Za-z_][\w-]*)\s*:\s*(.*?)\s*$")
-_MD_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+_TAG = re.compile(r"<[^>]*>")
+# Nesting markdown-it follows before it stops; beyond it the rest of the document would be
+# dropped, so parse_markdown notices and reads the remainder as plain text instead. 40 levels
+# is deeper than any real document and keeps markdown-it's recursion far from Python's limit.
+MAX_MD_NESTING = 40
+_LIST_INDENT_CAP = 8  # deeper list levels are rendered at this indentation (no O(depth²) text)
 
 
 def _front_matter(lines: list[str]) -> tuple[dict[str, str], int]:
@@ -70,105 +73,145 @@ def _front_matter(lines: list[str]) -> tuple[dict[str, str], int]:
     return {}, 0  # no closing fence: it was a horizontal rule, not front matter
 
 
-def _join_prose(lines: list[str]) -> str:
-    """Soft-wrapped lines become one line; lists and tables keep their line structure."""
-    if any(_LIST_ITEM.match(ln) or ln.lstrip().startswith("|") for ln in lines):
-        return "\n".join(ln.rstrip() for ln in lines).strip("\n")
-    return " ".join(ln.strip() for ln in lines).strip()
+@lru_cache(maxsize=1)
+def _markdown_it() -> Any:
+    """CommonMark plus GFM tables; the parser object is reusable and thread-safe to call."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark", {"maxNesting": MAX_MD_NESTING}).enable("table")
 
 
-def _heading_text(raw: str) -> str:
-    return _MD_LINK.sub(r"\1", raw).strip().strip("#").strip()
+def _inline_text(token: Any) -> str:
+    """An inline token's plain text: markup dropped, link and image text kept, breaks →
+    spaces (a soft-wrapped paragraph is one line)."""
+    out: list[str] = []
+    for child in token.children or ():
+        t = child.type
+        if t in ("text", "code_inline"):
+            out.append(child.content)
+        elif t in ("softbreak", "hardbreak"):
+            out.append(" ")
+        elif t == "image":
+            out.append(child.content)
+    return " ".join("".join(out).split())
 
 
 def parse_markdown(text: str) -> ParsedDocument:
+    """CommonMark (markdown-it-py) → blocks: a paragraph, a whole list (one item per line,
+    nesting shown by indentation), a table (cells joined by " | ", one row per line) or a code
+    block each; headings (ATX and setext) set the section path; HTML blocks keep their text;
+    link reference definitions and HTML comments yield nothing. Front matter as before."""
     lines = text.splitlines()
-    meta, i = _front_matter(lines)
+    meta, skip = _front_matter(lines)
+    body = "\n".join(lines[skip:])
+    doc = ParsedDocument("md", [], meta.get("title"), meta)
     sections = _Sections()
-    blocks: list[Block] = []
-    para: list[str] = []
-    para_line = 0
-    last_was_list = False
-    title: str | None = meta.get("title")
+    _md_blocks(body, skip, sections, doc)
+    return doc
 
-    def flush() -> None:
-        nonlocal para, last_was_list
-        if para:
-            body = _join_prose(para)
-            if body:
-                blocks.append(Block(body, sections.path, f"line {para_line}"))
-            last_was_list = bool(_LIST_ITEM.match(para[0]))
-        para = []
 
-    n = len(lines)
-    while i < n:
-        line = lines[i]
-        lineno = i + 1
-        fence = _FENCE.match(line)
-        if fence and not (fence.group(1)[0] == "`" and "`" in fence.group(2)):
-            flush()
-            mark = fence.group(1)
-            close = re.compile(r"^ {0,3}" + re.escape(mark[0]) + "{" + str(len(mark)) + r",}\s*$")
-            body: list[str] = []
-            i += 1
-            while i < n and not close.match(lines[i]):
-                body.append(lines[i])
-                i += 1
-            code = textwrap.dedent("\n".join(body)).strip("\n")
+def _md_blocks(body: str, offset: int, sections: _Sections, doc: ParsedDocument) -> None:
+    tokens = _markdown_it().parse(body)
+    blocks = doc.blocks
+    lists: list[list[str]] = []  # open lists: [marker, indent, marker-used flag]
+    list_lines: list[str] = []
+    list_line = 0
+    table_rows: list[str] = []
+    row: list[str] = []
+    table_line = 0
+    heading: int | None = None
+    last_line = 0
+
+    def loc(tok: Any) -> str:
+        return f"line {(tok.map[0] if tok.map else 0) + offset + 1}"
+
+    def flush_list() -> None:
+        nonlocal list_lines
+        if list_lines:
+            blocks.append(Block("\n".join(list_lines), sections.path, f"line {list_line}"))
+        list_lines = []
+
+    for tok in tokens:
+        if tok.map:
+            last_line = max(last_line, tok.map[1])
+        t = tok.type
+        if t in ("bullet_list_open", "ordered_list_open"):
+            if not lists:
+                list_line = (tok.map[0] if tok.map else 0) + offset + 1
+            lists.append(["-", "", ""])
+        elif t in ("bullet_list_close", "ordered_list_close"):
+            lists.pop()
+            if not lists:
+                flush_list()
+        elif t == "list_item_open":
+            marker = f"{tok.info}{tok.markup}" if tok.info else (tok.markup or "-")
+            indent = "  " * min(len(lists) - 1, _LIST_INDENT_CAP)
+            lists[-1] = [marker, indent, ""]
+        elif t == "heading_open":
+            flush_list()
+            heading = int(tok.tag[1])
+        elif t == "heading_close":
+            heading = None
+        elif t == "inline":
+            text = _inline_text(tok)
+            if heading is not None:
+                sections.enter(heading, text)
+                if doc.title is None and heading == 1 and sections.path:
+                    doc.title = sections.path[-1]
+            elif table_line:
+                row.append(text)
+            elif not text:
+                continue
+            elif lists:
+                marker, indent, used = lists[-1]
+                list_lines.append(f"{indent}{'  ' if used else marker} {text}".rstrip())
+                lists[-1][2] = "y"
+            else:
+                blocks.append(Block(text, sections.path, loc(tok)))
+        elif t in ("fence", "code_block"):
+            code = tok.content.strip("\n")
+            if t == "code_block" or lists:
+                code = textwrap.dedent(code)
             if code.strip():
-                blocks.append(Block(code, sections.path, f"line {lineno}", is_code=True))
-            last_was_list = False
-            i += 1
-            continue
-        atx = _ATX.match(line)
-        if atx:
-            flush()
-            last_was_list = False
-            heading = _heading_text(atx.group(2) or "")
-            sections.enter(len(atx.group(1)), heading)
-            if title is None and len(atx.group(1)) == 1 and heading:
-                title = heading
-            i += 1
-            continue
-        if para and _SETEXT.match(line) and not _LIST_ITEM.match(para[0]):
-            heading = _heading_text(" ".join(p.strip() for p in para))
-            para = []
-            level = 1 if line.strip()[0] == "=" else 2
-            last_was_list = False
-            sections.enter(level, heading)
-            if title is None and level == 1 and heading:
-                title = heading
-            i += 1
-            continue
-        if not line.strip():
-            flush()
-            i += 1
-            continue
-        if not para and _HR.match(line):
-            i += 1
-            continue
-        if not para and line.lstrip().startswith("<!--"):
-            while i < n and "-->" not in lines[i]:
-                i += 1
-            i += 1
-            continue
-        indented = line.startswith(("    ", "\t"))
-        if not para and indented and not last_was_list:
-            body = []
-            start = lineno
-            while i < n and (lines[i].startswith(("    ", "\t")) or not lines[i].strip()):
-                body.append(lines[i])
-                i += 1
-            code = textwrap.dedent("\n".join(body)).strip("\n")
-            if code.strip():
-                blocks.append(Block(code, sections.path, f"line {start}", is_code=True))
-            continue
-        if not para:
-            para_line = lineno
-        para.append(line)
-        i += 1
-    flush()
-    return ParsedDocument("md", blocks, title, meta)
+                flush_list()  # a code block inside a list item stays code, in reading order
+                blocks.append(Block(code, sections.path, loc(tok), is_code=True))
+        elif t == "table_open":
+            flush_list()
+            table_line = (tok.map[0] if tok.map else 0) + offset + 1
+        elif t == "tr_close":
+            if any(row):
+                table_rows.append(" | ".join(row))
+            row = []
+        elif t == "table_close":
+            if table_rows:
+                blocks.append(Block("\n".join(table_rows), sections.path, f"line {table_line}"))
+            table_rows, table_line = [], 0
+        elif t == "html_block":
+            content = tok.content.strip()
+            if content.startswith("<!--"):
+                continue
+            plain = html_lib.unescape(" ".join(_TAG.sub(" ", content).split()))
+            if plain:
+                if lists:
+                    list_lines.append(f"{lists[-1][1]}  {plain}")
+                else:
+                    blocks.append(Block(plain, sections.path, loc(tok)))
+    flush_list()
+    # markdown-it stops at MAX_MD_NESTING and drops the rest: read that rest as plain text.
+    rest_lines = body.splitlines()[last_line:]
+    if any(ln.strip() for ln in rest_lines):
+        doc.warnings.append(
+            f"Markdown nested deeper than {MAX_MD_NESTING} levels from line "
+            f"{last_line + offset + 1}: the rest is read as plain text"
+        )
+        rest = parse_text("\n".join(ln.strip() for ln in rest_lines))
+        blocks.extend(Block(b.text, sections.path, _shift(b.location, last_line + offset),
+                            b.is_code) for b in rest.blocks)
+
+
+def _shift(location: str, by: int) -> str:
+    kind, _, n = location.partition(" ")
+    return f"{kind} {int(n) + by}" if n.isdigit() else location
 
 
 # ----------------------------------------------------------------------------- plain text
