@@ -13,6 +13,7 @@ import re
 import textwrap
 from collections.abc import Callable
 from functools import lru_cache
+from html.parser import HTMLParser
 from typing import Any
 
 from cdr.ckf.model import Block, ParsedDocument
@@ -52,11 +53,29 @@ class _Sections:
 
 _FRONT_KEY = re.compile(r"^([A-Za-z_][\w-]*)\s*:\s*(.*?)\s*$")
 _TAG = re.compile(r"<[^>]*>")
-# Nesting markdown-it follows before it stops; beyond it the rest of the document would be
-# dropped, so parse_markdown notices and reads the remainder as plain text instead. 40 levels
-# is deeper than any real document and keeps markdown-it's recursion far from Python's limit.
+# markdown-it drops everything after a block nested deeper than its `maxNesting` (its guard
+# against recursion). Before that depth, `_too_deep` takes over: the deeper lines become one
+# plain-text block, in place, with a warning; so a list nested 2,000 deep costs one pass and
+# no recursion, and nothing after it is lost. 40 token levels are ~20 nested lists or quotes.
 MAX_MD_NESTING = 40
+_FLATTEN_AT = MAX_MD_NESTING - 4
 _LIST_INDENT_CAP = 8  # deeper list levels are rendered at this indentation (no O(depth²) text)
+
+
+def _too_deep(state: Any, start: int, end: int, silent: bool) -> bool:
+    """Block rule tried first: at nesting level ≥ `_FLATTEN_AT`, take the lines this block
+    would own (down to the first line indented less than the current block) as plain text."""
+    if state.level < _FLATTEN_AT or silent:
+        return False
+    nxt = start + 1
+    while nxt < end and (state.isEmpty(nxt) or state.sCount[nxt] >= state.blkIndent):
+        nxt += 1
+    token = state.push("cdr_too_deep", "", 0)
+    token.content = state.getLines(start, nxt, state.blkIndent, False)
+    token.map = [start, nxt]
+    state.env.setdefault("cdr_too_deep", start)
+    state.line = nxt
+    return True
 
 
 def _front_matter(lines: list[str]) -> tuple[dict[str, str], int]:
@@ -78,7 +97,9 @@ def _markdown_it() -> Any:
     """CommonMark plus GFM tables; the parser object is reusable and thread-safe to call."""
     from markdown_it import MarkdownIt
 
-    return MarkdownIt("commonmark", {"maxNesting": MAX_MD_NESTING}).enable("table")
+    md = MarkdownIt("commonmark", {"maxNesting": MAX_MD_NESTING}).enable("table")
+    md.block.ruler.before("table", "cdr_too_deep", _too_deep)
+    return md
 
 
 def _inline_text(token: Any) -> str:
@@ -111,7 +132,8 @@ def parse_markdown(text: str) -> ParsedDocument:
 
 
 def _md_blocks(body: str, offset: int, sections: _Sections, doc: ParsedDocument) -> None:
-    tokens = _markdown_it().parse(body)
+    env: dict[str, Any] = {}
+    tokens = _markdown_it().parse(body, env)
     blocks = doc.blocks
     lists: list[list[str]] = []  # open lists: [marker, indent, marker-used flag]
     list_lines: list[str] = []
@@ -120,7 +142,6 @@ def _md_blocks(body: str, offset: int, sections: _Sections, doc: ParsedDocument)
     row: list[str] = []
     table_line = 0
     heading: int | None = None
-    last_line = 0
 
     def loc(tok: Any) -> str:
         return f"line {(tok.map[0] if tok.map else 0) + offset + 1}"
@@ -132,8 +153,6 @@ def _md_blocks(body: str, offset: int, sections: _Sections, doc: ParsedDocument)
         list_lines = []
 
     for tok in tokens:
-        if tok.map:
-            last_line = max(last_line, tok.map[1])
         t = tok.type
         if t in ("bullet_list_open", "ordered_list_open"):
             if not lists:
@@ -186,6 +205,13 @@ def _md_blocks(body: str, offset: int, sections: _Sections, doc: ParsedDocument)
             if table_rows:
                 blocks.append(Block("\n".join(table_rows), sections.path, f"line {table_line}"))
             table_rows, table_line = [], 0
+        elif t == "cdr_too_deep":
+            lines_ = [" ".join(ln.split()) for ln in tok.content.splitlines()]
+            plain = "\n".join(ln for ln in lines_ if ln)
+            if plain and lists:
+                list_lines.append(plain)
+            elif plain:
+                blocks.append(Block(plain, sections.path, loc(tok)))
         elif t == "html_block":
             content = tok.content.strip()
             if content.startswith("<!--"):
@@ -197,21 +223,11 @@ def _md_blocks(body: str, offset: int, sections: _Sections, doc: ParsedDocument)
                 else:
                     blocks.append(Block(plain, sections.path, loc(tok)))
     flush_list()
-    # markdown-it stops at MAX_MD_NESTING and drops the rest: read that rest as plain text.
-    rest_lines = body.splitlines()[last_line:]
-    if any(ln.strip() for ln in rest_lines):
+    if "cdr_too_deep" in env:
         doc.warnings.append(
-            f"Markdown nested deeper than {MAX_MD_NESTING} levels from line "
-            f"{last_line + offset + 1}: the rest is read as plain text"
+            f"Markdown nested deeper than {_FLATTEN_AT // 2} levels at line "
+            f"{env['cdr_too_deep'] + offset + 1}: the deeper part is read as plain text"
         )
-        rest = parse_text("\n".join(ln.strip() for ln in rest_lines))
-        blocks.extend(Block(b.text, sections.path, _shift(b.location, last_line + offset),
-                            b.is_code) for b in rest.blocks)
-
-
-def _shift(location: str, by: int) -> str:
-    kind, _, n = location.partition(" ")
-    return f"{kind} {int(n) + by}" if n.isdigit() else location
 
 
 # ----------------------------------------------------------------------------- plain text
@@ -322,97 +338,210 @@ _BLOCK_TAGS = frozenset({
 _META_KEYS = {"cdr-source-type": "source_type", "cdr-importance": "importance"}
 
 
-def _should_drop(el: object) -> bool:
-    name = getattr(el, "name", None)
-    if name is None:
-        return False
-    if name in _DROP_TAGS:
-        return True
-    if name in _PAGE_CHROME:
-        # A page's banner and footer are chrome; an article's own <header> holds its title.
-        return el.find_parent(_CONTENT_ROOTS) is None  # type: ignore[attr-defined]
-    attrs = getattr(el, "attrs", None) or {}
-    if str(attrs.get("role", "")).lower() in _DROP_ROLES:
-        return True
-    classes = attrs.get("class") or []
-    if isinstance(classes, str):
-        classes = classes.split()
-    return any(c in _DROP_CLASSES for c in classes)
+_VOID = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta",
+                   "param", "source", "track", "wbr"})
+# An open element of these kinds is closed by the start of another of the same group.
+_AUTO_CLOSE = {"p": {"p"}, "li": {"li"}, "dt": {"dt", "dd"}, "dd": {"dt", "dd"},
+               "tr": {"tr", "td", "th"}, "td": {"td", "th"}, "th": {"td", "th"},
+               "option": {"option"}}
+_MAIN_HINT = re.compile(r"""<main[\s>]|role\s*=\s*["']?main\b""", re.I)
 
 
-def _table_text(table: object) -> str:
-    rows = []
-    for tr in table.find_all("tr"):  # type: ignore[attr-defined]
-        cells = [" ".join(c.get_text(" ").split()) for c in tr.find_all(["td", "th"])]
-        if any(cells):
-            rows.append(" | ".join(cells))
-    return "\n".join(rows)
+class _Open:
+    """One element on the open-element stack and what it switches on while open."""
+
+    __slots__ = ("drop", "main", "root", "tag")
+
+    def __init__(self, tag: str, drop: bool, root: bool, main: bool) -> None:
+        self.tag, self.drop, self.root, self.main = tag, drop, root, main
+
+
+class _HtmlBlocks(HTMLParser):
+    """A streaming pass over the HTML (stdlib `html.parser`, no tree, no recursion): cost is
+    linear in the size of the page and nesting depth only grows a list. Unclosed elements are
+    closed by their parent's end tag, as browsers do; a stray end tag is ignored."""
+
+    def __init__(self, has_main: bool) -> None:
+        super().__init__(convert_charrefs=True)
+        self.has_main = has_main
+        self.stack: list[_Open] = []
+        self.open_count: dict[str, int] = {}
+        self.dropped = 0  # dropped elements open (chrome, scripts, forms...)
+        self.roots = 0  # article/main/section open
+        self.mains = 0  # <main> / role=main open
+        self.sections = _Sections()
+        self.blocks: list[Block] = []
+        self.buf: list[str] = []
+        self.buf_line = 0
+        self.title: list[str] | None = None
+        self.title_text: str | None = None
+        self.meta: dict[str, str] = {}
+        self.heading: tuple[int, list[str]] | None = None
+        self.pre: tuple[int, list[str]] | None = None
+        self.pre_depth = 0
+        self.table: tuple[int, list[list[str]]] | None = None
+        self.table_depth = 0
+
+    # -- state
+    def _collecting(self) -> bool:
+        return not self.dropped and (self.mains > 0 or not self.has_main)
+
+    def flush(self) -> None:
+        body = " ".join("".join(self.buf).split())
+        if body:
+            self.blocks.append(Block(body, self.sections.path, f"line {self.buf_line}"))
+        self.buf.clear()
+
+    def _push(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: (v or "") for k, v in attrs}
+        classes = a.get("class", "").split()
+        root = tag in _CONTENT_ROOTS
+        drop = (tag in _DROP_TAGS
+                or (tag in _PAGE_CHROME and self.roots == 0)
+                or a.get("role", "").lower() in _DROP_ROLES
+                or any(c in _DROP_CLASSES for c in classes))
+        main = tag == "main" or a.get("role", "").lower() == "main"
+        self.stack.append(_Open(tag, drop, root, main))
+        self.open_count[tag] = self.open_count.get(tag, 0) + 1
+        self.dropped += drop
+        self.roots += root
+        self.mains += main
+
+    def _pop(self) -> _Open:
+        el = self.stack.pop()
+        self.open_count[el.tag] -= 1
+        self.dropped -= el.drop
+        self.roots -= el.root
+        self.mains -= el.main
+        self._closed(el.tag)
+        return el
+
+    # -- parser callbacks
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "meta":
+            key = _META_KEYS.get(str(dict(attrs).get("name") or "").lower())
+            content = dict(attrs).get("content")
+            if key and content:
+                self.meta[key] = content.strip()
+            return
+        if tag == "title" and self.title_text is None:
+            self.title = []
+        if tag == "br":
+            if self._collecting():
+                self._data("\n")
+            return
+        if tag in _VOID:
+            if tag == "hr" and self._collecting():
+                self.flush()
+            return
+        closes = _AUTO_CLOSE.get(tag)
+        if closes and self.stack and self.stack[-1].tag in closes:
+            self._pop()
+        was_collecting = self._collecting()
+        self._push(tag, attrs)
+        if not self._collecting():
+            if was_collecting and self.heading is None and self.pre is None and not self.table:
+                self.flush()
+            return
+        line = self.getpos()[0]
+        if tag in _HEADINGS and self.pre is None and self.table is None:
+            self.flush()
+            self.heading = (_HEADINGS[tag], [])
+        elif tag == "pre" and self.table is None:
+            self.flush()
+            self.pre_depth += 1
+            if self.pre is None:
+                self.pre = (line, [])
+        elif tag == "table":
+            self.table_depth += 1
+            if self.table is None:
+                self.flush()
+                self.table = (line, [])
+        elif self.table is not None and tag == "tr":
+            self.table[1].append([])
+        elif self.table is not None and tag in ("td", "th"):
+            if not self.table[1]:
+                self.table[1].append([])
+            self.table[1][-1].append("")
+        elif tag in _BLOCK_TAGS and self.heading is None and self.pre is None:
+            self.flush()
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.handle_starttag(tag, attrs)
+        if tag not in _VOID and self.stack and self.stack[-1].tag == tag:
+            self._pop()
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "title" and self.title is not None:
+            self.title_text = " ".join("".join(self.title).split())
+            self.title = None
+        if not self.open_count.get(tag):
+            return  # a stray end tag
+        while self._pop().tag != tag:
+            pass
+
+    def _closed(self, tag: str) -> None:
+        """An element ended (explicitly or implicitly): finish what it was building."""
+        if self.heading is not None and tag in _HEADINGS:
+            level, parts = self.heading
+            self.heading = None
+            self.sections.enter(level, "".join(parts))
+        elif self.pre is not None and tag == "pre":
+            self.pre_depth -= 1
+            if self.pre_depth == 0:
+                line, parts = self.pre
+                self.pre = None
+                code = "".join(parts).strip("\n")
+                if code.strip():
+                    self.blocks.append(Block(textwrap.dedent(code), self.sections.path,
+                                             f"line {line}", is_code=True))
+        elif self.table is not None and tag == "table":
+            self.table_depth -= 1
+            if self.table_depth == 0:
+                line, rows = self.table
+                self.table = None
+                lines = [" | ".join(" ".join(c.split()) for c in r) for r in rows]
+                body = "\n".join(ln for ln in lines if ln.replace("|", "").strip())
+                if body:
+                    self.blocks.append(Block(body, self.sections.path, f"line {line}"))
+        elif tag in _BLOCK_TAGS and self.heading is None and self.pre is None \
+                and self.table is None:
+            self.flush()
+
+    def _data(self, data: str) -> None:
+        if self.heading is not None:
+            self.heading[1].append(data)
+        elif self.pre is not None:
+            self.pre[1].append(data)
+        elif self.table is not None:
+            rows = self.table[1]
+            if rows and rows[-1]:
+                rows[-1][-1] += " " + data
+        else:
+            if not self.buf:
+                self.buf_line = self.getpos()[0]
+            self.buf.append(data)
+
+    def handle_data(self, data: str) -> None:
+        if self.title is not None:
+            self.title.append(data)
+            return
+        if self._collecting():
+            self._data(data)
 
 
 def parse_html(text: str) -> ParsedDocument:
-    from bs4 import BeautifulSoup, Comment, Doctype, NavigableString, ProcessingInstruction
-
-    soup = BeautifulSoup(text, "html.parser")
-    title = " ".join(soup.title.get_text().split()) if soup.title else None
-    meta: dict[str, str] = {}
-    for tag in soup.find_all("meta"):
-        key = _META_KEYS.get(str(tag.get("name", "")).lower())
-        if key and tag.get("content"):
-            meta[key] = str(tag["content"]).strip()
-    for el in soup.find_all(_should_drop):
-        if not el.decomposed:
-            el.decompose()
-    root = (soup.find("main") or soup.find(attrs={"role": "main"}) or soup.body or soup)
-
-    sections = _Sections()
-    blocks: list[Block] = []
-    buf: list[str] = []
-    buf_line = [0]
-    skip = (Comment, Doctype, ProcessingInstruction)
-
-    def flush() -> None:
-        body = " ".join("".join(buf).split())
-        if body:
-            blocks.append(Block(body, sections.path, f"line {buf_line[0]}"))
-        buf.clear()
-
-    def walk(el: object, line: int) -> None:
-        for child in el.children:  # type: ignore[attr-defined]
-            if isinstance(child, NavigableString):
-                if isinstance(child, skip):
-                    continue
-                if not buf:
-                    buf_line[0] = line
-                buf.append(str(child))
-                continue
-            name = child.name
-            cline = child.sourceline or line
-            if name in _HEADINGS:
-                flush()
-                sections.enter(_HEADINGS[name], child.get_text(" "))
-            elif name == "pre":
-                flush()
-                code = child.get_text().strip("\n")
-                if code.strip():
-                    blocks.append(Block(textwrap.dedent(code), sections.path, f"line {cline}",
-                                        is_code=True))
-            elif name == "table":
-                flush()
-                body = _table_text(child)
-                if body:
-                    blocks.append(Block(body, sections.path, f"line {cline}"))
-            elif name == "br":
-                buf.append("\n")
-            elif name in _BLOCK_TAGS:
-                flush()
-                walk(child, cline)
-                flush()
-            else:
-                walk(child, cline)
-
-    walk(root, getattr(root, "sourceline", None) or 1)
-    flush()
-    return ParsedDocument("html", blocks, title, meta)
+    """HTML → blocks: paragraphs, `<pre>` as code, tables as rows of " | "-joined cells;
+    headings set the section path; navigation, scripts, forms and page chrome are dropped, and
+    if the page has a `<main>` only it is read. One streaming pass, so a 200,000-row table or
+    divs nested 100,000 deep cost time in proportion to their size."""
+    parser = _HtmlBlocks(has_main=bool(_MAIN_HINT.search(text)))
+    parser.feed(text)
+    parser.close()
+    while parser.stack:
+        parser._pop()
+    parser.flush()
+    return ParsedDocument("html", parser.blocks, parser.title_text or None, parser.meta)
 
 
 # ----------------------------------------------------------------------------- PDF

@@ -20,7 +20,6 @@ from cdr.ckf.model import ParsedDocument
 from cdr.ckf.parse import KIND_BY_SUFFIX, parse, parse_pdf, pdf_available
 from cdr.errors import InvalidInputError, NotFoundError
 
-
 log = logging.getLogger("cdr.ckf")
 
 
@@ -222,8 +221,8 @@ def decode_text(data: bytes, kind: str) -> tuple[str, list[str]]:
             try:
                 text = data.decode(declared)
             except (UnicodeError, ValueError, LookupError) as e:
-                warnings.append(f"bytes are not valid {declared} as declared ({e.__class__.__name__}); "
-                                "decoded as UTF-8")
+                warnings.append(f"bytes are not valid {declared} as declared "
+                                f"({type(e).__name__}); decoded as UTF-8")
         if text is None:
             try:
                 text = data.decode("utf-8")
