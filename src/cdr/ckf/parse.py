@@ -155,8 +155,6 @@ def _md_blocks(body: str, offset: int, sections: _Sections, doc: ParsedDocument)
     for tok in tokens:
         t = tok.type
         if t in ("bullet_list_open", "ordered_list_open"):
-            if not lists:
-                list_line = (tok.map[0] if tok.map else 0) + offset + 1
             lists.append(["-", "", ""])
         elif t in ("bullet_list_close", "ordered_list_close"):
             lists.pop()
@@ -183,7 +181,10 @@ def _md_blocks(body: str, offset: int, sections: _Sections, doc: ParsedDocument)
                 continue
             elif lists:
                 marker, indent, used = lists[-1]
-                list_lines.append(f"{indent}{'  ' if used else marker} {text}".rstrip())
+                lead = " " * len(marker) if used else marker
+                if not list_lines:
+                    list_line = (tok.map[0] if tok.map else 0) + offset + 1
+                list_lines.append(f"{indent}{lead} {text}")
                 lists[-1][2] = "y"
             else:
                 blocks.append(Block(text, sections.path, loc(tok)))
@@ -209,6 +210,8 @@ def _md_blocks(body: str, offset: int, sections: _Sections, doc: ParsedDocument)
             lines_ = [" ".join(ln.split()) for ln in tok.content.splitlines()]
             plain = "\n".join(ln for ln in lines_ if ln)
             if plain and lists:
+                if not list_lines:
+                    list_line = (tok.map[0] if tok.map else 0) + offset + 1
                 list_lines.append(plain)
             elif plain:
                 blocks.append(Block(plain, sections.path, loc(tok)))

@@ -221,8 +221,9 @@ def decode_text(data: bytes, kind: str) -> tuple[str, list[str]]:
             try:
                 text = data.decode(declared)
             except (UnicodeError, ValueError, LookupError) as e:
-                warnings.append(f"bytes are not valid {declared} as declared "
-                                f"({type(e).__name__}); decoded as UTF-8")
+                if declared != "utf-8":  # else the UTF-8 attempt below says it
+                    warnings.append(f"bytes are not valid {declared} as declared "
+                                    f"({type(e).__name__}); decoded as UTF-8")
         if text is None:
             try:
                 text = data.decode("utf-8")
