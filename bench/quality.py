@@ -310,13 +310,7 @@ def run_one(ckf: CKF, corpus: Corpus, task: Task, arm: Arm, base: GenerationConf
     natural = len(data)
     reason = data[-1].status if data else "none"
     while len(data) < windows:  # continue past the exit, for the fixed-length tables
-        prepared = gen.prepare(session)
-        if len(prepared.envelope) == 0:
-            ev = gen.complete(session, prepared, "")
-        else:
-            result = gen.write(prepared)
-            ev = gen.complete(session, prepared, result.text, result=result)
-        record(ev)
+        record(gen.step(session))
     subtopics = list(task.keys)
     page_counts = Counter(labels.values())
     metrics = run_metrics(data, labels, subtopics, page_counts)
