@@ -27,7 +27,7 @@ from cdr.ckf.model import (
     check_importance,
     normalize_source_type,
 )
-from cdr.ckf.parse import KIND_BY_SUFFIX, KINDS, PARSER_VERSION, _front_matter
+from cdr.ckf.parse import KIND_BY_SUFFIX, KINDS, PARSER_VERSION, front_matter
 from cdr.ckf.sources import (
     SkipDocument,
     decode_text,
@@ -104,7 +104,7 @@ def declared_settings(kind: str, text: str) -> dict[str, str]:
     (`source_type:`, `importance:`) or HTML `<meta name="cdr-source-type|cdr-importance">`.
     Read without a full parse, so an unchanged document costs no parsing."""
     if kind == "md":
-        meta, _ = _front_matter(text[:20000].splitlines())
+        meta, _ = front_matter(text[:20000].splitlines())
         return {k: meta[k] for k in ("source_type", "importance") if k in meta}
     if kind == "html":
         head = text[:50000]
