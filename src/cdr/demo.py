@@ -19,9 +19,9 @@ from rich.table import Table
 
 from cdr.assemble import assemble_document
 from cdr.ckf import CKF, ingest
-from cdr.ckf.corpus import cache_dir, pydoc_topics_dir
 from cdr.loop import GenerationConfig, Generator
 from cdr.quality import cwr6, fact_reuse
+from cdr.samples import cache_dir, pydoc_topics_dir
 from cdr.tables import window_table
 from cdr.trace import build_trace
 from cdr.writers import get_writer

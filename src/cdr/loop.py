@@ -41,6 +41,7 @@ from cdr.envelope import (
     residual_anchor,
 )
 from cdr.errors import CdrError, InvalidInputError, UpstreamError
+from cdr.factindex import FactIndex
 from cdr.headers import SAFETY_ONLY_HEADERS, crp_headers
 from cdr.prompt import PlanSection, build_user_prompt
 from cdr.ranking import DEFAULT_MMR_LAMBDA, DEFAULT_RANKING, Ranking, rank
@@ -205,7 +206,8 @@ class WindowEvent:
 class Generator:
     """Binds a CKF, its embedder, a writer and the settings; runs windows for a task."""
 
-    def __init__(self, ckf: Any, writer: Writer, config: GenerationConfig | None = None) -> None:
+    def __init__(self, ckf: FactIndex, writer: Writer, config: GenerationConfig | None = None
+                 ) -> None:
         self.ckf = ckf
         self.embedder = ckf.embedder
         self.writer = writer
@@ -322,7 +324,7 @@ class Generator:
         if not len(rows) or not plan_sqs:
             return []
         pos = [session.sub_query_ids.index(sq.id) for sq in plan_sqs]
-        sims = np.asarray(self.ckf.embeddings[rows]) @ session.sub_query_embeddings[pos].T
+        sims = self.ckf.vectors(rows) @ session.sub_query_embeddings[pos].T
         owner = np.argmax(sims, axis=1)
         if self.config.plan_min_similarity is not None:
             owner[sims[np.arange(len(rows)), owner] < self.config.plan_min_similarity] = -1
