@@ -2,7 +2,7 @@
 
 Corpora: every `pydoc_data.topics` entry written as a Markdown file (the language reference:
 setext headings, indented examples, lists), and, when present, the Python HTML documentation
-tree (`cdr.ckf.corpus.python_docs_dir`, ~500 pages). `--parser FILE` loads another version of
+tree (`bench/corpus.py`'s `python_docs_dir`, ~500 pages). `--parser FILE` loads another version of
 `cdr/ckf/parse.py` (e.g. `git show REV:src/cdr/ckf/parse.py > /tmp/old.py`) so before and after
 run on the same texts in the same process setup:
 
@@ -39,7 +39,7 @@ def _markdown_corpus() -> list[str]:
 
 def _html_corpus(limit: int) -> list[str]:
     try:
-        from cdr.ckf.corpus import python_docs_dir
+        from corpus import python_docs_dir  # bench/, the script's own directory
 
         root = python_docs_dir()
     except Exception as exc:  # the benchmark runs without the HTML tree, saying so
