@@ -40,7 +40,7 @@ from cdr.envelope import (
     residual_anchor,
 )
 from cdr.errors import CdrError, InvalidInputError, UpstreamError
-from cdr.factindex import FactIndex
+from cdr.factindex import FactIndex, Selection
 from cdr.headers import SAFETY_ONLY_HEADERS, crp_headers
 from cdr.prompt import WORDS_PER_TOKEN, PlanSection, build_user_prompt, fit_plan
 from cdr.ranking import DEFAULT_MMR_LAMBDA, DEFAULT_RANKING, Ranking, rank
@@ -289,7 +289,14 @@ class Generator:
     def prepare(self, session: Session) -> PreparedWindow:
         """Phase 1 select, Phase 2 rank, Phase 3 pack, plan and prompt for the next window."""
         cfg = self.config
-        sel = self.ckf.select(session.query_vector, session.min_relevance, PHASE1_LIMIT)
+        plan_sqs = self._plan_sub_queries(session)
+        per_section = cfg.ranker is None and session.ranking == "sections"
+        if per_section:
+            plan_sqs = self._sections_to_write(session, plan_sqs)
+            section_vecs = self._sub_query_vectors(session, plan_sqs)
+            sel = self._select_per_section(section_vecs, session.min_relevance)
+        else:
+            sel = self.ckf.select(session.query_vector, session.min_relevance, PHASE1_LIMIT)
         counts = session.blacklist.counts
         importance = self.ckf.importance[sel.indices]
         sel_counts = counts[sel.indices] if len(counts) else None
@@ -301,8 +308,8 @@ class Generator:
                 coverage=session.coverage, residual=session.residual,
                 mode=session.ranking, min_relevance=session.min_relevance,
                 mmr_lambda=cfg.mmr_lambda, rows=sel.indices,
+                sections=section_vecs if per_section else None,
             )
-        plan_sqs = self._plan_sub_queries(session)
         anchor = residual_anchor(session.residual_sub_queries)
         task_text = f"Task: {session.task}\n{anchor}"
         if cfg.backward_summary:
@@ -328,6 +335,39 @@ class Generator:
         return PreparedWindow(session.window_count + 1, envelope, packed_rows, facts, plan,
                               messages, len(session.coverage), cfg.generation_tokens)
 
+    def _sections_to_write(self, session: Session, plan_sqs: list[SubQuery]) -> list[SubQuery]:
+        """The sections this window will write: for a model writer, the leading ones its word
+        budget covers in depth (`fit_plan`), so per-section retrieval queries only those."""
+        if self.writer.name == "extractive":
+            return plan_sqs
+        drafts = [PlanSection(sq.text, self._target_words(session, sq), ()) for sq in plan_sqs]
+        kept = {p.title for p in
+                fit_plan(drafts, round(self.config.generation_tokens * WORDS_PER_TOKEN))}
+        return [sq for sq in plan_sqs if sq.text in kept] or plan_sqs[:1]
+
+    @staticmethod
+    def _sub_query_vectors(session: Session, sqs: list[SubQuery]) -> np.ndarray:
+        pos = [session.sub_query_ids.index(sq.id) for sq in sqs]
+        return np.asarray(session.sub_query_embeddings[pos], dtype=np.float32)
+
+    def _select_per_section(self, vecs: np.ndarray, gate: float) -> Selection:
+        """Phase 1 once per planned section, the union of the rows (each row once)."""
+        parts = [self.ckf.select(v, gate, PHASE1_LIMIT) for v in vecs]
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            return Selection.empty(self.ckf.dim)
+        rows = np.concatenate([p.indices for p in parts])
+        rel = np.concatenate([p.relevances for p in parts])
+        emb = np.concatenate([p.embeddings for p in parts])
+        _, first = np.unique(rows, return_index=True)
+        first = np.sort(first)
+        return Selection(rows[first], rel[first], emb[first])
+
+    @staticmethod
+    def _target_words(session: Session, sq: SubQuery) -> int:
+        done = session.cumulative_depth[sq.id]
+        return max(round(sq.expected_words * (1.0 - min(done, 1.0))), 40)
+
     def _plan(
         self, session: Session, plan_sqs: list[SubQuery], rows: np.ndarray, envelope: Envelope
     ) -> list[PlanSection]:
@@ -345,9 +385,7 @@ class Generator:
         for j, sq in enumerate(plan_sqs):
             refs = tuple(f"F{i + 1}" for i in by_score if owner[i] == j)
             if refs:
-                done = session.cumulative_depth[sq.id]
-                target = max(round(sq.expected_words * (1.0 - min(done, 1.0))), 40)
-                plan.append(PlanSection(sq.text, target, refs))
+                plan.append(PlanSection(sq.text, self._target_words(session, sq), refs))
         return plan
 
     def verify(self, session: Session, text: str) -> DpeReport:

@@ -6,6 +6,9 @@ All three modes share Phase 1's minimum-relevance gate (§2.6) and work on array
 - ``relevance``: importance × relevance (SPEC-003 Phase 2, what CDR replaces)
 - ``mmr``: greedy maximal marginal relevance, λ·(importance × relevance) − (1−λ)·max sim to
   the facts already picked in this window (no memory across windows, as MMR is used).
+- ``sections``: per-section retrieval, what outline-driven writers (STORM-like) do: each
+  section the window plans queries with its own text, relevance only, no memory across
+  windows; the sections' lists are merged in turns so every planned section gets its best facts.
 
 The CDR terms for M gated candidates cost one product of the (M, d) candidate block with
 ``[centroid, r₁ … r_R]``; the gate itself costs the one (N, d) mat-vec a plain cosine scan pays.
@@ -31,7 +34,7 @@ DEFAULT_MMR_LAMBDA = 0.5
 
 # The one spelling of the modes: the gateway's request schema uses the Literal, the CLI, the
 # session and the trace schema the tuple.
-RankingMode = Literal["cdr", "relevance", "mmr"]
+RankingMode = Literal["cdr", "relevance", "mmr", "sections"]
 RANKING_MODES: tuple[str, ...] = get_args(RankingMode)
 DEFAULT_RANKING = "cdr"
 
@@ -166,6 +169,40 @@ def _mmr_order(
     return order, scores
 
 
+def sections_order(
+    section_sims: np.ndarray, importance: np.ndarray, min_relevance: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-section lists merged in turns: (order, score, relevance) of the candidates placed.
+
+    `section_sims` is (m, S): each candidate's cosine to each planned section. Section s ranks
+    the candidates that pass the gate for it by importance × cosine; the merge takes each
+    section's 1st fact, then each one's 2nd, … (sections in plan order), and a fact an earlier
+    turn already placed is not placed again. So a fact sits at its best position over the
+    sections: (min over s of its rank in s, then the first such s). Its score and relevance are
+    those of the section that placed it. Candidates no section gates in are dropped.
+    """
+    sims = np.asarray(section_sims, dtype=_F32)
+    m, s = sims.shape
+    if m == 0 or s == 0:
+        empty = np.zeros(0, dtype=_F32)
+        return np.zeros(0, dtype=np.int64), empty, empty
+    imp = np.asarray(importance, dtype=_F32).reshape(m, 1)
+    passes = sims >= _F32(min_relevance)
+    scores = np.where(passes, imp * sims, -np.inf).astype(_F32)
+    # rank_in[c, j]: c's position in section j's list (ties by candidate position).
+    rank_in = np.full((m, s), np.iinfo(np.int64).max, dtype=np.int64)
+    for j in range(s):
+        order_j = np.lexsort((np.arange(m), -scores[:, j]))
+        rank_in[order_j, j] = np.arange(m)
+    rank_in[~passes] = np.iinfo(np.int64).max
+    best_rank = rank_in.min(axis=1)
+    best_sec = rank_in.argmin(axis=1)
+    keep = np.flatnonzero(passes.any(axis=1))
+    order = keep[np.lexsort((best_sec[keep], best_rank[keep]))]
+    picked = best_sec[order]
+    return order.astype(np.int64), scores[order, picked], sims[order, picked]
+
+
 def _top(score: np.ndarray, top_k: int | None) -> np.ndarray:
     """Positions of the best `top_k` scores, best first (ties: lower position first)."""
     n = score.shape[0]
@@ -195,13 +232,19 @@ def rank(
     mmr_lambda: float = DEFAULT_MMR_LAMBDA,
     top_k: int | None = None,
     rows: np.ndarray | None = None,
+    sections: np.ndarray | None = None,
 ) -> Ranking:
     """Phase 2 over candidates whose unit embeddings and query relevances are given.
 
     The gate is applied here too, so callers may pass Phase 1's output or a raw block. `rows`
     maps candidate positions to the caller's ids (e.g. CKF rows) in the returned `indices`.
+    Mode ``sections`` needs `sections`, the (S, d) unit embeddings of the planned sections: its
+    gate and relevances are per section (`relevance`, the task query's, is not used).
     """
     check_mode(mode)
+    if mode == "sections":
+        return _rank_sections(embeddings, relevance, importance, sections, min_relevance,
+                              top_k, rows)
     rel = np.asarray(relevance, dtype=_F32)
     if rel.ndim != 1 or rel.shape[0] != embeddings.shape[0]:
         raise InvalidInputError(
@@ -246,6 +289,35 @@ def rank(
         ids, score[order], rel[order], novelty[order], pull[order], pen, cov[order], mode,
         m, int((penalty > 0).sum()), extra,
     )
+
+
+def _rank_sections(
+    embeddings: np.ndarray, relevance: np.ndarray, importance: np.ndarray | None,
+    sections: np.ndarray | None, min_relevance: float, top_k: int | None,
+    rows: np.ndarray | None,
+) -> Ranking:
+    """`rank` for mode ``sections`` (see `sections_order`)."""
+    m = embeddings.shape[0]
+    if np.asarray(relevance).shape != (m,):
+        raise InvalidInputError(
+            f"relevance has shape {np.asarray(relevance).shape}, expected ({m},)")
+    if sections is None:
+        raise InvalidInputError("ranking mode 'sections' needs the planned sections' embeddings")
+    sec = np.asarray(sections, dtype=_F32)
+    if sec.ndim != 2 or (m and sec.shape[1] != embeddings.shape[1]):
+        raise InvalidInputError(
+            f"sections has shape {sec.shape}, expected (S, {embeddings.shape[1]})")
+    imp = np.ones(m, dtype=_F32) if importance is None else np.asarray(importance, dtype=_F32)
+    sims = (np.asarray(embeddings, dtype=_F32) @ sec.T) if m else np.zeros((0, len(sec)), _F32)
+    order, score, rel = sections_order(sims, imp, min_relevance)
+    if top_k is not None:
+        order, score, rel = order[:top_k], score[:top_k], rel[:top_k]
+    n = len(order)
+    zeros = np.zeros(n, dtype=_F32)
+    ids = order if rows is None else np.asarray(rows)[order]
+    n_gated = int((sims >= _F32(min_relevance)).any(axis=1).sum()) if m else 0
+    return Ranking(ids, score, rel, zeros + 1, zeros, zeros, zeros, "sections", n_gated, 0,
+                   {"sections": float(len(sec))})
 
 
 def rank_all(

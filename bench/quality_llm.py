@@ -1,0 +1,212 @@
+"""Quality benchmark on generated text (issue 9 §3): what the reference model writes, per arm.
+
+The extractive benchmark (bench/quality.py) measures what goes *into* a window; this one
+measures what a real language model *writes* from it. Each task is a Python-docs page (title =
+task, section titles = outline, as in bench/quality.py); each arm is a Phase 2 ranking —
+relevance only, xQuAD, per-section retrieval (`--ranking sections`), CDR — run through the
+same `cdr.loop.Generator` the CLI uses (same envelopes, prompts, Stage 8 and exit rules), with
+the reference model (Qwen2.5-Coder-1.5B-Instruct Q4_K_M, llama.cpp in-process, temperature 0,
+seed 42). A run stops where its own exit rule stops it, at most `--windows` windows.
+
+Every finished (task, arm) run is checkpointed to `--runs DIR` (one JSON per run, written after
+each window, marked complete at the end); `--resume` skips complete runs with the same
+settings, so an interrupted benchmark resumes. `--stop-at HH:MM` starts no new run after that
+wall-clock time (UTC), and `--shard i/n` splits the tasks between processes. The report
+(`bench/results/quality-llm.md` and PNG plots) is computed from the checkpoints by
+`--report-only`, and at the end of a run: see quality_llm_report.py.
+
+Usage: `python bench/quality_llm.py [--resume] [--tasks N] [--arms relevance,cdr,...]
+[--context-tokens 2048] [--generation-tokens 320] [--stop-at 14:20] [--report-only]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+try:
+    import cdr  # noqa: F401
+except ImportError:  # running from a checkout without an install
+    sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(BENCH))
+
+from cdr.ckf import CKF  # noqa: E402
+from cdr.loop import GenerationConfig, Generator  # noqa: E402
+from cdr.samples import cache_dir  # noqa: E402
+from corpus import python_docs_dir  # noqa: E402
+from quality import Corpus, envelope_tokens, load_corpus  # noqa: E402
+from quality_arms import XQuADRanker  # noqa: E402
+from quality_llm_runs import pending, save_run, settings_key  # noqa: E402
+from quality_tasks import Task  # noqa: E402
+
+RESULTS = BENCH / "results"
+DEFAULT_RUNS = RESULTS / "quality-llm-runs"
+# Six pages of the extractive benchmark's task list, 9-11 sections each, 116-292 facts.
+DEFAULT_PAGES = (
+    "library/collections.html",
+    "library/logging.html",
+    "library/threading.html",
+    "library/dataclasses.html",
+    "library/datetime.html",
+    "library/configparser.html",
+)
+# The arms in the order they run within a task: the comparison that matters most first.
+DEFAULT_ARMS = ("relevance", "cdr", "sections", "xquad")
+ARM_LABELS = {
+    "relevance": "relevance only (SPEC-003 Phase 2)",
+    "cdr": "CDR (ours, spec defaults)",
+    "sections": "per-section retrieval (--ranking sections, STORM-like)",
+    "xquad": "xQuAD, λ = 0.5, aspects = sub-queries, S across windows",
+}
+
+
+def default_ckf() -> Path:
+    """The CKF of the task pages and their neighbours (53 pages, ~7k facts): large enough to
+    hold distractors, small enough to build on this machine (bench/quality.py's full CKF is
+    36k facts)."""
+    return cache_dir() / "bench-llm" / "pydocs-related.ckf"
+
+
+@dataclass
+class Settings:
+    """What a run depends on: a checkpoint made with other settings is rerun."""
+
+    model: str
+    context_tokens: int
+    generation_tokens: int
+    words: int
+    windows: int
+    temperature: float = 0.0
+    seed: int = 42
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def make_config(settings: Settings, arm: str, ckf: Any, task: Task) -> GenerationConfig:
+    """The `cdr generate` configuration of `arm` (xQuAD: a Phase 2 replacement)."""
+    mode = "relevance" if arm == "xquad" else arm
+    cfg = GenerationConfig(max_windows=settings.windows, words=settings.words, ranking=mode,
+                           context_tokens=settings.context_tokens,
+                           generation_tokens=settings.generation_tokens)
+    if arm == "xquad":
+        cfg = replace(cfg, ranker=XQuADRanker(envelope_tokens(cfg, task), ckf.token_counts,
+                                              lam=0.5))
+    return cfg
+
+
+def window_record(ev: Any) -> dict[str, Any]:
+    """What the report needs of one window: the text, its envelope (ids, rows, text), plan,
+    timings and the loop's verdicts."""
+    p = ev.prepared
+    env = p.envelope
+    return {
+        "number": ev.number,
+        "text": ev.output,
+        "seconds": round(ev.seconds, 2),
+        "finish_reason": ev.finish_reason,
+        "status": ev.status,
+        "completeness": ev.completeness,
+        "usage": ev.usage,
+        "novelty_ratio": env.mean_novelty_ratio,
+        "fact_ids": list(env.fact_ids),
+        "fact_rows": [int(r) for r in p.rows],
+        "fact_texts": [f.content for f in p.facts],
+        "plan": [[s.title, s.target_words] for s in p.plan],
+        "unattributed_words": ev.report.unattributed_words,
+    }
+
+
+def run_one(ckf: Any, writer: Any, task: Task, arm: str, settings: Settings, key: str,
+            runs_dir: Path) -> dict[str, Any]:
+    """One (task, arm) run, checkpointed after every window and marked complete at the end."""
+    cfg = make_config(settings, arm, ckf, task)
+    gen = Generator(ckf, writer, cfg)
+    run: dict[str, Any] = {"task": task.page, "title": task.title, "outline": list(task.outline),
+                           "arm": arm, "settings": settings.as_dict(), "settings_key": key,
+                           "windows": [], "complete": False,
+                           "started": datetime.now(UTC).isoformat(timespec="seconds")}
+    session = gen.start(task.title, task.outline_text)
+    for ev in gen.run(task.title, session=session):
+        if cfg.ranker is not None:
+            cfg.ranker.remember(ev.prepared.rows)
+        run["windows"].append(window_record(ev))
+        print(f"  {task.page} {arm} W{ev.number}: {len(ev.output.split())} words, "
+              f"{ev.finish_reason}, {ev.seconds:.0f}s, {ev.status}", flush=True)
+        save_run(runs_dir, run)
+    run["complete"] = True
+    run["exit_reason"] = session.status
+    save_run(runs_dir, run)
+    return run
+
+
+def load_tasks(ckf: Any, pages: tuple[str, ...]) -> tuple[Corpus, list[Task]]:
+    corpus = load_corpus(ckf, python_docs_dir(), pages)
+    return corpus, corpus.tasks
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ckf", type=Path, default=None)
+    ap.add_argument("--runs", type=Path, default=DEFAULT_RUNS)
+    ap.add_argument("--out", type=Path, default=RESULTS / "quality-llm.md")
+    ap.add_argument("--tasks", type=int, default=len(DEFAULT_PAGES))
+    ap.add_argument("--arms", default=",".join(DEFAULT_ARMS))
+    ap.add_argument("--windows", type=int, default=5)
+    ap.add_argument("--words", type=int, default=1200,
+                    help="document length the outline is planned for (~5 windows' worth)")
+    ap.add_argument("--context-tokens", type=int, default=2048)
+    ap.add_argument("--generation-tokens", type=int, default=320)
+    ap.add_argument("--resume", action="store_true", help="skip runs already checkpointed")
+    ap.add_argument("--stop-at", default=None, help="HH:MM (UTC): start no run after it")
+    ap.add_argument("--shard", default="0/1", help="i/n: run the tasks with index ≡ i mod n")
+    ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--no-report", action="store_true")
+    args = ap.parse_args(argv)
+
+    from cdr.models import local_llm_path  # CDR_LOCAL_MODEL, else the reference model
+
+    model = local_llm_path()
+    settings = Settings(model.name, args.context_tokens, args.generation_tokens, args.words,
+                        args.windows)
+    key = settings_key(settings.as_dict())
+    ckf = CKF.open_or_create(args.ckf or default_ckf())
+    if ckf.n_rows == 0:
+        raise SystemExit(f"the CKF at {ckf.path} is empty: build it first (see --help)")
+    corpus, tasks = load_tasks(ckf, DEFAULT_PAGES[: args.tasks])
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    unknown = [a for a in arms if a not in ARM_LABELS]
+    if unknown:
+        raise SystemExit(f"unknown arm(s) {unknown}; choose from {list(ARM_LABELS)}")
+    t0 = time.perf_counter()
+    if not args.report_only:
+        i, n = (int(x) for x in args.shard.split("/"))
+        mine = [t for j, t in enumerate(tasks) if j % n == i]
+        todo = pending(args.runs, [(t.page, a) for t in mine for a in arms], key, args.resume)
+        by_page = {t.page: t for t in tasks}
+        from cdr.writers import get_writer
+
+        writer = get_writer("local", n_ctx=round(args.context_tokens * 1.3))
+        print(f"{len(todo)} runs to do; model {writer.model_path}", flush=True)
+        for page, arm in todo:
+            if args.stop_at and datetime.now(UTC).strftime("%H:%M") >= args.stop_at:
+                print(f"stop-at {args.stop_at} reached; {page} {arm} and later not started")
+                break
+            run_one(ckf, writer, by_page[page], arm, settings, key, args.runs)
+    if not args.no_report:
+        from quality_llm_report import write_report
+
+        write_report(ckf, corpus, tasks, arms, settings, key, args.runs, args.out,
+                     time.perf_counter() - t0)
+
+
+if __name__ == "__main__":
+    main()
