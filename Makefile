@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 
-.PHONY: demo demo-llm llm test-llm test lint bench bench-ranking bench-ingest bench-quality bench-gateway bench-scale clean-venv
+.PHONY: demo demo-llm llm test-llm test lint bench bench-ranking bench-ingest bench-quality bench-llm bench-gateway bench-scale clean-venv
 
 $(BIN)/python:
 	@command -v $(PY) >/dev/null 2>&1 || { echo "need $(PY) (or run: make PY=python3)"; exit 1; }
@@ -51,6 +51,11 @@ bench-ingest: $(STAMP)
 
 bench-quality: $(STAMP)
 	$(BIN)/python bench/quality.py
+
+# Quality on text the reference model writes (issue 9 §3): minutes per window on a loaded CPU,
+# so every finished run is checkpointed and `--resume` picks up where it stopped.
+bench-llm: llm
+	CDR_LOCAL_THREADS=$${CDR_LOCAL_THREADS:-1} $(BIN)/python bench/quality_llm.py --resume
 
 bench-gateway: $(STAMP)
 	$(BIN)/python bench/gateway.py

@@ -22,6 +22,7 @@ Usage: `python bench/quality_llm.py [--resume] [--tasks N] [--arms relevance,cdr
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -43,7 +44,7 @@ from cdr.samples import cache_dir  # noqa: E402
 from corpus import python_docs_dir  # noqa: E402
 from quality import Corpus, envelope_tokens, load_corpus  # noqa: E402
 from quality_arms import XQuADRanker  # noqa: E402
-from quality_llm_runs import pending, save_run, settings_key  # noqa: E402
+from quality_llm_runs import pending, save_run, settings_key, taken  # noqa: E402
 from quality_tasks import Task  # noqa: E402
 
 RESULTS = BENCH / "results"
@@ -85,6 +86,7 @@ class Settings:
     windows: int
     temperature: float = 0.0
     seed: int = 42
+    writer: str = "local"
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -131,9 +133,10 @@ def run_one(ckf: Any, writer: Any, task: Task, arm: str, settings: Settings, key
     gen = Generator(ckf, writer, cfg)
     run: dict[str, Any] = {"task": task.page, "title": task.title, "outline": list(task.outline),
                            "arm": arm, "settings": settings.as_dict(), "settings_key": key,
-                           "windows": [], "complete": False,
+                           "windows": [], "complete": False, "pid": os.getpid(),
                            "started": datetime.now(UTC).isoformat(timespec="seconds")}
     session = gen.start(task.title, task.outline_text)
+    save_run(runs_dir, run)  # claims the run: another worker skips it while this one lives
     for ev in gen.run(task.title, session=session):
         if cfg.ranker is not None:
             cfg.ranker.remember(ev.prepared.rows)
@@ -170,13 +173,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--shard", default="0/1", help="i/n: run the tasks with index ≡ i mod n")
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument("--no-report", action="store_true")
+    ap.add_argument("--writer", default="local", choices=("local", "extractive"),
+                    help="extractive: a seconds-long smoke run of the pipeline, not the benchmark")
     args = ap.parse_args(argv)
 
     from cdr.models import local_llm_path  # CDR_LOCAL_MODEL, else the reference model
 
     model = local_llm_path()
     settings = Settings(model.name, args.context_tokens, args.generation_tokens, args.words,
-                        args.windows)
+                        args.windows, writer=args.writer)
     key = settings_key(settings.as_dict())
     ckf = CKF.open_or_create(args.ckf or default_ckf())
     if ckf.n_rows == 0:
@@ -194,12 +199,16 @@ def main(argv: list[str] | None = None) -> None:
         by_page = {t.page: t for t in tasks}
         from cdr.writers import get_writer
 
-        writer = get_writer("local", n_ctx=round(args.context_tokens * 1.3))
-        print(f"{len(todo)} runs to do; model {writer.model_path}", flush=True)
+        writer = (get_writer("local", n_ctx=round(args.context_tokens * 1.3))
+                  if args.writer == "local" else get_writer("extractive"))
+        print(f"{len(todo)} runs to do; writer {args.writer}", flush=True)
         for page, arm in todo:
             if args.stop_at and datetime.now(UTC).strftime("%H:%M") >= args.stop_at:
                 print(f"stop-at {args.stop_at} reached; {page} {arm} and later not started")
                 break
+            if taken(args.runs, page, arm, key):
+                print(f"{page} {arm}: done or running in another worker; skipped", flush=True)
+                continue
             run_one(ckf, writer, by_page[page], arm, settings, key, args.runs)
     if not args.no_report:
         from quality_llm_report import write_report

@@ -80,3 +80,21 @@ def finished(directory: Path, pairs: Iterable[tuple[str, str]], key: str,
         if run is not None:
             out.append(run)
     return out
+
+
+def _alive(pid: Any) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (OSError, TypeError, ValueError):
+        return False
+    return True
+
+
+def taken(directory: Path, task: str, arm: str, key: str) -> bool:
+    """Whether (task, arm) needs no start here: complete, or in progress in a live process
+    (its checkpoint names the pid). Checked just before a run starts, so workers sharing a
+    checkpoint directory do not write the same run twice."""
+    run = load_run(directory, task, arm, key, complete_only=False)
+    if run is None:
+        return False
+    return bool(run.get("complete")) or (run.get("pid") != os.getpid() and _alive(run.get("pid")))

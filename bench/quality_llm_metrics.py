@@ -1,0 +1,174 @@
+"""Per-window measures of generated text (issue 9 §3), pure functions over texts and vectors.
+
+- CWR6 and the cumulative 6-gram repetition come from `cdr.quality` (DESIGN.md §6, seed §1.1).
+- Semantic repetition: the share of a window's sentences whose cosine to some sentence of an
+  earlier window reaches a threshold — the repetition a model produces by restating, which
+  6-grams miss. Sentence level, because paragraph cosines of MiniLM bunch together.
+- Grounding: the share of a window's sentences whose best cosine to a fact of that window's
+  envelope reaches a threshold.
+- Thresholds are calibrated on pairs drawn from the outputs themselves (`calibrate`): the
+  cosine that best separates positive from negative pairs (Youden's J).
+
+Embedding is left to the caller (vectors in, numbers out), so every function here is exact on
+small given cases.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_HEADING = re.compile(r"^\s*#{1,6}\s")
+_BULLET = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
+_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z`\"'(\[])")
+_WORD = re.compile(r"[A-Za-z0-9_]+")
+MIN_SENTENCE_WORDS = 4
+_STOP = ("a an the and or of to in on for with by is are be was were it its this that these "
+         "those as at from can you your if not no but so which will may also than then there "
+         "their they use used using into each any all when how what")
+STOPWORDS = frozenset(_STOP.split())
+
+
+def sentences(text: str, min_words: int = MIN_SENTENCE_WORDS) -> list[str]:
+    """The prose sentences of Markdown `text`: headings and code blocks left out, list items
+    and paragraphs split at sentence ends; fragments under `min_words` words dropped."""
+    out: list[str] = []
+    in_code = False
+    block: list[str] = []
+
+    def flush() -> None:
+        if block:
+            para = " ".join(block)
+            out.extend(s.strip() for s in _SPLIT.split(para))
+            block.clear()
+
+    for line in text.splitlines():
+        if _FENCE.match(line):
+            flush()
+            in_code = not in_code
+            continue
+        if in_code or _HEADING.match(line):
+            flush()
+            continue
+        if not line.strip():
+            flush()
+            continue
+        if _BULLET.match(line):
+            flush()
+            line = _BULLET.sub("", line)
+        block.append(line.strip())
+    flush()
+    return [s for s in out if len(s.split()) >= min_words]
+
+
+def content_words(text: str) -> set[str]:
+    """Lower-cased words that are not stop words: what lexical overlap is measured on."""
+    return {w for w in (m.lower() for m in _WORD.findall(text)) if w not in STOPWORDS}
+
+
+def jaccard(a: set[str], b: set[str]) -> float:
+    return len(a & b) / len(a | b) if a or b else 0.0
+
+
+def containment(a: set[str], b: set[str]) -> float:
+    """Share of `a`'s words that `b` holds."""
+    return len(a & b) / len(a) if a else 0.0
+
+
+def _unit(v: np.ndarray) -> np.ndarray:
+    v = np.asarray(v, dtype=np.float64)
+    if v.size == 0:
+        return v.reshape(0, v.shape[-1] if v.ndim == 2 else 0)
+    n = np.linalg.norm(v, axis=1, keepdims=True)
+    return v / np.where(n == 0, 1.0, n)
+
+
+def semantic_repetition(windows: Sequence[np.ndarray], threshold: float) -> list[float]:
+    """Per window, the share of its sentences (rows of its (k, d) array) whose cosine to some
+    sentence of an earlier window is ≥ `threshold`. Window 1 has nothing earlier: 0. A window
+    with no sentences: NaN (it wrote nothing to judge)."""
+    out: list[float] = []
+    earlier: list[np.ndarray] = []
+    for vecs in windows:
+        v = _unit(np.asarray(vecs, dtype=np.float64))
+        if v.shape[0] == 0:
+            out.append(math.nan)
+            continue
+        if earlier:
+            prev = np.concatenate(earlier)
+            best = (v @ prev.T).max(axis=1)
+            out.append(float(np.mean(best >= threshold)))
+        else:
+            out.append(0.0)
+        earlier.append(v)
+    return out
+
+
+def grounding(sentence_vecs: np.ndarray, fact_vecs: np.ndarray, threshold: float) -> float:
+    """Share of sentences whose best cosine to a fact reaches `threshold` (NaN: no sentence;
+    0 when there are no facts: nothing could ground them)."""
+    s = _unit(np.asarray(sentence_vecs, dtype=np.float64))
+    if s.shape[0] == 0:
+        return math.nan
+    f = _unit(np.asarray(fact_vecs, dtype=np.float64))
+    if f.shape[0] == 0:
+        return 0.0
+    return float(np.mean((s @ f.T).max(axis=1) >= threshold))
+
+
+def subtopic_coverage(sentence_vecs: np.ndarray, fact_vecs: np.ndarray,
+                      fact_topics: Sequence[str], n_topics: int, threshold: float) -> float:
+    """Share of the task's `n_topics` sub-topics the text covers: a sub-topic counts when some
+    sentence's cosine to one of its labelled facts (`fact_topics[i]` for row i of
+    `fact_vecs`) reaches `threshold` — the text says something that section says."""
+    s = _unit(np.asarray(sentence_vecs, dtype=np.float64))
+    f = _unit(np.asarray(fact_vecs, dtype=np.float64))
+    if n_topics <= 0:
+        return math.nan
+    if s.shape[0] == 0 or f.shape[0] == 0:
+        return 0.0
+    hit = (s @ f.T).max(axis=0) >= threshold
+    return len({fact_topics[i] for i in np.flatnonzero(hit)}) / n_topics
+
+
+@dataclass
+class Calibration:
+    """A threshold chosen on labelled cosines, and how well it separates them."""
+
+    threshold: float
+    positives: int
+    negatives: int
+    true_positive_rate: float
+    false_positive_rate: float
+    positive_median: float
+    negative_median: float
+    negative_p99: float
+
+
+def calibrate(pos: Sequence[float], neg: Sequence[float]) -> Calibration:
+    """The cosine threshold with the best Youden's J (TPR − FPR) over the candidate cuts (every
+    observed cosine); ties go to the higher threshold (fewer false repetitions)."""
+    p = np.sort(np.asarray(pos, dtype=np.float64))
+    n = np.sort(np.asarray(neg, dtype=np.float64))
+    if p.size == 0 or n.size == 0:
+        raise ValueError(f"calibration needs both kinds of pairs ({p.size} positive, "
+                         f"{n.size} negative)")
+    cuts = np.unique(np.concatenate([p, n]))
+    tpr = 1.0 - np.searchsorted(p, cuts, side="left") / p.size  # share ≥ cut
+    fpr = 1.0 - np.searchsorted(n, cuts, side="left") / n.size
+    j = tpr - fpr
+    best = int(np.flatnonzero(j == j.max())[-1])
+    return Calibration(float(cuts[best]), int(p.size), int(n.size), float(tpr[best]),
+                       float(fpr[best]), float(np.median(p)), float(np.median(n)),
+                       float(np.quantile(n, 0.99)))
+
+
+def mean_over(values: Sequence[float], start: int = 1, stop: int | None = None) -> float:
+    """Mean of `values[start:stop]` ignoring NaN (windows 2–5 are `start=1`); NaN if none."""
+    v = [x for x in values[start:stop] if not math.isnan(x)]
+    return sum(v) / len(v) if v else math.nan

@@ -1,0 +1,472 @@
+"""The report of the LLM quality benchmark, computed from its checkpoints alone.
+
+Reads every checkpointed (task, arm) run, embeds the sentences the model wrote with the CKF's
+embedding model (all-MiniLM-L6-v2), calibrates the two cosine thresholds on pairs drawn from
+those outputs, computes the per-window measures (quality_llm_metrics.py) and writes
+`bench/results/quality-llm.md` plus `quality-llm-curves.png`. Headline figures compare arms on
+the tasks every arm finished, so each arm is judged on the same pages.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import random
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cdr import quality
+from cdr.ngrams import NGRAM_SIZE, tokenize
+from quality import Corpus, task_labels
+from quality_llm_metrics import (
+    Calibration,
+    calibrate,
+    containment,
+    content_words,
+    grounding,
+    jaccard,
+    mean_over,
+    semantic_repetition,
+    sentences,
+    subtopic_coverage,
+)
+from quality_llm_runs import finished
+from quality_tasks import Task
+
+PARAPHRASE_JACCARD = 0.5  # cross-window sentence pairs at least this alike in content words…
+DIFFERENT_JACCARD = 0.15  # …and same-task pairs at most this alike: the two calibration sets
+DERIVED_CONTAINMENT = 0.6  # a sentence whose content words mostly come from one fact
+TARGET_SEMREP_RATIO = 0.5
+TARGET_CWR6 = 0.03
+TARGET_CUMREP = 0.0208
+TARGET_GROUNDING_GAP = 0.05
+SERIES = ("semrep", "cwr6", "cumrep", "grounding", "coverage", "words", "seconds")
+SERIES_LABELS = {
+    "semrep": "semantic repetition (share of sentences)",
+    "cwr6": "CWR6",
+    "cumrep": "cumulative 6-gram repetition",
+    "grounding": "grounding (share of sentences)",
+    "coverage": "sub-topic coverage of the text so far",
+    "words": "words written",
+    "seconds": "seconds per window",
+}
+
+
+class Embeddings:
+    """Sentence vectors, each distinct sentence encoded once."""
+
+    def __init__(self, encode: Any) -> None:
+        self.encode = encode
+        self.cache: dict[str, np.ndarray] = {}
+
+    def add(self, texts: Sequence[str]) -> None:
+        new = list(dict.fromkeys(t for t in texts if t not in self.cache))
+        for i in range(0, len(new), 256):
+            chunk = new[i:i + 256]
+            for t, v in zip(chunk, np.asarray(self.encode(chunk)), strict=True):
+                self.cache[t] = v.astype(np.float32)
+
+    def of(self, texts: Sequence[str], dim: int) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, dim), np.float32)
+        return np.stack([self.cache[t] for t in texts])
+
+
+def _cwr(texts: Sequence[str]) -> list[float]:
+    return [c if len(tokenize(t)) >= NGRAM_SIZE else math.nan
+            for c, t in zip(quality.cwr6(texts), texts, strict=True)]
+
+
+def calibrations(runs: Sequence[dict[str, Any]], sents: dict[tuple[str, str], list[list[str]]],
+                 emb: Embeddings, fvec: Any, dim: int, seed: int = 0
+                 ) -> tuple[Calibration, Calibration]:
+    """(repetition, grounding) thresholds, from pairs of the outputs (see the report)."""
+    rng = random.Random(seed)
+    pos, neg = [], []
+    for run in runs:
+        wins = sents[(run["task"], run["arm"])]
+        for j in range(1, len(wins)):
+            for s in wins[j]:
+                ws = content_words(s)
+                for e in (x for w in wins[:j] for x in w):
+                    if s == e:
+                        continue
+                    jac = jaccard(ws, content_words(e))
+                    if jac >= PARAPHRASE_JACCARD:
+                        pos.append((s, e))
+                    elif jac <= DIFFERENT_JACCARD:
+                        neg.append((s, e))
+    neg = rng.sample(neg, min(len(neg), 4000))
+
+    def cos(pairs: list[tuple[str, str]]) -> list[float]:
+        if not pairs:
+            return []
+        a = emb.of([p[0] for p in pairs], dim)
+        b = emb.of([p[1] for p in pairs], dim)
+        return list(np.einsum("ij,ij->i", a, b) / (
+            np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)))
+
+    rep = calibrate(cos(pos), cos(neg))
+    gpos, gneg = [], []
+    windows = [(run, w, s) for run in runs
+               for w, s in zip(run["windows"], sents[(run["task"], run["arm"])], strict=True)]
+    for run, w, ss in windows:
+        if not ss or not w["fact_rows"]:
+            continue
+        facts = fvec(w["fact_rows"])
+        words = [content_words(t) for t in w["fact_texts"]]
+        sv = emb.of(ss, dim)
+        best = (sv @ facts.T).max(axis=1)
+        for i, s in enumerate(ss):
+            cw = content_words(s)
+            if max(containment(cw, fw) for fw in words) >= DERIVED_CONTAINMENT:
+                gpos.append(float(best[i]))
+        others = [(r2, w2) for r2, w2, _ in windows if r2["task"] != run["task"]
+                  and w2["fact_rows"]]
+        if others:
+            _, w2 = rng.choice(others)
+            gneg.extend(float(x) for x in (sv @ fvec(w2["fact_rows"]).T).max(axis=1))
+    return rep, calibrate(gpos, gneg)
+
+
+def run_series(run: dict[str, Any], ss: list[list[str]], emb: Embeddings, fvec: Any, dim: int,
+               page: tuple[np.ndarray, list[str], int], rep_t: float, ground_t: float
+               ) -> dict[str, list[float]]:
+    """Per-window series of one run."""
+    texts = [w["text"] for w in run["windows"]]
+    vecs = [emb.of(s, dim) for s in ss]
+    page_vecs, page_topics, n_topics = page
+    cov = []
+    for i in range(len(vecs)):
+        so_far = np.concatenate(vecs[: i + 1]) if vecs else np.zeros((0, dim))
+        cov.append(subtopic_coverage(so_far, page_vecs, page_topics, n_topics, ground_t))
+    return {
+        "semrep": semantic_repetition(vecs, rep_t),
+        "cwr6": _cwr(texts),
+        "cumrep": quality.cumulative_repetition(texts),
+        "grounding": [grounding(v, fvec(w["fact_rows"]) if w["fact_rows"] else
+                                np.zeros((0, dim)), ground_t)
+                      for v, w in zip(vecs, run["windows"], strict=True)],
+        "coverage": cov,
+        "words": [float(len(t.split())) for t in texts],
+        "seconds": [float(w["seconds"]) for w in run["windows"]],
+    }
+
+
+def _fmt(x: float, pct: bool = True, digits: int = 1) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{100 * x:.{digits}f}%" if pct else f"{x:.{digits}f}"
+
+
+def _reuse(run: dict[str, Any]) -> float:
+    """Share of the envelope facts of windows 2+ already in an earlier envelope."""
+    seen: set[str] = set()
+    shares = []
+    for i, w in enumerate(run["windows"]):
+        ids = w["fact_ids"]
+        if i and ids:
+            shares.append(sum(1 for f in ids if f in seen) / len(ids))
+        seen.update(ids)
+    return float(np.mean(shares)) if shares else math.nan
+
+
+def _replanned(run: dict[str, Any]) -> float:
+    """Share of the sections planned in windows 2+ that an earlier window planned too."""
+    seen: set[str] = set()
+    shares = []
+    for i, w in enumerate(run["windows"]):
+        titles = [p[0] for p in w["plan"]]
+        if i and titles:
+            shares.append(sum(1 for t in titles if t in seen) / len(titles))
+        seen.update(titles)
+    return float(np.mean(shares)) if shares else math.nan
+
+
+def write_report(ckf: Any, corpus: Corpus, tasks: Sequence[Task], arms: Sequence[str],
+                 settings: Any, key: str, runs_dir: Path, out: Path, seconds: float) -> None:
+    pairs = [(t.page, a) for t in tasks for a in arms]
+    # Interrupted runs count with the windows they wrote (each window is whole): the
+    # deadline cuts runs, and what they wrote is still measured; the report says which.
+    runs = [r for r in finished(runs_dir, pairs, key, complete_only=False) if r["windows"]]
+    partial = [r for r in runs if not r.get("complete")]
+    by_key = {(r["task"], r["arm"]): r for r in runs}
+    common = [t for t in tasks if all((t.page, a) in by_key for a in arms)]
+    dim = int(ckf.dim)
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def fvec(rows: Sequence[int]) -> np.ndarray:
+        return np.asarray(ckf.vectors(np.asarray(rows, dtype=np.int64)), dtype=np.float32)
+
+    emb = Embeddings(ckf.embedder.encode)
+    sents = {(r["task"], r["arm"]): [sentences(w["text"]) for w in r["windows"]] for r in runs}
+    emb.add([s for ws in sents.values() for w in ws for s in w])
+    lines: list[str] = []
+    if not runs:
+        out.write_text("# Quality on generated text\n\nNo run has finished yet.\n", "utf-8")
+        return
+    rep_cal, ground_cal = calibrations(runs, sents, emb, fvec, dim)
+    id_row = {fid: i for i, fid in enumerate(corpus.ids) if fid}
+    page_cache: dict[str, tuple[np.ndarray, list[str], int]] = {}
+    for t in tasks:
+        labels = task_labels(corpus, t)
+        fids = list(labels)
+        page_cache[t.page] = (fvec([id_row[f] for f in fids]) if fids else
+                              np.zeros((0, dim), np.float32), [labels[f] for f in fids],
+                              len(t.keys))
+    series = {(r["task"], r["arm"]): run_series(
+        r, sents[(r["task"], r["arm"])], emb, fvec, dim, page_cache[r["task"]],
+        rep_cal.threshold, ground_cal.threshold) for r in runs}
+    n_win = settings.windows
+
+    def per_window(arm: str, name: str) -> list[float]:
+        vals = []
+        for w in range(n_win):
+            xs = [series[(t.page, arm)][name][w] for t in common
+                  if w < len(series[(t.page, arm)][name])]
+            xs = [x for x in xs if not math.isnan(x)]
+            vals.append(float(np.mean(xs)) if xs else math.nan)
+        return vals
+
+    def at_end(arm: str, name: str) -> float:
+        xs = [series[(t.page, arm)][name][-1] for t in common if series[(t.page, arm)][name]]
+        return float(np.mean(xs)) if xs else math.nan
+
+    def w25(arm: str, name: str) -> float:
+        xs = [mean_over(series[(t.page, arm)][name], 1) for t in common]
+        xs = [x for x in xs if not math.isnan(x)]
+        return float(np.mean(xs)) if xs else math.nan
+
+    total_windows = sum(len(r["windows"]) for r in runs)
+    win_seconds = [w["seconds"] for r in runs for w in r["windows"]]
+    lines += [
+        "# Quality on generated text: what the reference model writes, per arm",
+        "",
+        f"Generated {datetime.now(UTC).isoformat(timespec='minutes')} by `make bench-llm` "
+        f"(`python bench/quality_llm.py --resume`), from the checkpoints in "
+        f"`{_shown_path(runs_dir)}` on {platform.machine()} ({_cpus()}).",
+        "",
+        "## What ran",
+        "",
+        (f"- Model: `{settings.model}` (Qwen2.5-Coder-1.5B-Instruct Q4_K_M, llama.cpp "
+         f"in-process via `--writer local`), temperature {settings.temperature}, seed "
+         f"{settings.seed}, 1 thread (`CDR_LOCAL_THREADS=1`: faster than 2 on this loaded "
+         "2-core machine)." if settings.writer == "local" else
+         "- Writer: **extractive** (a smoke run of the pipeline, not the benchmark)."),
+        f"- Context {settings.context_tokens} tokens (the model's n_ctx is 1.3× that), "
+        f"generation ≤ {settings.generation_tokens} tokens per window, document planned for "
+        f"{settings.words} words, at most {n_win} windows; every window goes through "
+        "`Generator.step` — the envelopes, prompts, Stage 8 and exit rules of `cdr generate`. "
+        "A run ends where its own exit rule ends it.",
+        f"- CKF: `{ckf.path}` — {ckf.n_rows:,} facts of the task pages and their "
+        "neighbours in the Python 3.11 docs (the distractors a real knowledge base holds).",
+        f"- Tasks planned: {len(tasks)} ({', '.join(t.page for t in tasks)}); arms: "
+        f"{', '.join(arms)}.",
+        f"- Ran: {len(runs) - len(partial)} of {len(pairs)} runs to their end, "
+        f"{len(partial)} interrupted; {total_windows} windows, "
+        f"{sum(win_seconds) / 60:.0f} min of window time ({np.median(win_seconds):.0f} s median "
+        f"per window). Tasks every arm ran on (the headline's): "
+        f"{', '.join(t.page for t in common) or 'none'}.",
+    ]
+    missing = [f"{t} × {a}" for t, a in pairs if (t, a) not in by_key]
+    if missing:
+        lines.append(f"- Not run (time ran out; the benchmark resumes with `--resume`): "
+                     f"{', '.join(missing)}.")
+    if partial:
+        lines.append("- **Interrupted at the deadline** (counted with the windows they wrote; "
+                     "their \"end\" values are at their last window, not W5): " + ", ".join(
+                         f"{r['task']} × {r['arm']} ({len(r['windows'])} of {n_win} windows)"
+                         for r in partial) + ".")
+    lines += [f"- This report: {seconds / 60:.1f} min in this invocation (embedding and "
+              "scoring take seconds; the rest is writing).", ""]
+
+    lines += ["## Thresholds, calibrated on the outputs", ""]
+    lines += _cal_lines(rep_cal, ground_cal)
+
+    if common:
+        lines += ["", "## Headline: targets for CDR, and every arm on the same tasks", "",
+                  f"Means over the {len(common)} task(s) every arm ran on; W2–5 is the mean of "
+                  "a run's windows 2–5 (those it wrote), then over tasks; \"end\" is a run's "
+                  "last window (W5 unless it was interrupted or exited earlier).", ""]
+        lines += _headline(arms, w25, at_end, per_window, series, common, by_key)
+        lines += ["", "## Per window (mean over the same tasks)", ""]
+        for name in SERIES:
+            lines += [f"**{SERIES_LABELS[name]}**", "",
+                      "| arm | " + " | ".join(f"W{i + 1}" for i in range(n_win)) + " |",
+                      "|---|" + "---:|" * n_win]
+            pct = name not in ("words", "seconds")
+            for a in arms:
+                lines.append(f"| {a} | " + " | ".join(
+                    _fmt(x, pct, 1 if pct else 0) for x in per_window(a, name)) + " |")
+            lines.append("")
+        png = out.with_name("quality-llm-curves.png")
+        _plot(arms, per_window, n_win, png)
+        lines += [f"![per-window curves per arm]({png.name})", ""]
+    lines += ["## Every run", "",
+              "| task | arm | windows | exit | words | semrep W2–5 | CWR6 W2–5 | cum. rep. end "
+              "| grounding | coverage end | s/window |",
+              "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in runs:
+        s = series[(r["task"], r["arm"])]
+        lines.append(
+            f"| {r['task']} | {r['arm']} | {len(r['windows'])} | "
+            f"{r.get('exit_reason', 'interrupted') if r.get('complete') else 'interrupted'} | "
+            f"{sum(s['words']):.0f} | {_fmt(mean_over(s['semrep'], 1))} | "
+            f"{_fmt(mean_over(s['cwr6'], 1))} | {_fmt(s['cumrep'][-1], digits=2)} | "
+            f"{_fmt(mean_over(s['grounding'], 0))} | {_fmt(s['coverage'][-1])} | "
+            f"{np.mean(s['seconds']):.0f} |")
+    lines += ["", "## How each measure is taken", "", *_method_lines(), ""]
+    out.write_text("\n".join(lines) + "\n", "utf-8")
+    print(f"wrote {out}")
+
+
+def _shown_path(path: Path) -> str:
+    root = Path(__file__).resolve().parent.parent
+    return str(path.resolve().relative_to(root)) if path.resolve().is_relative_to(root) else str(
+        path)
+
+
+def _cpus() -> str:
+    import os
+
+    return f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.0f} at report time"
+
+
+def _cal_lines(rep: Calibration, gr: Calibration) -> list[str]:
+    def row(name: str, c: Calibration) -> str:
+        return (f"| {name} | {c.threshold:.3f} | {c.positives} | {c.negatives} | "
+                f"{c.positive_median:.3f} | {c.negative_median:.3f} | {c.negative_p99:.3f} | "
+                f"{100 * c.true_positive_rate:.0f}% | {100 * c.false_positive_rate:.1f}% |")
+
+    return [
+        "Each threshold is the cosine (all-MiniLM-L6-v2) with the best Youden's J (TPR − FPR) "
+        "between two sets of pairs drawn from the benchmark's own outputs:",
+        "",
+        f"- **Semantic repetition.** Paraphrase pairs: a sentence and a sentence of an earlier "
+        f"window of the same run sharing ≥ {PARAPHRASE_JACCARD:.0%} of their content words "
+        f"(Jaccard; verbatim copies left out). Non-paraphrase pairs: the same, sharing ≤ "
+        f"{DIFFERENT_JACCARD:.0%} — same task, same topic, different statements (hard "
+        "negatives; a sample of 4,000). Paraphrases are found lexically, so the threshold is "
+        "tuned to restatements that keep some wording; a reworded restatement below it is "
+        "missed (the measure is a lower bound).",
+        f"- **Grounding.** Grounded: a sentence most of whose content words (≥ "
+        f"{DERIVED_CONTAINMENT:.0%}) come from one fact of its window's envelope, scored by "
+        "its best cosine to that envelope. Ungrounded: a sentence's best cosine to the "
+        "envelope of a window of *another task* (it cannot be grounded there). Sub-topic "
+        "coverage uses the same threshold against the page's labelled facts.",
+        "",
+        "| measure | threshold | positive pairs | negative pairs | positive median | "
+        "negative median | negative p99 | TPR | FPR |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        row("semantic repetition", rep),
+        row("grounding", gr),
+    ]
+
+
+def _headline(arms: Sequence[str], w25: Any, at_end: Any, per_window: Any,
+              series: dict[Any, Any], common: Sequence[Task], by_key: dict[Any, Any]
+              ) -> list[str]:
+    lines = ["| arm | semantic rep. W2–5 | CWR6 W2–5 | cum. 6-gram rep. at end | grounding "
+             "(all windows) | coverage at end | words/run | s/window | envelope reuse W2+ | "
+             "re-planned sections W2+ |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def grounding_all(a: str) -> float:
+        xs = [mean_over(series[(t.page, a)]["grounding"], 0) for t in common]
+        return float(np.nanmean(xs)) if xs else math.nan
+
+    for a in arms:
+        words = np.mean([sum(series[(t.page, a)]["words"]) for t in common])
+        secs = np.mean([x for t in common for x in series[(t.page, a)]["seconds"]])
+        reuse = np.nanmean([_reuse(by_key[(t.page, a)]) for t in common])
+        replan = np.nanmean([_replanned(by_key[(t.page, a)]) for t in common])
+        lines.append(
+            f"| {a} | {_fmt(w25(a, 'semrep'))} | {_fmt(w25(a, 'cwr6'), digits=2)} | "
+            f"{_fmt(at_end(a, 'cumrep'), digits=2)} | {_fmt(grounding_all(a))} | "
+            f"{_fmt(at_end(a, 'coverage'))} | {words:.0f} | {secs:.0f} | {_fmt(reuse)} | "
+            f"{_fmt(replan)} |")
+    if "cdr" not in arms or "relevance" not in arms:
+        return lines
+    sr_c, sr_r = w25("cdr", "semrep"), w25("relevance", "semrep")
+    cw = w25("cdr", "cwr6")
+    cr = at_end("cdr", "cumrep")
+    g_c, g_r = grounding_all("cdr"), grounding_all("relevance")
+
+    def verdict(ok: bool) -> str:
+        return "**met**" if ok else "**missed**"
+
+    lines += ["", "| target (CDR vs relevance-only) | CDR | relevance | target | verdict |",
+              "|---|---:|---:|---:|---|",
+              f"| semantic repetition W2–5 ≤ ½ relevance-only's | {_fmt(sr_c)} | {_fmt(sr_r)} "
+              f"| ≤ {_fmt(TARGET_SEMREP_RATIO * sr_r)} | "
+              f"{verdict(sr_c <= TARGET_SEMREP_RATIO * sr_r)} |",
+              f"| CWR6 W2–5 ≤ 3% | {_fmt(cw, digits=2)} | "
+              f"{_fmt(w25('relevance', 'cwr6'), digits=2)} | ≤ 3.00% | "
+              f"{verdict(cw <= TARGET_CWR6)} |",
+              f"| cumulative 6-gram repetition at W5 (end) ≤ 2.08% | {_fmt(cr, digits=2)} | "
+              f"{_fmt(at_end('relevance', 'cumrep'), digits=2)} | ≤ 2.08% | "
+              f"{verdict(cr <= TARGET_CUMREP)} |",
+              f"| grounding ≥ relevance-only's − 5 points | {_fmt(g_c)} | {_fmt(g_r)} | "
+              f"≥ {_fmt(g_r - TARGET_GROUNDING_GAP)} | "
+              f"{verdict(g_c >= g_r - TARGET_GROUNDING_GAP)} |"]
+    others = [a for a in arms if a not in ("cdr",)]
+    lines += ["", "CDR against every arm (CDR's value / the arm's; < 1 means CDR repeats less "
+              "or grounds less):", "",
+              "| arm | semantic rep. ratio | CWR6 ratio | cum. rep. ratio | grounding Δ "
+              "(points) |", "|---|---:|---:|---:|---:|"]
+    for a in others:
+        def ratio(x: float, y: float) -> str:
+            return "–" if not y or math.isnan(y) or math.isnan(x) else f"{x / y:.2f}"
+        lines.append(f"| {a} | {ratio(sr_c, w25(a, 'semrep'))} | "
+                     f"{ratio(cw, w25(a, 'cwr6'))} | {ratio(cr, at_end(a, 'cumrep'))} | "
+                     f"{100 * (g_c - grounding_all(a)):+.1f} |")
+    return lines
+
+
+def _method_lines() -> list[str]:
+    return [
+        "- Sentences: the prose of each window's Markdown (headings and code blocks left out, "
+        "list items split), split at sentence ends, fragments under 4 words dropped.",
+        "- CWR6: share of a window's distinct 6-grams seen in earlier windows (DESIGN.md §6; "
+        "NaN for a window with no 6-gram). Cumulative 6-gram repetition: Σ(count − 1) / "
+        "#6-grams over the document so far (seed §1.1); the W5 target is read at the run's "
+        "last window.",
+        "- Semantic repetition: share of a window's sentences whose cosine to some sentence of "
+        "an earlier window of the same run reaches the calibrated threshold (0 for W1).",
+        "- Grounding: share of a window's sentences whose best cosine to a fact of that "
+        "window's envelope reaches the calibrated threshold.",
+        "- Sub-topic coverage: share of the task page's sections (the outline) with at least "
+        "one labelled fact that some sentence written so far reaches at the grounding "
+        "threshold.",
+        "- Envelope reuse: share of a window's envelope facts already in an earlier envelope "
+        "(what the writer was shown again). Re-planned sections: share of a window's planned "
+        "sections an earlier window planned too (what it was asked to write again).",
+    ]
+
+
+def _plot(arms: Sequence[str], per_window: Any, n_win: int, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = ("semrep", "cwr6", "cumrep", "grounding", "coverage", "words")
+    fig, axes = plt.subplots(2, 3, figsize=(13, 7))
+    xs = list(range(1, n_win + 1))
+    for ax, name in zip(axes.flat, names, strict=True):
+        for a in arms:
+            ys = per_window(a, name)
+            scale = 1 if name == "words" else 100
+            ax.plot(xs, [y * scale for y in ys], marker="o", label=a)
+        ax.set_title(SERIES_LABELS[name] + ("" if name == "words" else " (%)"), fontsize=9)
+        ax.set_xlabel("window")
+        ax.set_xticks(xs)
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

@@ -1,0 +1,168 @@
+"""The LLM quality benchmark's own code, no model: measures on exact cases, checkpoints."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+
+from cdr.quality import cumulative_repetition, cwr6
+from quality_llm_metrics import (
+    calibrate,
+    containment,
+    content_words,
+    grounding,
+    jaccard,
+    mean_over,
+    semantic_repetition,
+    sentences,
+    subtopic_coverage,
+)
+from quality_llm_runs import (
+    finished,
+    load_run,
+    pending,
+    run_path,
+    save_run,
+    settings_key,
+    taken,
+)
+
+# ------------------------------------------------------------------------------ the text
+
+
+def test_sentences_skip_headings_and_code_and_split_lists() -> None:
+    text = ("## Counter objects\n\nA Counter counts hashable objects. It is a dict subclass "
+            "for counting.\n\n```python\nc = Counter('abc')\nprint(c)\n```\n\n"
+            "- Elements are stored as dictionary keys.\n- Counts may be zero or negative.\n"
+            "Too short.\n")
+    assert sentences(text) == [
+        "A Counter counts hashable objects.", "It is a dict subclass for counting.",
+        "Elements are stored as dictionary keys.", "Counts may be zero or negative.",
+    ]  # "Too short." continues the list item, is split off and dropped (under 4 words)
+    assert sentences("# Only a heading\n\n```\ncode line here now\n```") == []
+
+
+def test_lexical_overlap() -> None:
+    a = content_words("The deque is a thread-safe double-ended queue")
+    b = content_words("A deque: a double-ended queue")
+    assert a == {"deque", "thread", "safe", "double", "ended", "queue"}
+    assert jaccard(a, b) == pytest.approx(4 / 6)
+    assert containment(b, a) == 1.0 and containment(a, b) == pytest.approx(4 / 6)
+    assert jaccard(set(), set()) == 0.0 and containment(set(), a) == 0.0
+
+
+# ------------------------------------------------------------------- the 6-gram measures
+
+
+def test_cwr6_and_cumulative_repetition_exact() -> None:
+    w1 = "a b c d e f g"  # 6-grams: abcdef, bcdefg
+    w2 = "a b c d e f x"  # abcdef (seen), bcdefx (new)
+    assert cwr6([w1, w2]) == [0.0, 0.5]
+    # After W2: 4 six-grams, abcdef twice → (2 − 1) / 4.
+    assert cumulative_repetition([w1, w2]) == [0.0, 0.25]
+
+
+# -------------------------------------------------------------- the embedding measures
+
+
+def test_semantic_repetition_with_given_vectors() -> None:
+    w1 = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    w2 = np.array([[0.9, 0.1, 0.0], [0.0, 0.0, 1.0]])  # first restates W1's first
+    w3 = np.array([[0.0, 0.0, 2.0], [0.0, 0.7, 0.7]])  # first restates W2's second (scaled)
+    out = semantic_repetition([w1, w2, np.zeros((0, 3)), w3], threshold=0.8)
+    assert out[0] == 0.0 and out[1] == 0.5 and math.isnan(out[2]) and out[3] == 0.5
+    # A threshold above every cross-window cosine finds nothing.
+    assert semantic_repetition([w1, w2], threshold=0.999) == [0.0, 0.0]
+
+
+def test_grounding_with_given_vectors() -> None:
+    s = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
+    facts = np.array([[1.0, 0.0]])
+    assert grounding(s, facts, 0.6) == pytest.approx(2 / 3)  # cosines 1, 0, 0.6
+    assert grounding(s, facts, 0.61) == pytest.approx(1 / 3)
+    assert grounding(s, np.zeros((0, 2)), 0.5) == 0.0
+    assert math.isnan(grounding(np.zeros((0, 2)), facts, 0.5))
+
+
+def test_subtopic_coverage_with_given_vectors() -> None:
+    s = np.array([[1.0, 0.0, 0.0]])
+    facts = np.array([[1.0, 0.0, 0.0], [0.9, 0.1, 0.0], [0.0, 1.0, 0.0]])
+    assert subtopic_coverage(s, facts, ["A", "A", "B"], 4, 0.9) == 0.25
+    assert subtopic_coverage(np.zeros((0, 3)), facts, ["A", "A", "B"], 4, 0.9) == 0.0
+
+
+def test_calibrate_picks_the_separating_cut() -> None:
+    c = calibrate([0.8, 0.9, 0.95], [0.1, 0.3, 0.5, 0.85])
+    assert c.threshold == 0.8  # TPR 1, FPR 0.25: J 0.75, the best
+    assert (c.true_positive_rate, c.false_positive_rate) == (1.0, 0.25)
+    assert c.positives == 3 and c.negatives == 4 and c.positive_median == 0.9
+    # Perfect separation: the highest cut of the best J (fewest false repetitions).
+    assert calibrate([0.7, 0.8], [0.1, 0.2]).threshold == 0.7
+    with pytest.raises(ValueError, match="both kinds"):
+        calibrate([], [0.1])
+
+
+def test_mean_over_windows_two_to_five() -> None:
+    assert mean_over([0.0, 0.2, math.nan, 0.4]) == pytest.approx(0.3)
+    assert math.isnan(mean_over([0.0]))
+
+
+# ---------------------------------------------------------------------- checkpoints
+
+
+def _run(task: str, arm: str, key: str, complete: bool = True, pid: int | None = None) -> dict:
+    return {"task": task, "arm": arm, "settings_key": key, "windows": [{"text": "x"}],
+            "complete": complete, "pid": pid}
+
+
+def test_settings_key_depends_on_every_setting() -> None:
+    a = settings_key({"context_tokens": 2048, "windows": 5})
+    assert a == settings_key({"windows": 5, "context_tokens": 2048})
+    assert a != settings_key({"context_tokens": 2048, "windows": 4})
+
+
+def test_checkpoints_round_trip_and_resume(tmp_path: Path) -> None:
+    pairs = [("library/a.html", "cdr"), ("library/a.html", "relevance"), ("b", "cdr")]
+    save_run(tmp_path, _run("library/a.html", "cdr", "k1"))
+    save_run(tmp_path, _run("library/a.html", "relevance", "k1", complete=False))
+    save_run(tmp_path, _run("b", "cdr", "OLD"))  # other settings: not this benchmark's
+    assert run_path(tmp_path, "library/a.html", "cdr").name == "library_a.html__cdr.json"
+    assert load_run(tmp_path, "library/a.html", "cdr", "k1")["windows"] == [{"text": "x"}]
+    # Resume reruns the interrupted run and the one made with other settings.
+    assert pending(tmp_path, pairs, "k1", resume=True) == pairs[1:]
+    assert pending(tmp_path, pairs, "k1", resume=False) == pairs
+    assert [r["arm"] for r in finished(tmp_path, pairs, "k1")] == ["cdr"]
+    assert len(finished(tmp_path, pairs, "k1", complete_only=False)) == 2
+    assert not list(tmp_path.glob("*.tmp*"))  # atomic writes leave nothing behind
+
+
+def test_a_damaged_checkpoint_is_rerun(tmp_path: Path) -> None:
+    run_path(tmp_path, "t", "cdr").write_text("{not json", "utf-8")
+    assert load_run(tmp_path, "t", "cdr", "k") is None
+    assert pending(tmp_path, [("t", "cdr")], "k", resume=True) == [("t", "cdr")]
+    with pytest.raises(ValueError, match="settings_key"):
+        save_run(tmp_path, {"task": "t", "arm": "cdr", "windows": []})
+
+
+def test_taken_skips_complete_runs_and_runs_of_live_workers(tmp_path: Path) -> None:
+    save_run(tmp_path, _run("t", "cdr", "k"))
+    assert taken(tmp_path, "t", "cdr", "k")
+    # In progress in this very process (pid 1 is init: alive, but a different process).
+    save_run(tmp_path, _run("t", "relevance", "k", complete=False, pid=1))
+    assert taken(tmp_path, "t", "relevance", "k")
+    save_run(tmp_path, _run("t", "xquad", "k", complete=False, pid=os.getpid()))
+    assert not taken(tmp_path, "t", "xquad", "k")
+    # A dead worker's run is free to rerun; so is a run never started.
+    dead = _run("t", "sections", "k", complete=False, pid=2**22 + 12345)
+    save_run(tmp_path, dead)
+    assert not taken(tmp_path, "t", "sections", "k")
+    assert not taken(tmp_path, "u", "cdr", "k")
+    assert json.loads(run_path(tmp_path, "t", "sections").read_text())["pid"] == dead["pid"]
