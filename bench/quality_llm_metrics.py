@@ -172,3 +172,24 @@ def mean_over(values: Sequence[float], start: int = 1, stop: int | None = None) 
     """Mean of `values[start:stop]` ignoring NaN (windows 2–5 are `start=1`); NaN if none."""
     v = [x for x in values[start:stop] if not math.isnan(x)]
     return sum(v) / len(v) if v else math.nan
+
+
+def repetition_split(windows: Sequence[str]) -> tuple[float, float]:
+    """The document's cumulative 6-gram repetition, Σ(count − 1) / #6-grams, split in two
+    parts that add up to it: (within, across). `within` counts a 6-gram's extra occurrences
+    inside one window (the model's own phrasing); `across` counts each further window a
+    6-gram appears in (restating an earlier window). Windows are 6-grammed one by one, as
+    `cdr.quality.cumulative_repetition` does."""
+    from collections import Counter
+
+    from cdr.ngrams import ngram_sequence, tokenize
+
+    total = within = 0
+    windows_with: Counter[tuple[str, ...]] = Counter()
+    for text in windows:
+        grams = Counter(ngram_sequence(tokenize(text)))
+        total += sum(grams.values())
+        within += sum(c - 1 for c in grams.values())
+        windows_with.update(grams.keys())
+    across = sum(n - 1 for n in windows_with.values())
+    return (within / total, across / total) if total else (0.0, 0.0)

@@ -21,6 +21,7 @@ from quality_llm_metrics import (
     grounding,
     jaccard,
     mean_over,
+    repetition_split,
     semantic_repetition,
     sentences,
     subtopic_coverage,
@@ -68,6 +69,15 @@ def test_cwr6_and_cumulative_repetition_exact() -> None:
     assert cwr6([w1, w2]) == [0.0, 0.5]
     # After W2: 4 six-grams, abcdef twice → (2 − 1) / 4.
     assert cumulative_repetition([w1, w2]) == [0.0, 0.25]
+
+
+def test_repetition_split_adds_up_to_the_cumulative_measure() -> None:
+    w1 = "a b c d e f a b c d e f"  # 7 six-grams, abcdef twice: 1 within
+    w2 = "a b c d e f g"  # abcdef (3rd time, 1 across), bcdefg (new)
+    within, across = repetition_split([w1, w2])
+    assert (within, across) == (1 / 9, 1 / 9)
+    assert within + across == pytest.approx(cumulative_repetition([w1, w2])[-1])
+    assert repetition_split([]) == (0.0, 0.0)
 
 
 # -------------------------------------------------------------- the embedding measures
