@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from cdr.cli_keys import keygen_command
 from cdr.errors import CdrError
 
 app = typer.Typer(
@@ -42,6 +43,7 @@ def _mount_ckf_commands() -> None:
 
 
 _mount_ckf_commands()
+app.command("keygen", help="Make a gateway API key and its CDR_API_KEYS entry.")(keygen_command)
 
 
 def window_table(events: Sequence[Any], title: str = "") -> Table:
@@ -197,6 +199,9 @@ def serve(
     try:
         run_server(ckf=ckf, host=host, port=port)
     except CdrError as exc:
+        if type(exc).__name__ == "GatewayConfigError":  # one plain line, exit 2 (usage)
+            sys.stderr.write(f"error: {' '.join(str(exc).split())}\n")
+            raise typer.Exit(2) from None
         raise fail(str(exc)) from None
 
 

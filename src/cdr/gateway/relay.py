@@ -29,6 +29,7 @@ from cdr.envelope import DEFAULT_GENERATION_TOKENS
 from cdr.errors import UpstreamError
 from cdr.gateway.errors import ApiError, from_cdr_error
 from cdr.gateway.records import SessionRecord
+from cdr.gateway.redact import upstream_summary
 from cdr.gateway.runtime import SAFETY_ONLY_HEADERS, Gateway, session_headers
 from cdr.gateway.schemas import ChatCompletionRequest
 from cdr.loop import EmptyKnowledgeBaseError, WindowEvent
@@ -157,7 +158,7 @@ class ChatRun:
                     error = exc
                     text = getattr(exc, "partial_text", "") or ""
             event = gen.complete(session, prepared, text, result=result,
-                                 error=None if error is None else str(error),
+                                 error=None if error is None else upstream_summary(error),
                                  seconds=time.perf_counter() - t0)
             self.events.append(event)
             self.record.windows.append(window_record(event))

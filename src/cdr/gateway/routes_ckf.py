@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 
 from cdr.gateway.errors import ApiError
 from cdr.gateway.jobs import StagedFile
+from cdr.gateway.paths import public_path, public_sources
 from cdr.gateway.runtime import Gateway
 from cdr.gateway.schemas import Deleted, ErrorResponse, Job
 
@@ -112,15 +113,16 @@ def stats(request: Request) -> JSONResponse:
     gw = _gw(request)
     snap = gw.kb.latest()
     if snap is None:
-        return JSONResponse({"path": str(gw.kb.path) if gw.kb.path else None, "exists": False,
-                             "active_facts": 0, "documents": 0})
-    return JSONResponse({"exists": True, **snap.stats()})
+        return JSONResponse({"path": public_path(str(gw.kb.path)) if gw.kb.path else None,
+                             "exists": False, "active_facts": 0, "documents": 0})
+    return JSONResponse({"exists": True, **public_sources(snap.stats())})
 
 
 @router.get("/documents", summary="Documents in the CKF")
 def documents(request: Request) -> JSONResponse:
     snap = _gw(request).kb.latest()
-    return JSONResponse({"documents": snap.documents() if snap is not None else []})
+    return JSONResponse({"documents": public_sources(snap.documents()) if snap is not None
+                         else []})
 
 
 @router.delete("/documents/{doc_id}", response_model=Deleted, responses=_errors(404, 409, 422),

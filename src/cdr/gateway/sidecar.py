@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from cdr.gateway.errors import ApiError
+from cdr.gateway.paths import public_path, public_sources
 from cdr.gateway.records import (
     SessionRecord,
     derive,
@@ -27,6 +28,7 @@ from cdr.gateway.records import (
     load_prepared,
     with_pending,
 )
+from cdr.gateway.replay import replay_submission, with_submission
 from cdr.gateway.runtime import (
     SESSION_ID_HEADER,
     SET_TOKEN_HEADER,
@@ -37,6 +39,7 @@ from cdr.gateway.schemas import SessionCreate, WindowSubmit
 from cdr.gateway.store import VersionConflictError
 from cdr.headers import window_headers
 from cdr.loop import PreparedWindow, WindowEvent
+from cdr.session_token import StaleTokenError
 from cdr.trace import window_record
 
 MAX_ATTEMPTS = 25
@@ -71,7 +74,7 @@ def _facts_out(prepared: PreparedWindow) -> list[dict[str, Any]]:
     env = prepared.envelope
     r = env.ranking
     return [
-        {"ref": f"F{i + 1}", "fact_id": fid, "source": f.source, "section": f.section,
+        {"ref": f"F{i + 1}", "fact_id": fid, "source": public_path(f.source), "section": f.section,
          "content": f.content, "relevance": round(float(r.relevance[i]), 4),
          "novelty": round(float(r.novelty[i]), 4),
          "residual_pull": round(float(r.residual_pull[i]), 4),
@@ -146,10 +149,17 @@ def envelope(gw: Gateway, sid: str, token: str) -> Response:
 
 
 def submit_window(gw: Gateway, sid: str, token: str, req: WindowSubmit) -> Response:
-    """Verify the window's text (DPE Stage 8), update the session, apply the exit rules."""
+    """Verify the window's text (DPE Stage 8), update the session, apply the exit rules.
+    A repeat of the last accepted submission with its (now stale) token gets the original
+    answer and a current token (`cdr.gateway.replay`)."""
     for attempt in range(MAX_ATTEMPTS):
         snap = gw.snapshot(require_facts=False)
-        stored, rec = gw.authorize(sid, token, snap, fresh=True)  # changed below
+        try:
+            stored, rec = gw.authorize(sid, token, snap, fresh=True)  # changed below
+        except StaleTokenError as exc:
+            if (done := replay_submission(gw, sid, exc, req, snap)) is not None:
+                return done
+            raise
         session = rec.session
         gw.require_in_progress(sid, session)
         pending = rec.pending
@@ -167,8 +177,10 @@ def submit_window(gw: Gateway, sid: str, token: str, req: WindowSubmit) -> Respo
         event = gw.generator(snap, rec.options).complete(session, prepared, req.text)
         rec.windows.append(window_record(event))
         rec.pending = None
+        body = _window_body(sid, event, session_headers(session, sid, None, event.headers))
         try:
-            new = gw.store.cas(sid, stored.version, rec.to_json())
+            new = gw.store.cas(sid, stored.version,
+                               with_submission(rec.to_json(), event.number, req, body))
         except VersionConflictError:
             _backoff(attempt)
             continue
@@ -178,19 +190,23 @@ def submit_window(gw: Gateway, sid: str, token: str, req: WindowSubmit) -> Respo
         raise VersionConflictError(sid, stored.version, None)
     _finished(gw, event)
     new_token = gw.issue(sid, session)
-    headers = session_headers(session, sid, new_token, event.headers)
+    headers = {**body["headers"], SET_TOKEN_HEADER: new_token}
+    body.update(token=new_token, headers=headers)
+    return body, headers
+
+
+def _window_body(sid: str, event: WindowEvent, headers: dict[str, str]) -> dict[str, Any]:
     report = event.report
-    body = {
+    return {
         "session_id": sid, "window": event.number,
         "report": {"addressed": report.addressed_sub_queries, "words": dict(report.words),
                    "paragraphs": report.paragraphs,
                    "unattributed_words": report.unattributed_words},
         "completeness": round(event.completeness, 4), "residual": list(event.residual),
         "status": event.status, "done": event.done,
-        "exit_reason": event.status if event.done else None, "token": new_token,
+        "exit_reason": event.status if event.done else None, "token": None,
         "headers": headers,
     }
-    return body, headers
 
 
 def trace(gw: Gateway, sid: str, token: str) -> Response:
@@ -198,7 +214,7 @@ def trace(gw: Gateway, sid: str, token: str) -> Response:
     _, rec = gw.authorize(sid, token, snap)
     last = rec.windows[-1]["headers"] if rec.windows else None
     headers = session_headers(rec.session, sid, gw.issue(sid, rec.session), last)
-    return rec.trace(sid), headers
+    return public_sources(rec.trace(sid)), headers
 
 
 def delete(gw: Gateway, sid: str, token: str) -> Response:
