@@ -20,6 +20,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from openai import OpenAI
 
 from cdr.gateway.auth import hash_key
@@ -468,3 +470,81 @@ def test_refused_session_creation_stores_nothing(hostile: GatewayServer,
                       headers={"Content-Type": "application/json"})
         assert r.status_code == 422
     assert count() == before
+
+
+# ------------------------------------------------------------------ hypothesis over text fields
+
+# Any code point (lone surrogates included), control characters, and sizes at the limits.
+_ANY_CHAR = st.characters(exclude_categories=())
+TEXTS = st.one_of(
+    st.text(_ANY_CHAR, max_size=40),
+    st.text(st.sampled_from("\x00\x01\x08\x0b\x1b\x7f\x85\u2028\ufeff\ufffe\ud800\udfff a."),
+            min_size=1, max_size=40),
+    st.builds(lambda c, n: c * n, st.sampled_from(["a ", "\x1b", "\ud83d", "é"]),
+              st.sampled_from([0, 10_000, 10_001, 50_001, 200_001])),
+)
+FUZZ = settings(max_examples=25, deadline=None, derandomize=True,
+                suppress_health_check=list(HealthCheck))
+
+
+def _post(c: httpx.Client, path: str, body: Any, **headers: str) -> httpx.Response:
+    r = c.post(path, content=raw_json(body),
+               headers={"Content-Type": "application/json", **headers})
+    assert r.status_code < 500, r.text[:500]
+    assert r.headers["content-type"].startswith("application/json")
+    return r
+
+
+def _sessions(server: GatewayServer) -> int:
+    with sqlite3.connect(Path(server.env["CDR_SESSION_DB"])) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM sessions").fetchone()[0])
+
+
+@FUZZ
+@given(task=TEXTS, outline=st.one_of(st.none(), TEXTS, st.lists(TEXTS, max_size=3)))
+def test_fuzz_session_text(hostile: GatewayServer, task: str, outline: Any) -> None:
+    body: dict[str, Any] = {"task": task, "words": 300, "window_tokens": 300}
+    if outline is not None:
+        body["outline"] = outline
+    before = _sessions(hostile)
+    with hostile.client(headers=GEN, timeout=60) as c:
+        r = _post(c, "/v1/sessions", body)
+    assert _sessions(hostile) == before + (1 if r.status_code == 201 else 0)
+    if r.status_code != 201:
+        assert r.json()["error"]["message"]
+
+
+@FUZZ
+@given(content=TEXTS)
+def test_fuzz_chat_content(hostile: GatewayServer, content: str) -> None:
+    before = _sessions(hostile)
+    body = {"messages": [{"role": "system", "content": content},
+                         {"role": "user", "content": content}],
+            "crp": {"max_windows": 1, "words": 100, "window_tokens": 100}}
+    with hostile.client(headers=GEN, timeout=120) as c:
+        r = _post(c, "/v1/chat/completions", body)
+    if r.status_code == 422:
+        assert _sessions(hostile) == before
+
+
+@FUZZ
+@given(text=TEXTS)
+def test_fuzz_window_text(hostile: GatewayServer, text: str) -> None:
+    with hostile.client(headers=GEN, timeout=120) as c:
+        sid, tok = _envelope(c)
+        r = _post(c, f"/v1/sessions/{sid}/windows", {"text": text}, **{"CRP-Session": tok})
+        token = r.json()["token"] if r.status_code == 200 else tok
+        trace = c.get(f"/v1/sessions/{sid}", headers={"CRP-Session": token}).json()
+    assert len(trace["windows"]) == (1 if r.status_code == 200 else 0)
+
+
+def test_headers_over_the_limit_in_pieces_get_json_431(hostile: GatewayServer) -> None:
+    """Headers still incomplete past CDR_MAX_HEADER_BYTES: refused by the HTTP layer."""
+    with socket.create_connection(("127.0.0.1", hostile.port)) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        for _ in range(5):
+            s.sendall(b"X-Pad: " + b"p" * 10_000 + b"\r\n")
+        data = _read_all(s)
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 431"), data[:200]
+    assert json.loads(body)["error"]["code"] == "headers_too_large"

@@ -81,9 +81,16 @@ def _reason(message: str) -> str:
     return "request failed"
 
 
+_ANSWER = re.compile(r"answered HTTP \d+: (.*?)(?: \(check the API key\))?"
+                     r"(?: \(gave up after \d+ attempts?\))?$", re.S)
+MAX_EXCERPT = 160
+
+
 def summarize_upstream(status: int | None, message: str) -> str:
     """A short, secret-free reason for an upstream failure: the HTTP status and its phrase
-    when there was an answer, else what kind of failure it was."""
+    when there was an answer, with the upstream's own error message redacted (`redact`) and
+    cut to 160 characters ("context length exceeded" is worth passing on); else what kind of
+    failure it was (timeout, connection), never the URL."""
     attempts = re.search(r"gave up after (\d+) attempts?", message)
     tail = f" (after {attempts.group(1)} attempts)" if attempts else ""
     if status is not None:
@@ -92,7 +99,9 @@ def summarize_upstream(status: int | None, message: str) -> str:
         except ValueError:
             phrase = "error"
         hint = " (check CDR_LLM_API_KEY)" if status in (401, 403) else ""
-        return f"HTTP {status} {phrase}{hint}{tail}"
+        m = _ANSWER.search(message)
+        excerpt = " ".join(redact(m.group(1)).split())[:MAX_EXCERPT] if m else ""
+        return f"HTTP {status} {phrase}{hint}{tail}" + (f": {excerpt}" if excerpt else "")
     return _reason(message) + tail
 
 

@@ -86,7 +86,6 @@ class GatewaySettings(BaseSettings):
 
     def validate_for_serving(self) -> GatewaySettings:
         """Refuse to serve on a configuration that would be insecure or fail at first use."""
-        self.key_ring()  # raises on a bad CDR_API_KEYS, or on none outside dev mode
         if self.signing_secret is None or not self.signing_secret.get_secret_value().strip():
             if not self.dev:
                 raise GatewayConfigError(
@@ -104,6 +103,7 @@ class GatewaySettings(BaseSettings):
                 reason = weak_secret_reason(secret.decode("utf-8", "replace"))
                 if reason is not None:
                     raise GatewayConfigError(f"CDR_SIGNING_SECRET (key {kid!r}) {reason}")
+        self.key_ring()  # raises on a bad CDR_API_KEYS, or on none outside dev mode
         if self.session_db is None:
             raise GatewayConfigError(
                 "no session store: set CDR_CKF (sessions go to <ckf>/sessions.sqlite3) or "
