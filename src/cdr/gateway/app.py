@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,7 @@ def create_app(
             "ckf": path, "session_db": settings.session_db or path / SESSION_DB_NAME})
     settings.validate_for_serving()
     ring = settings.key_ring()
-    for path in (settings.ckf, settings.session_db, Path.cwd()):
+    for path in (settings.ckf, settings.session_db, Path.cwd(), tempfile.gettempdir()):
         register_path(path)
     if settings.llm_api_key is not None:
         register_secret(settings.llm_api_key.get_secret_value())

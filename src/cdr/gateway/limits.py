@@ -4,10 +4,9 @@ Invalid Unicode is refused, not repaired. JSON may carry `"\\ud800"`, a lone UTF
 surrogate, which Python decodes into a `str` no encoder accepts: the embedder's tokenizer, the
 SQLite session store and the response writer would each fail on it later, as a 500. Replacing
 it with U+FFFD would silently change the caller's text (and the text a DPE report is about),
-so the gateway answers 422 naming the field and the character's position instead. NUL
-(U+0000) is refused for the same reason: C libraries on the way (tokenizers, SQLite's text
-functions) treat it as the end of the string. Other control characters are valid text and
-pass through.
+so the gateway answers 422 naming the field and the character's position instead. Control
+characters (NUL included) are valid Unicode and pass through: the tokenizer, SQLite and JSON
+all carry them (the hypothesis suites send them).
 
 `check_text` walks the raw JSON before any model validates it, so the check covers every
 string, including the extra fields OpenAI clients send, and dict keys.
@@ -22,7 +21,7 @@ from pydantic_core import PydanticCustomError
 
 __all__ = ["INVALID_TEXT", "check_text", "expects_json", "is_json_content_type"]
 
-INVALID_TEXT = re.compile("[\ud800-\udfff\x00]")
+INVALID_TEXT = re.compile("[\ud800-\udfff]")
 MAX_DEPTH = 64
 
 
@@ -30,14 +29,13 @@ def _problem(s: str) -> str | None:
     m = INVALID_TEXT.search(s)
     if m is None:
         return None
-    ch = m.group()
-    what = "NUL character" if ch == "\x00" else f"lone surrogate U+{ord(ch):04X}"
-    return f"invalid Unicode: {what} at character {m.start()}; send UTF-8 text"
+    return (f"invalid Unicode: lone surrogate U+{ord(m.group()):04X} at character "
+            f"{m.start()}; send UTF-8 text")
 
 
 def check_text(value: Any, path: str = "", depth: int = 0) -> Any:
     """Raise a pydantic `invalid_unicode` error naming the first string (value or key) under
-    `value` that holds a lone surrogate or NUL; return `value` unchanged otherwise. Used as a
+    `value` that holds a lone surrogate; return `value` unchanged otherwise. Used as a
     `mode="before"` model validator."""
     if depth > MAX_DEPTH:
         raise PydanticCustomError("too_deep", "JSON nested deeper than {limit} levels",
