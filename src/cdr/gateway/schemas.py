@@ -12,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_core import PydanticCustomError
 
 from cdr.gateway.limits import check_text
-from cdr.ranking import RANKING_MODES
+from cdr.ranking import RankingMode
+from cdr.session import MAX_WINDOWS_LIMIT
 
 MAX_TASK_CHARS = 20_000
 MAX_OUTLINE_ITEMS = 50
@@ -22,9 +23,6 @@ MAX_WORDS = 100_000
 MAX_SUB_QUERIES = 20
 MAX_MESSAGE_CHARS = 100_000
 MAX_MESSAGES_CHARS = 400_000
-
-Ranking = Literal["cdr", "relevance", "mmr"]
-assert set(RANKING_MODES) == {"cdr", "relevance", "mmr"}  # keep the Literal in step
 
 
 class _Strict(BaseModel):
@@ -55,9 +53,10 @@ class GenerationOptions(_Strict):
     outline: str | list[str] | None = Field(
         None, description="Sub-queries: a Markdown/plain outline (one per line) or a list. "
         "Omitted: decomposed automatically (by the LLM writer, else from the CKF).")
-    max_windows: int | None = Field(None, ge=1, le=20, description="Window limit (Exit 2).")
+    max_windows: int | None = Field(None, ge=1, le=MAX_WINDOWS_LIMIT,
+                                    description="Window limit (Exit 2).")
     words: int | None = Field(None, ge=1, le=MAX_WORDS, description="Target document length.")
-    ranking: Ranking | None = Field(None, description="Phase 2 ranking mode.")
+    ranking: RankingMode | None = Field(None, description="Phase 2 ranking mode.")
     sub_queries: int | None = Field(None, ge=1, le=MAX_SUB_QUERIES,
                                     description="Sub-queries for automatic decomposition.")
     window_tokens: int | None = Field(None, ge=16, le=32_768, description="Generation reserve "
