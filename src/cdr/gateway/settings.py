@@ -19,7 +19,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cdr.errors import InvalidInputError
 from cdr.gateway.auth import KeyConfigError, KeyRing, parse_api_keys, weak_secret_reason
-from cdr.gateway.store import SQLiteSessionStore
+from cdr.gateway.store import SessionStore, SQLiteSessionStore
+from cdr.gateway.store_postgres import is_postgres_url
 from cdr.session_token import DEFAULT_KID, TokenSigner, parse_signing_secret
 
 __all__ = ["GatewayConfigError", "GatewaySettings", "load_settings"]
@@ -29,6 +30,21 @@ SESSION_DB_NAME = "sessions.sqlite3"
 
 class GatewayConfigError(InvalidInputError):
     """The gateway cannot serve with this configuration; the message names the variable."""
+
+
+class PostgresUrl(str):
+    """`CDR_SESSION_DB` when it is a postgresql:// URL (kept verbatim, never a Path)."""
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        from pydantic_core import core_schema
+
+        def check(value: Any) -> PostgresUrl:
+            if isinstance(value, str) and is_postgres_url(value):
+                return cls(value)
+            raise ValueError("not a postgresql:// URL")
+
+        return core_schema.no_info_plain_validator_function(check)
 
 
 class GatewaySettings(BaseSettings):
@@ -47,7 +63,8 @@ class GatewaySettings(BaseSettings):
     llm_api_key: SecretStr | None = None
     signing_secret: SecretStr | None = None
     dev: bool = False
-    session_db: Path | None = None
+    # A file path (SQLite) or a postgresql:// URL (shared by gateway replicas).
+    session_db: PostgresUrl | Path | None = None
     # NORMAL survives process crashes; FULL also power cuts, at one fsync per session write.
     session_db_synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
     token_ttl_seconds: int = Field(3600, gt=0)
@@ -147,10 +164,15 @@ class GatewaySettings(BaseSettings):
         keys, active = self.signing_ring()
         return TokenSigner(keys, active, ttl_seconds=self.token_ttl_seconds, **kwargs)
 
-    def session_store(self) -> SQLiteSessionStore:
-        """Open the configured SQLite session store (call after `validate_for_serving`)."""
+    def session_store(self) -> SessionStore:
+        """Open the configured session store (call after `validate_for_serving`): PostgreSQL
+        for a postgresql:// URL, else the SQLite file."""
         if self.session_db is None:
             raise GatewayConfigError("no session store: set CDR_CKF or CDR_SESSION_DB")
+        if isinstance(self.session_db, PostgresUrl):
+            from cdr.gateway.store_postgres import PostgresSessionStore
+
+            return PostgresSessionStore(str(self.session_db))
         return SQLiteSessionStore(self.session_db, synchronous=self.session_db_synchronous)
 
 
@@ -164,6 +186,8 @@ def load_settings(**overrides: Any) -> GatewaySettings:
         field = str(first["loc"][0]) if first.get("loc") else ""
         name = f"CDR_{field.upper()}" if field else "configuration"
         value = os.environ.get(name)
-        shown = "" if value is None or "secret" in field or "key" in field else f"={value!r}"
+        # Never echo a value that may hold a credential (keys, secrets, a database URL).
+        private = any(w in field for w in ("secret", "key", "db", "url"))
+        shown = "" if value is None or private else f"={value!r}"
         more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
         raise GatewayConfigError(f"{name}{shown}: {first['msg']}{more}") from None
