@@ -92,7 +92,7 @@ def weak_secret_reason(value: str, min_chars: int = 16) -> str | None:
     if len(value) < min_chars:
         return f"is {len(value)} characters; use at least {min_chars}"
     counts = Counter(value)
-    per_char = -sum(c / len(value) * math.log2(c / len(value)) for c in counts.values())
+    per_char = abs(sum(c / len(value) * math.log2(c / len(value)) for c in counts.values()))
     bits = per_char * len(value)
     if bits < MIN_SECRET_BITS:
         return (f"looks guessable (about {bits:.0f} bits of entropy, {len(counts)} distinct "
