@@ -20,6 +20,7 @@ import numpy as np
 
 from cdr.ckf.arrays import DTYPES, ArrayFiles, other_epoch_files
 from cdr.ckf.model import Fact, FactStatus, Selection, check_importance
+from cdr.ckf.scan import gated_rows, open_quantised
 from cdr.ckf.schema import (
     DB_NAME,
     DDL,
@@ -299,11 +300,10 @@ class CKF:
         emb, active = self._emb, self._active
         if len(emb) == 0 or limit == 0:
             return _empty_selection(self.dim)
-        sims = self._similarities(emb, q)
-        keep = sims >= np.float32(gate)
-        keep &= active
-        idx = np.flatnonzero(keep)
-        rel = sims[idx]
+        # The scan engine (cdr.ckf.scan) picks exact float32 BLAS, the float16 kernel, or the
+        # int8 copy + exact rescoring when one was built; the result is the same gated set.
+        idx, rel = gated_rows(emb, q, gate, active, open_quantised(
+            self.path, self._files.epoch, self.dim, len(emb)))
         if limit is not None and len(idx) > limit:
             cut = len(rel) - int(limit)
             part = np.argpartition(rel, cut)[cut:]
