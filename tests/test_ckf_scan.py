@@ -162,3 +162,33 @@ def test_ckf_select_with_the_copy_equals_without(tmp_path):
                 want = np.flatnonzero(exact >= np.float32(g))
                 assert sorted(sel.indices.tolist()) == want.tolist()
             assert len(before[0]) < len(after_tail[0])
+
+
+def test_cli_index_builds_the_copy_and_select_agrees(tmp_path):
+    """`cdr ckf index --ckf PATH`: builds the copy, idempotent, errors are one line."""
+    from typer.testing import CliRunner
+
+    from cdr.ckf import CKF
+    from cdr.cli_ckf import app
+    from cdr.embed import default_embedder
+
+    emb = default_embedder()
+    rng = np.random.default_rng(2)
+    topic = _unit(rng.normal(size=(1, emb.dim)))[0]
+    path = tmp_path / "kb.ckf"
+    with CKF.create(path, emb) as ckf:
+        vecs = _unit(topic + rng.normal(size=(300, emb.dim)) / 10)
+        ckf.append_raw([f"f{i}" for i in range(300)], vecs,
+                       tokens=np.full(300, 5), ngram_lists=[np.zeros(0, np.uint64)] * 300)
+        before = ckf.select(topic, 0.4, None)
+    runner = CliRunner()
+    for _ in range(2):
+        res = runner.invoke(app, ["ckf", "index", "--ckf", str(path)])
+        assert res.exit_code == 0, res.output
+        assert "int8 copy covers 300 rows" in res.stdout
+    with CKF.open(path, emb) as ckf:
+        after = ckf.select(topic, 0.4, None)
+    assert after.indices.tolist() == before.indices.tolist()
+    assert np.allclose(after.relevances, before.relevances, rtol=0, atol=2e-6)
+    res = runner.invoke(app, ["ckf", "index", "--ckf", str(tmp_path / "missing.ckf")])
+    assert res.exit_code != 0
