@@ -111,7 +111,25 @@ def _kernels() -> dict[str, Callable[..., None]]:
                 acc += f[j] * q112[j]
             out[k] = acc
 
-    _COMPILED = {"int8_bound": int8_bound, "f32": dot_rows_f32, "f16": dot_rows_f16}
+    @jit
+    def quantise_rows(x, codes, params):  # type: ignore[no-untyped-def]
+        n, d = x.shape
+        for i in nb.prange(n):
+            peak = np.float32(0.0)
+            for j in range(d):
+                peak = max(peak, abs(x[i, j]))
+            s = peak / np.float32(127.0) if peak > 0 else np.float32(1.0)
+            err = 0.0  # float64
+            for j in range(d):
+                c = min(max(np.floor(x[i, j] / s + np.float32(0.5)), -127.0), 127.0)
+                codes[i, j] = np.int8(c)
+                r = np.float64(x[i, j]) - np.float64(s) * c
+                err += r * r
+            params[i, 0] = s
+            params[i, 1] = np.float32(np.sqrt(err) * (1 + 1e-5) + 1e-9)
+
+    _COMPILED = {"int8_bound": int8_bound, "f32": dot_rows_f32, "f16": dot_rows_f16,
+                 "quantise": quantise_rows}
     return _COMPILED
 
 
@@ -170,18 +188,26 @@ class QuantisedRows:
 def quantise(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(codes, params) for float rows: symmetric per-row int8, error norm rounded up.
 
-    The error is computed in float64 and scaled up by 1 + 1e-6 so that float rounding can only
-    make the bound looser, never tighter."""
-    x = np.asarray(rows, dtype=np.float64)
-    peak = np.abs(x).max(axis=1)
-    scale = np.where(peak > 0, peak / 127.0, 1.0)
-    codes = np.clip(np.rint(x / scale[:, None]), -127, 127)
-    err = np.linalg.norm(x - codes * scale[:, None], axis=1) * (1 + 1e-6) + 1e-9
-    scale32 = scale.astype(np.float32)
-    # s stored in float32: account for its rounding too (|Δs|·‖c‖ ≤ |Δs|·127·√d).
-    err += np.abs(scale - scale32.astype(np.float64)) * np.linalg.norm(codes, axis=1)
-    params = np.stack([scale32, err.astype(np.float32) * np.float32(1 + 1e-6)], axis=1)
-    return codes.astype(np.int8), np.ascontiguousarray(params, dtype=np.float32)
+    The error ‖x − s·c‖ is taken with the float32 scale actually stored, summed in float64
+    and scaled up by 1 + 1e-5 before rounding to float32, so rounding can only make the bound
+    looser, never tighter. With kernels this is one parallel pass; else numpy in float64."""
+    x = np.ascontiguousarray(rows)
+    n, d = x.shape
+    codes = np.empty((n, d), np.int8)
+    params = np.empty((n, 2), np.float32)
+    if HAVE_KERNELS and x.dtype in (np.float32, np.float16) and n:
+        with _KERNEL_LOCK:
+            _kernels()["quantise"](x.astype(np.float32, copy=False), codes, params)
+        return codes, params
+    x64 = x.astype(np.float64)
+    peak = np.abs(x64).max(axis=1) if n else np.zeros(0)
+    scale = np.where(peak > 0, (peak / 127.0), 1.0).astype(np.float32)
+    c = np.clip(np.floor(x64 / scale[:, None] + 0.5), -127, 127)
+    err = np.linalg.norm(x64 - c * scale[:, None].astype(np.float64), axis=1)
+    codes[:] = c
+    params[:, 0] = scale
+    params[:, 1] = (err * (1 + 1e-5) + 1e-9).astype(np.float32)
+    return codes, params
 
 
 def quant_paths(root: Path, epoch: int) -> tuple[Path, Path]:
