@@ -192,3 +192,23 @@ def test_cli_index_builds_the_copy_and_select_agrees(tmp_path):
     assert np.allclose(after.relevances, before.relevances, rtol=0, atol=2e-6)
     res = runner.invoke(app, ["ckf", "index", "--ckf", str(tmp_path / "missing.ckf")])
     assert res.exit_code != 0
+
+
+def test_compaction_drops_the_old_epochs_copy(tmp_path):
+    from cdr.ckf import CKF
+    from cdr.embed import default_embedder
+
+    emb = default_embedder()
+    rng = np.random.default_rng(4)
+    with CKF.create(tmp_path / "c.ckf", emb) as ckf:
+        for part in range(2):
+            ckf.append_raw([f"p{part} {i}" for i in range(50)],
+                           _unit(rng.normal(size=(50, emb.dim))), tokens=np.full(50, 5),
+                           ngram_lists=[np.zeros(0, np.uint64)] * 50, source=f"s{part}")
+        build_quantised(ckf.path, 0, ckf.embeddings)
+        assert all(p.exists() for p in scan.quant_paths(ckf.path, 0))
+        ckf.delete_document("s0")
+        ckf.compact()
+        assert ckf._files.epoch == 1 and ckf.n_rows == 50
+        assert not any(p.exists() for p in scan.quant_paths(ckf.path, 0))
+        assert open_quantised(ckf.path, 1, ckf.dim, ckf.n_rows) is None
