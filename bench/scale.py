@@ -43,9 +43,9 @@ sys.path.insert(0, str(BENCH))
 import cdr.ckf.store as store_mod  # noqa: E402
 from _machine import cpu_name  # noqa: E402
 from cdr.ckf import CKF, ingest  # noqa: E402
-from cdr.ckf.corpus import pydoc_topics_dir  # noqa: E402
 from cdr.ckf.scan import QUANT_MIN_ROWS, build_quantised, covered_rows, quant_paths  # noqa: E402
 from cdr.embed import default_embedder  # noqa: E402
+from corpus import pydoc_topics_dir  # noqa: E402
 
 GATE = 0.55
 LIMIT = 4000  # cdr.loop.PHASE1_LIMIT
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
     n_real, append_s = build(work, args.rows, args.planted, args.seed, qvecs, args.real_topics)
 
     ckf = CKF.open(work, emb)
-    n, epoch = ckf.n_rows, ckf._files.epoch
+    n, epoch = ckf.n_rows, ckf.epoch
     have = covered_rows(work, epoch, ckf.dim)
     log(f"int8 copy: {have:,} of {n:,} rows present; building the rest")
     t0 = time.perf_counter()

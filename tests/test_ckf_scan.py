@@ -149,10 +149,10 @@ def test_ckf_select_with_the_copy_equals_without(tmp_path):
                                source=f"s{part}")
                 if part == 0:
                     before = [ckf.select(topic, g, None) for g in (0.3, 0.5)]
-                    build_quantised(ckf.path, ckf._files.epoch, ckf.embeddings)
+                    build_quantised(ckf.path, ckf.epoch, ckf.embeddings)
             after_tail = [ckf.select(topic, g, None) for g in (0.3, 0.5)]
         with CKF.open(path, emb) as ckf:
-            assert open_quantised(ckf.path, ckf._files.epoch, ckf.dim, ckf.n_rows).n == 400
+            assert open_quantised(ckf.path, ckf.epoch, ckf.dim, ckf.n_rows).n == 400
             for g, sel in zip((0.3, 0.5), after_tail, strict=True):
                 again = ckf.select(topic, g, None)
                 assert again.indices.tolist() == sel.indices.tolist()
@@ -209,6 +209,6 @@ def test_compaction_drops_the_old_epochs_copy(tmp_path):
         assert all(p.exists() for p in scan.quant_paths(ckf.path, 0))
         ckf.delete_document("s0")
         ckf.compact()
-        assert ckf._files.epoch == 1 and ckf.n_rows == 50
+        assert ckf.epoch == 1 and ckf.n_rows == 50
         assert not any(p.exists() for p in scan.quant_paths(ckf.path, 0))
         assert open_quantised(ckf.path, 1, ckf.dim, ckf.n_rows) is None

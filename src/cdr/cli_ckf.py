@@ -302,7 +302,7 @@ def index_command(ckf: CkfOption) -> None:
     with _errors():
         store = _open(ckf)
         try:
-            n = build_quantised(store.path, store._files.epoch, store.embeddings)
+            n = build_quantised(store.path, store.epoch, store.embeddings)
         finally:
             store.close()
     out.print(f"int8 copy covers {n} rows")
