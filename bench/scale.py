@@ -40,12 +40,12 @@ except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(BENCH))
 
-import cdr.ckf.store as store_mod  # noqa: E402
+import cdr.ckf.snapshot as store_mod  # noqa: E402
 from _machine import cpu_name  # noqa: E402
 from cdr.ckf import CKF, ingest  # noqa: E402
 from cdr.ckf.scan import QUANT_MIN_ROWS, build_quantised, covered_rows, quant_paths  # noqa: E402
 from cdr.embed import default_embedder  # noqa: E402
-from corpus import pydoc_topics_dir  # noqa: E402
+from cdr.samples import pydoc_topics_dir  # noqa: E402
 
 GATE = 0.55
 LIMIT = 4000  # cdr.loop.PHASE1_LIMIT
