@@ -1,313 +1,405 @@
-"""Ten million facts on one machine (issue 15, target 3): Phase 1 `select` over a 10M × 384 CKF,
-exact float32 against the int8 copy + exact rescoring (`cdr.ckf.scan`), with recall.
+"""Scale-out benchmark (issue 12). This part: gateway replicas sharing sessions in PostgreSQL.
+(The Ray-sharded index part joins this file when the FactIndex protocol lands.)
 
-The CKF is built once in `--work` (default `bench/data/scale-<rows>`, gitignored) and reused:
-a real-text slice first (the stdlib's pydoc topics, embedded by the default model), then
-synthetic unit rows through the store's own array path (`CKF.append_raw`) in chunks, each
-chunk from its own seeded generator, so an interrupted build resumes where it stopped
-(progress and ETA are printed per chunk). Then the int8 copy is built (timed: the ingest-time
-cost of the index), the CKF is closed and re-opened (open time), and each query is answered
-by both paths, interleaved: time per `select`, the gated sets compared (recall of the int8
-path against exact float32 BLAS), peak Python-heap allocation per `select`.
+1. Store round trips: one thread doing `get` + `cas` on one session, SQLite (WAL, the
+   default `synchronous=NORMAL`) vs PostgreSQL (defaults: fsync and synchronous_commit on),
+   so the price of a shared store per session write is on record.
+2. Envelope requests/s on the same synthetic CKF as `bench/gateway.py` (built once, cached in
+   `bench/data/`): 1 replica on SQLite (reference), 1 replica on PostgreSQL, 2 replicas on
+   PostgreSQL (`cdr serve` processes on two ports, one CKF). Clients are spread round-robin
+   over the replicas, each with its own session one window in; each request is a real
+   `POST /v1/sessions/{id}/envelope` (token check, session read from the store, Phase 1-3).
+   Clients, replicas and PostgreSQL share this machine's cores: on 2 cores a second replica
+   cannot add CPU, so the 2-replica row shows the cost of sharing, not a speed-up.
+3. Concurrency check across replicas: sessions driven to their end by concurrent clients;
+   each window's envelope comes from a random replica and its text is submitted twice at the
+   same moment, to both replicas, with two different texts. Counted: windows accepted, racing
+   duplicates refused (409), and — comparing every trace with what the clients were told was
+   accepted — windows lost and windows duplicated (both must be 0).
 
-Most synthetic rows are random directions (cosine to any query ≈ N(0, 0.05²)); `--planted`
-of them are planted around the real queries with cosine U[0.40, 0.85], so the 0.55 gate
-passes a known share. Queries are real sentences embedded by the default model.
+PostgreSQL: `CDR_TEST_PG_DSN` if set, else a private server started like the tests' one (with
+fsync on, as a deployment runs).
 
-Usage: `python bench/scale.py [--rows 10000000] [--queries 12] [--timed 8] [--clean]`
-(`--clean` deletes the generated CKF afterwards: 10M float32 rows are ~15 GB).
+Usage: python bench/scale.py [--facts 50000] [--seconds 8] [--clients 8] [--sessions 16]
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import os
-import shutil
+import platform
+import random
 import sys
 import tempfile
+import threading
 import time
-import tracemalloc
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+import httpx
 import numpy as np
+from rich.console import Console
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
+sys.path.insert(0, str(ROOT))  # tests.gateway_server / tests.pg_server: the tests' launchers
 try:
     import cdr  # noqa: F401
-except ImportError:  # run from a checkout without `pip install -e .`
+except ImportError:  # a checkout without `pip install -e .`
     sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(BENCH))
 
-import cdr.ckf.snapshot as store_mod  # noqa: E402
+from tests.gateway_server import GatewayServer, base_env  # noqa: E402
+from tests.pg_server import LocalPostgres, find_bin_dir, fresh_schema  # noqa: E402
+
 from _machine import cpu_name  # noqa: E402
-from cdr.ckf import CKF, ingest  # noqa: E402
-from cdr.ckf.scan import QUANT_MIN_ROWS, build_quantised, covered_rows, quant_paths  # noqa: E402
-from cdr.embed import default_embedder  # noqa: E402
-from cdr.samples import pydoc_topics_dir  # noqa: E402
+from gateway import OUTLINE, TASK, build_ckf  # noqa: E402
 
-GATE = 0.55
-LIMIT = 4000  # cdr.loop.PHASE1_LIMIT
-CHUNK = 250_000
-MB = 1024 * 1024
-QUERIES = [
-    "how does the with statement call __enter__ and __exit__",
-    "what happens when an exception is raised inside a generator",
-    "how are default argument values evaluated in a function definition",
-    "the rules for name resolution and scopes in nested functions",
-    "how do comparison operators chain in an expression",
-    "what does the yield expression return when send is called",
-    "operator precedence of boolean and, or and not",
-    "how are class attributes looked up through the method resolution order",
-    "formatted string literals and their format specifiers",
-    "the difference between is and == for object identity",
-    "how slicing works with negative indices and steps",
-    "what the global and nonlocal statements do",
-]
-RESULTS_RANKING = BENCH / "results" / "ranking.md"
-RESULTS_INGEST = BENCH / "results" / "ingest.md"
+RESULTS = BENCH / "results" / "scale.md"
+CACHE = BENCH / "data"
+console = Console()
 
 
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+def machine() -> str:
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    return (f"{cpu_name(platform.machine())}, {cpus} cores, Python "
+            f"{platform.python_version()}, load average {load:.1f} at the start")
 
 
-def planted_rows(rng: np.random.Generator, targets: np.ndarray, k: int) -> np.ndarray:
-    """k unit rows, each at cosine U[0.40, 0.85] to one of the target vectors."""
-    t = targets[rng.integers(0, len(targets), k)]
-    x = rng.standard_normal((k, targets.shape[1]), dtype=np.float32)
-    x -= (x * t).sum(axis=1, keepdims=True) * t
-    x /= np.linalg.norm(x, axis=1, keepdims=True)
-    c = rng.uniform(0.40, 0.85, k).astype(np.float32)[:, None]
-    return (c * t + np.sqrt(1 - c * c) * x).astype(np.float32)
+@contextmanager
+def postgres() -> Iterator[tuple[str, str]]:
+    """(DSN, description) of the server to use."""
+    if dsn := os.environ.get("CDR_TEST_PG_DSN", "").strip():
+        yield dsn, "the server in CDR_TEST_PG_DSN"
+        return
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        raise SystemExit("no PostgreSQL: set CDR_TEST_PG_DSN or apt-get install postgresql")
+    server = LocalPostgres(bin_dir, fsync=True).start()
+    try:
+        import psycopg
+
+        with psycopg.connect(server.dsn) as conn:
+            version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
+        yield server.dsn, (f"a private PostgreSQL {version} on loopback, default settings "
+                           "(fsync on, synchronous_commit on)")
+    finally:
+        server.stop()
 
 
-def build(path: Path, rows: int, planted: float, seed: int, qvecs: np.ndarray,
-          real_topics: int) -> tuple[int, float]:
-    """Create or resume the CKF; returns (real-text facts, seconds spent appending here)."""
-    emb = default_embedder()
-    if not path.exists():
-        log("creating the CKF; real-text slice: pydoc topics through the whole ingest pipeline")
-        ckf = CKF.create(path, emb)
-        with tempfile.TemporaryDirectory() as tmp:
-            from pydoc_data.topics import topics
+# ----------------------------------------------------------------------- store round trips
 
-            names = sorted(topics)[:real_topics]
-            ingest(ckf, pydoc_topics_dir(Path(tmp) / "topics", topics=names))
-        (path / "bench-real-rows").write_text(str(ckf.n_rows))
-        ckf.close()
-    n_real = int((path / "bench-real-rows").read_text())
-    ckf = CKF.open(path, emb)
-    done = ckf.n_rows - n_real
-    target = rows - n_real
-    log(f"{n_real:,} real facts; synthetic rows {done:,} of {target:,}")
+
+def store_round_trips(store: Any, n: int) -> float:
+    """Mean ms of one get + cas (a session write as the gateway does it)."""
+    store.create("bench", "0" * 20_000)
     t0 = time.perf_counter()
-    empty = np.zeros(0, np.uint64)
-    start_done = done
-    while done < target:
-        chunk_no = done // CHUNK
-        k = min(CHUNK - done % CHUNK, target - done)
-        rng = np.random.default_rng([seed, chunk_no, done % CHUNK])
-        v = rng.standard_normal((k, ckf.dim), dtype=np.float32)
-        v /= np.linalg.norm(v, axis=1, keepdims=True)
-        hot = np.flatnonzero(rng.random(k) < planted)
-        v[hot] = planted_rows(rng, qvecs, len(hot))
-        ckf.append_raw([f"synthetic fact {done + i}" for i in range(k)], v,
-                       tokens=np.full(k, 40, np.int32), ngram_lists=[empty] * k,
-                       source=f"synthetic-{chunk_no}")
-        done += k
-        el = time.perf_counter() - t0
-        rate = (done - start_done) / el
-        log(f"appended {done:,}/{target:,} synthetic rows ({rate:,.0f} rows/s, "
-            f"ETA {(target - done) / rate / 60:.1f} min)")
-    ckf.close()
-    return n_real, time.perf_counter() - t0
+    for _ in range(n):
+        cur = store.get("bench")
+        store.cas("bench", cur.version, cur.data)
+    return (time.perf_counter() - t0) / n * 1000
 
 
-def disk_mb(path: Path) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for p in path.iterdir():
-        key = p.name.split(".")[0]
-        out[key] = out.get(key, 0.0) + p.stat().st_size / MB
-    return out
+# ------------------------------------------------------------------------- envelope load
 
 
-def time_select(ckf: CKF, q: np.ndarray, limit: int | None) -> tuple[float, object, int]:
-    tracemalloc.start()
-    tracemalloc.reset_peak()
+@dataclass
+class Load:
+    label: str
+    replicas: int
+    clients: int
+    requests: int
+    seconds: float
+    latencies: np.ndarray
+    errors: int
+    rss_mb: list[float]
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.seconds
+
+    def pct(self, q: float) -> float:
+        return float(np.percentile(self.latencies, q) * 1000)
+
+
+def one_window_in(url: str) -> tuple[str, str]:
+    """A session on `url`, advanced by one window (Coverage Set, residual, blacklist set)."""
+    from cdr.writers import get_writer
+
+    with httpx.Client(base_url=url, timeout=180) as c:
+        r = c.post("/v1/sessions", json={"task": TASK, "outline": OUTLINE,
+                                         "max_windows": 20, "words": 6000})
+        r.raise_for_status()
+        sid, token = r.json()["session_id"], r.json()["token"]
+        env = c.post(f"/v1/sessions/{sid}/envelope",
+                     headers={"Authorization": f"Bearer {token}"}).json()
+        text = get_writer("extractive").generate(env["messages"], env["max_tokens"]).text
+        w = c.post(f"/v1/sessions/{sid}/windows", headers={"Authorization":
+                                                          f"Bearer {env['token']}"},
+                   json={"text": text}).json()
+        return sid, w["token"]
+
+
+def envelope_load(label: str, servers: list[GatewayServer], clients: int,
+                  seconds: float) -> Load:
+    urls = [servers[i % len(servers)].url for i in range(clients)]
+    sessions = [one_window_in(u) for u in urls]
+    stop = threading.Event()
+    start = threading.Barrier(clients + 1)
+    lat: list[list[float]] = [[] for _ in range(clients)]
+    errors = [0]
+
+    def client(i: int) -> None:
+        sid, token = sessions[i]
+        with httpx.Client(base_url=urls[i], timeout=180,
+                          headers={"Authorization": f"Bearer {token}"}) as c:
+            c.post(f"/v1/sessions/{sid}/envelope")  # warm the connection and the envelope
+            start.wait()
+            while not stop.is_set():
+                t0 = time.perf_counter()
+                r = c.post(f"/v1/sessions/{sid}/envelope")
+                if r.status_code != 200:
+                    errors[0] += 1
+                lat[i].append(time.perf_counter() - t0)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    start.wait()
     t0 = time.perf_counter()
-    sel = ckf.select(q, GATE, limit)
-    dt = time.perf_counter() - t0
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    return dt, sel, peak
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    flat = np.array([x for per in lat for x in per])
+    return Load(label, len(servers), clients, len(flat), wall, flat, errors[0],
+                [rss_mb(s) for s in servers])
 
 
-def main(argv: list[str] | None = None) -> None:
+def rss_mb(server: GatewayServer) -> float:
+    """Resident memory of a replica process (its share of the CKF's mapped pages included)."""
+    assert server.proc is not None
+    for line in Path(f"/proc/{server.proc.pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+# ------------------------------------------------------------------- concurrency check
+
+
+@dataclass
+class Tally:
+    sessions: int = 0
+    accepted: int = 0
+    refused: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    other: int = 0
+    trace_windows: int = 0
+
+
+def concurrency_check(servers: list[GatewayServer], sessions: int, clients: int,
+                      seed: int = 7) -> Tally:
+    from cdr.writers import get_writer
+
+    writer = get_writer("extractive")
+    tally = Tally(sessions=sessions)
+    lock = threading.Lock()
+
+    def run(i: int) -> None:
+        rng = random.Random(seed + i)
+        with ExitStack() as stack:
+            cs = [stack.enter_context(httpx.Client(base_url=s.url, timeout=180))
+                  for s in servers]
+            r = cs[rng.randrange(len(cs))].post(
+                "/v1/sessions", json={"task": TASK, "outline": OUTLINE[:3],
+                                      "max_windows": 4, "words": 600})
+            r.raise_for_status()
+            sid, token = r.json()["session_id"], r.json()["token"]
+            accepted: list[str] = []
+            done = False
+            with ThreadPoolExecutor(2) as pool:
+                while not done:
+                    env = cs[rng.randrange(len(cs))].post(
+                        f"/v1/sessions/{sid}/envelope",
+                        headers={"Authorization": f"Bearer {token}"}).json()
+                    if env["done"]:
+                        token = env["token"]
+                        break
+                    text = writer.generate(env["messages"], env["max_tokens"]).text
+                    texts = [text, text + "\n\nThat is the short of it."]
+                    barrier = threading.Barrier(2)
+
+                    def submit(k: int, env: dict[str, Any] = env, texts: list[str] = texts,
+                               barrier: threading.Barrier = barrier) -> httpx.Response:
+                        barrier.wait()
+                        return cs[k % len(cs)].post(
+                            f"/v1/sessions/{sid}/windows",
+                            headers={"Authorization": f"Bearer {env['token']}"},
+                            json={"text": texts[k], "etag": env["etag"]})
+
+                    pair = list(pool.map(submit, range(2)))
+                    codes = [p.status_code for p in pair]
+                    won = [k for k in range(2) if codes[k] == 200]
+                    with lock:
+                        tally.accepted += len(won)
+                        tally.refused += codes.count(409)
+                        tally.other += sum(c not in (200, 409) for c in codes)
+                    if not won:
+                        raise RuntimeError(f"no submission accepted: {[p.text for p in pair]}")
+                    accepted += [texts[k] for k in won]
+                    token, done = pair[won[0]].json()["token"], pair[won[0]].json()["done"]
+            trace = cs[rng.randrange(len(cs))].get(
+                f"/v1/sessions/{sid}", headers={"Authorization": f"Bearer {token}"}).json()
+            outputs = [w["output"] for w in trace["windows"]]
+            with lock:
+                tally.trace_windows += len(outputs)
+                tally.lost += sum(1 for t in accepted if t not in outputs)
+                tally.duplicated += max(0, len(outputs) - len(accepted)) + sum(
+                    outputs.count(t) - 1 for t in set(outputs) if outputs.count(t) > 1)
+
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(run, range(sessions)))
+    return tally
+
+
+# ---------------------------------------------------------------------------------- main
+
+
+def start_replicas(n: int, ckf: Path, session_db: str, root: Path) -> list[GatewayServer]:
+    servers = []
+    for i in range(n):
+        tmp = root / f"replica-{i}-{time.monotonic_ns()}"
+        tmp.mkdir(parents=True)
+        servers.append(GatewayServer(base_env(tmp, CDR_SESSION_DB=session_db), via_cli=True,
+                                     ckf=ckf, workdir=tmp).start(timeout=180))
+    return servers
+
+
+def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rows", type=int, default=10_000_000)
-    ap.add_argument("--planted", type=float, default=0.002)
-    ap.add_argument("--queries", type=int, default=12, help="queries planted around")
-    ap.add_argument("--timed", type=int, default=8, help="queries timed (≤ --queries)")
-    ap.add_argument("--seed", type=int, default=15)
-    ap.add_argument("--real-topics", type=int, default=40, help="pydoc topics ingested")
-    ap.add_argument("--work", type=Path)
-    ap.add_argument("--clean", action="store_true", help="delete the CKF afterwards")
-    ap.add_argument("--no-write", action="store_true", help="print only")
-    raw = sys.argv[1:] if argv is None else argv
-    args = ap.parse_args(raw)
-    work = args.work or BENCH / "data" / f"scale-{args.rows}"
-    work.parent.mkdir(parents=True, exist_ok=True)
-    free = shutil.disk_usage(work.parent).free
-    need = args.rows * 384 * 5.6
-    if not work.exists() and free < need * 1.2:
-        raise SystemExit(f"need ~{need / 1e9:.0f} GB free in {work.parent}, have "
-                         f"{free / 1e9:.0f} GB")
-    emb = default_embedder()
-    qvecs = np.asarray(emb.encode(QUERIES[: args.queries]), dtype=np.float32)
-    n_real, append_s = build(work, args.rows, args.planted, args.seed, qvecs, args.real_topics)
+    ap.add_argument("--facts", type=int, default=50_000)
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--sessions", type=int, default=16, help="for the concurrency check")
+    ap.add_argument("--round-trips", type=int, default=2000)
+    ap.add_argument("--no-write", action="store_true", help="do not write the results file")
+    args = ap.parse_args()
+    env_machine = machine()
+    ckf = build_ckf(CACHE / f"gateway-{args.facts // 1000}k.ckf", args.facts)
+    root = Path(tempfile.mkdtemp(prefix="cdr-bench-scale-"))
+    loads: list[Load] = []
+    with postgres() as (pg_dsn, pg_what):
+        from cdr.gateway.store import SQLiteSessionStore
+        from cdr.gateway.store_postgres import PostgresSessionStore
 
-    ckf = CKF.open(work, emb)
-    n, epoch = ckf.n_rows, ckf.epoch
-    have = covered_rows(work, epoch, ckf.dim)
-    log(f"int8 copy: {have:,} of {n:,} rows present; building the rest")
-    t0 = time.perf_counter()
-    last = [0.0]
+        console.print("store round trips ...")
+        with SQLiteSessionStore(root / "rt.sqlite3") as s:
+            rt_sqlite = store_round_trips(s, args.round_trips)
+        with fresh_schema(pg_dsn) as dsn, PostgresSessionStore(dsn) as s:
+            rt_pg = store_round_trips(s, args.round_trips)
+        with fresh_schema(pg_dsn, synchronous_commit="off") as dsn, \
+                PostgresSessionStore(dsn) as s:
+            rt_pg_async = store_round_trips(s, args.round_trips)
 
-    def progress(done: int, total: int) -> None:
-        if time.perf_counter() - last[0] > 10:
-            last[0] = time.perf_counter()
-            log(f"  int8 copy {done:,}/{total:,}")
+        plans = [("SQLite", 1, str(root / "sessions.sqlite3")), ("PostgreSQL", 1, None),
+                 ("PostgreSQL", 2, None)]
+        for store_name, n, db in plans:
+            with fresh_schema(pg_dsn) as dsn:
+                servers = start_replicas(n, ckf, db or dsn, root)
+                try:
+                    console.print(f"{store_name}, {n} replica(s), {args.clients} clients, "
+                                  f"{args.seconds:g} s ...")
+                    loads.append(envelope_load(store_name, servers, args.clients,
+                                               args.seconds))
+                finally:
+                    for s in servers:
+                        s.stop()
+        with fresh_schema(pg_dsn) as dsn:
+            servers = start_replicas(2, ckf, dsn, root)
+            try:
+                console.print(f"concurrency check: {args.sessions} sessions on 2 replicas ...")
+                t0 = time.perf_counter()
+                tally = concurrency_check(servers, args.sessions, args.clients)
+                check_s = time.perf_counter() - t0
+            finally:
+                for s in servers:
+                    s.stop()
 
-    build_quantised(work, epoch, ckf.embeddings, progress)
-    built = n - have
-    build_s = time.perf_counter() - t0
-    ckf.close()
-    sizes = disk_mb(work)
-    quant_mb = sum(p.stat().st_size for p in quant_paths(work, epoch)) / MB
-    log(f"int8 copy: {built:,} rows in {build_s:.1f} s; {quant_mb:,.0f} MB")
-
-    gc.collect()
-    opens = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        c = CKF.open(work, emb)
-        opens.append(time.perf_counter() - t0)
-        c.close()
-    ckf = CKF.open(work, emb)
-    log(f"open: {np.median(opens) * 1e3:.1f} ms median of 5")
-
-    real_open = store_mod.open_quantised
-
-    def exact_arm(*a: object) -> None:
-        return None
-
-    t0 = time.perf_counter()
-    ckf.select(qvecs[0], GATE, None)  # first use: numba compiles or loads its cache
-    first_s = time.perf_counter() - t0
-    rows: dict[str, list[float]] = {"int8 copy + exact rescoring": [], "exact float32": []}
-    peaks: dict[str, list[int]] = {k: [] for k in rows}
-    recalls, max_d, passing, real_hits = [], [], [], []
-    timed = qvecs[: args.timed]
-    for i, q in enumerate(timed):
-        res = {}
-        for arm in (("int8", "exact") if i % 2 == 0 else ("exact", "int8")):
-            store_mod.open_quantised = real_open if arm == "int8" else exact_arm
-            name = "int8 copy + exact rescoring" if arm == "int8" else "exact float32"
-            dt, sel, peak = time_select(ckf, q, LIMIT)
-            rows[name].append(dt)
-            peaks[name].append(peak)
-            res[arm] = sel
-        store_mod.open_quantised = real_open
-        a, b = res["exact"], res["int8"]
-        if len(a) >= LIMIT:
-            log(f"query {i + 1}: the limit ({LIMIT}) was reached; recall is over the top {LIMIT}")
-        ea, eb = set(a.indices.tolist()), set(b.indices.tolist())
-        recalls.append(len(ea & eb) / max(len(ea), 1))
-        common = np.intersect1d(a.indices, b.indices)
-        ra = dict(zip(a.indices.tolist(), a.relevances.tolist(), strict=True))
-        rb = dict(zip(b.indices.tolist(), b.relevances.tolist(), strict=True))
-        max_d.append(max((abs(ra[r] - rb[r]) for r in common.tolist()), default=0.0))
-        passing.append(len(a))
-        real_hits.append(int((a.indices < n_real).sum()))
-        log(f"query {i + 1}/{len(timed)}: {len(a):,} pass ({real_hits[-1]} real); "
-            + ", ".join(f"{k} {v[-1] * 1e3:.0f} ms" for k, v in rows.items()))
-    ckf.close()
-
-    per_m = 1e6 / n
-    lines = [
-        f"### Phase 1 `select` at {n / 1e6:g}M facts: exact float32 vs int8 copy + exact "
-        "rescoring", "",
-        "| path | p50 ms | p95 ms | passing the gate (median) | recall vs exact float32 | "
-        "max Δ relevance | peak heap per select, MB per 1M facts |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    for k, v in rows.items():
-        arr = np.asarray(v) * 1e3
-        rec = f"{min(recalls):.6f} (min)" if k.startswith("int8") else "1 (reference)"
-        dlt = f"{max(max_d):.1e}" if k.startswith("int8") else "—"
-        label = f"**{k}**" if k.startswith("int8") else k
-        lines.append(
-            f"| {label} | {np.median(arr):,.0f} | {np.percentile(arr, 95):,.0f} | "
-            f"{int(np.median(passing)):,} | {rec} | {dlt} | "
-            f"{np.median(peaks[k]) / MB * per_m:.2f} |")
-    lines += [
+    rows = [f"| {x.label} | {x.replicas} | {x.clients} | {x.requests:,} | {x.rps:.1f} | "
+            f"{x.pct(50):.1f} | {x.pct(99):.1f} | {x.errors} | "
+            f"{' + '.join(f'{m:.0f}' for m in x.rss_mb)} |" for x in loads]
+    md = [
+        "# Scale-out benchmark (`bench/scale.py`): gateway replicas",
         "",
-        f"{n:,} facts: {n_real:,} real (pydoc topics, default model) + synthetic unit rows "
-        f"through `CKF.append_raw`, {args.planted:.1%} of them planted around {len(qvecs)} "
-        f"real queries (cosine U[0.40, 0.85]); gate {GATE}, limit {LIMIT} (the loop's Phase 1 "
-        f"limit); {len(timed)} queries, arms interleaved, one select per query per arm (the "
-        f"exact arm reads the whole {n * 384 * 4 / 1e9:.1f} GB matrix each time). "
-        f"Open: **{np.median(opens) * 1e3:.0f} ms** (median of 5). First "
-        f"select in a process (kernel compile or cache load): {first_s:.1f} s. Real facts "
-        f"passing per query (median): {int(np.median(real_hits))}. Peak heap: tracemalloc of "
-        "one select (numba's own buffers are not traced; they are per-thread rows).",
-    ]
-    ingest_lines = [
-        f"### Index build: int8 copy for `cdr.ckf.scan` ({n / 1e6:g}M × 384 facts)", "",
-        "| rows built | build s | rows/s | size on disk, MB per 1M facts | vs float32 embeddings |",
-        "|---:|---:|---:|---:|---:|",
-    ]
-    if built:
-        ingest_lines.append(
-            f"| {built:,} | {build_s:,.0f} | {built / build_s:,.0f} | {quant_mb * per_m:,.0f} | "
-            f"{quant_mb / sizes.get('embeddings', 1):.0%} |")
-    else:
-        ingest_lines.append(f"| (already built) | — | — | {quant_mb * per_m:,.0f} | "
-                            f"{quant_mb / sizes.get('embeddings', 1):.0%} |")
-    ingest_lines += [
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC — {env_machine}.",
         "",
-        f"Disk at {n / 1e6:g}M facts, MB: " + ", ".join(
-            f"{k} {v:,.0f}" for k, v in sorted(sizes.items()) if v > 1) + ". "
-        f"Synthetic append through `CKF.append_raw`: {append_s:,.0f} s in this run. The copy "
-        f"is used by `select` when present; build it for stores of ≥ {QUANT_MIN_ROWS:,} "
-        "facts (`cdr.ckf.scan.build_quantised`, incremental).",
+        f"PostgreSQL: {pg_what}. CKF: {args.facts:,} synthetic facts (the `bench/gateway.py` "
+        "CKF: real MiniLM sub-query vectors, 3% planted near them, the rest random), shared "
+        "by all replicas. Clients, replicas and PostgreSQL all run on this machine's cores.",
+        "",
+        "## Store round trip (one thread, get + cas of a 20 kB session)",
+        "",
+        "| store | ms per get+cas |",
+        "|---|---:|",
+        f"| SQLite (WAL, synchronous=NORMAL) | {rt_sqlite:.2f} |",
+        f"| PostgreSQL (loopback, synchronous_commit on: a WAL flush per commit) | "
+        f"{rt_pg:.2f} |",
+        f"| PostgreSQL (loopback, synchronous_commit off in the URL's options) | "
+        f"{rt_pg_async:.2f} |",
+        "",
+        "## Envelope requests",
+        "",
+        f"`POST /v1/sessions/{{id}}/envelope`, window 2 of a {len(OUTLINE)}-sub-query "
+        f"session, one session per client, {args.clients} keep-alive clients spread "
+        f"round-robin over the replicas, {args.seconds:g} s per row.",
+        "",
+        "| store | replicas | clients | requests | req/s | p50 ms | p99 ms | errors | "
+        "RSS per replica, MB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *rows,
+        "",
+        "## Concurrency check across 2 replicas",
+        "",
+        f"{tally.sessions} sessions ({args.clients} at a time) driven to their end; each "
+        "window's envelope from a random replica, its text submitted twice at the same moment "
+        "(one to each replica, two different texts). Lost = accepted (200) but missing from "
+        "the session's trace; duplicated = in the trace more than once or beyond what was "
+        f"accepted. Took {check_s:.0f} s.",
+        "",
+        "| windows accepted | racing duplicates refused (409) | other statuses | "
+        "windows in traces | lost | duplicated |",
+        "|---:|---:|---:|---:|---:|---:|",
+        f"| {tally.accepted} | {tally.refused} | {tally.other} | {tally.trace_windows} | "
+        f"{tally.lost} | {tally.duplicated} |",
+        "",
+        "Reading the numbers: clients, replicas and PostgreSQL share this machine's cores, "
+        "so a second replica adds no CPU and the 2-replica row measures what sharing costs "
+        "(a store round trip per request instead of a file read); on machines of their own, "
+        "replicas add throughput up to what PostgreSQL serves. An envelope request that "
+        "finds its window's envelope already prepared writes nothing, so these rows are "
+        "read-bound on the store; each `/windows` submission is one compare-and-set write, "
+        "whose price is the round-trip table above. With `synchronous_commit=on` (the "
+        "default) every commit waits for a WAL flush to disk, which this shared disk makes "
+        "slow.",
+        "",
+        f"Command: `python bench/scale.py --facts {args.facts} --seconds {args.seconds:g} "
+        f"--clients {args.clients} --sessions {args.sessions}`",
+        "",
     ]
-    machine = (f"Machine: {cpu_name()}, {os.cpu_count()} CPUs, load average "
-               f"{os.getloadavg()[0]:.1f} at the end, {time.strftime('%Y-%m-%d %H:%M')}. "
-               f"Rerun: `python bench/scale.py{''.join(' ' + a for a in raw)}`")
-    text = "\n".join([*lines, "", machine])
-    itext = "\n".join([*ingest_lines, "", machine])
-    print(text, "\n\n", itext, flush=True)
+    console.print("\n".join(md))
     if not args.no_write:
-        put_section(RESULTS_RANKING, "scale", text)
-        put_section(RESULTS_INGEST, "scale-index", itext)
-    if args.clean:
-        shutil.rmtree(work)
-        log(f"deleted {work}")
-
-
-def put_section(path: Path, name: str, text: str) -> None:
-    """Replace (or append) the block between `<!-- name -->` markers, keeping the rest."""
-    start, end = f"<!-- {name} -->", f"<!-- /{name} -->"
-    old = path.read_text() if path.exists() else ""
-    block = f"{start}\n{text}\n{end}"
-    if start in old and end in old:
-        new = old[: old.index(start)] + block + old[old.index(end) + len(end):]
-    else:
-        new = old.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(new)
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text("\n".join(md), encoding="utf-8")
+        console.print(f"wrote {RESULTS}")
 
 
 if __name__ == "__main__":

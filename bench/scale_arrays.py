@@ -1,6 +1,6 @@
 """The scan engine at ten million facts without the CKF's per-row SQLite cost (issue 15).
 
-`bench/scale.py` builds a real CKF through `CKF.append_raw`, whose per-row SQLite inserts
+`bench/scale_ckf.py` builds a real CKF through `CKF.append_raw`, whose per-row SQLite inserts
 run at ~2-4k rows/s on a loaded 2-core machine (40+ min for 10M). This benchmark writes the
 same kind of rows straight into a raw float32 file (`bench/data/arrays-<rows>/emb.f32`,
 memory-mapped, written in chunks, resumable), builds the int8 copy with
@@ -33,7 +33,7 @@ sys.path.insert(0, str(BENCH))
 
 from _machine import cpu_name  # noqa: E402
 from cdr.ckf import scan  # noqa: E402
-from scale import GATE, log, planted_rows, put_section  # noqa: E402
+from scale_ckf import GATE, log, planted_rows, put_section  # noqa: E402
 
 D = 384
 CHUNK = 250_000

@@ -35,7 +35,7 @@ sys.path.insert(0, str(BENCH))
 
 from _machine import cpu_name  # noqa: E402
 from cdr.ckf import scan  # noqa: E402
-from scale import put_section  # noqa: E402
+from scale_ckf import put_section  # noqa: E402
 
 D = 384
 GATE = 0.55
