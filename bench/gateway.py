@@ -59,6 +59,7 @@ except ImportError:  # a checkout without `pip install -e .`
 from tests.gateway_server import GatewayServer, base_env  # noqa: E402
 
 RESULTS = BENCH / "results" / "gateway.md"
+PROFILE_SECTION = "## Where the time goes"
 CACHE = BENCH / "data"
 TASK = "Write a guide to Python exception handling"
 OUTLINE = ["The try statement and its except clauses", "Raising exceptions",
@@ -148,11 +149,17 @@ class Run:
     errors: int
     server_cpu: float = float("nan")  # seconds of the server process's CPU during the run
     label: str = ""
+    client_cpu: float = float("nan")  # seconds of this (client) process's CPU during the run
 
     @property
     def cpu_ms(self) -> float:
         """Server CPU time per request, ms."""
         return self.server_cpu / max(self.requests, 1) * 1000
+
+    @property
+    def client_cpu_ms(self) -> float:
+        """Client (httpx threads of this process) CPU time per request, ms."""
+        return self.client_cpu / max(self.requests, 1) * 1000
 
     @property
     def rps(self) -> float:
@@ -218,14 +225,15 @@ def measure(url: str, sessions: list[tuple[str, str]], seconds: float,
     for t in threads:
         t.start()
     start.wait()
-    t0, c0 = time.perf_counter(), process_cpu(pid)
+    t0, c0, own0 = time.perf_counter(), process_cpu(pid), time.process_time()
     time.sleep(seconds)
     stop.set()
     for t in threads:
         t.join()
     wall, cpu = time.perf_counter() - t0, process_cpu(pid) - c0
     all_lat = np.array([x for per in lat for x in per])
-    return Run(len(sessions), len(all_lat), wall, all_lat, errors[0], cpu)
+    return Run(len(sessions), len(all_lat), wall, all_lat, errors[0], cpu,
+               client_cpu=time.process_time() - own0)
 
 
 def baseline_src(rev: str, into: Path) -> Path:
@@ -304,7 +312,8 @@ def main() -> None:
         for server in servers:
             server.stop()
     cols = (["server"] if args.baseline else []) + [
-        "clients", "requests", "req/s", "p50 ms", "p99 ms", "server CPU ms/req", "errors"]
+        "clients", "requests", "req/s", "p50 ms", "p99 ms", "server CPU ms/req",
+        "client CPU ms/req", "errors"]
     table = Table(title=f"Envelope requests, {args.facts:,}-fact CKF (loopback, "
                         f"{n_facts} facts/envelope, {size_kb:.0f} KB responses)")
     for col in cols:
@@ -313,7 +322,8 @@ def main() -> None:
     for r in runs:
         row = (([r.label] if args.baseline else [])
                + [str(r.clients), f"{r.requests:,}", f"{r.rps:.1f}", f"{r.pct(50):.1f}",
-                  f"{r.pct(99):.1f}", f"{r.cpu_ms:.1f}", str(r.errors)])
+                  f"{r.pct(99):.1f}", f"{r.cpu_ms:.1f}", f"{r.client_cpu_ms:.1f}",
+                  str(r.errors)])
         rows.append(row)
         table.add_row(*row)
     console.print(table)
@@ -343,8 +353,14 @@ def main() -> None:
         f"{args.seconds:.0f} s per level. Clients run on the same cores as the server. A "
         "client asking again for the same window's envelope finds its parsed session in the "
         "gateway's cache and its pending envelope unchanged, so no store write happens; the "
-        "first envelope of each window (after `/windows`) also hits the cache, which "
-        "`/windows` fills.",
+        "first envelope of each window (after `/windows`) also hits the session cache, which "
+        "`/windows` fills. Since issue 15 the gateway also keeps each session's Phase 1 "
+        "selection (its query vector is fixed, so every window of it selects the same rows "
+        "from a snapshot): only a session's first envelope on a CKF snapshot scans the CKF; "
+        "Phase 2-3, the prompt and the response are computed on every request. Server CPU "
+        "per request is the gateway process's CPU time over the level divided by its "
+        "requests (/proc), client CPU the same for this benchmark's httpx threads: on a "
+        "loaded machine they say more than wall times, which wait for the other processes.",
         "",
         f"Server environment: {' '.join(args.env) or 'defaults'} (BLAS held to one thread "
         "per request; `--env CDR_BLAS_THREADS=0` shows OpenBLAS's default threads).",
@@ -365,7 +381,10 @@ def main() -> None:
         "",
     ]
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text("\n".join(md), encoding="utf-8")
+    kept = ""  # bench/gateway_profile.py's breakdown, written by that script
+    if RESULTS.exists() and PROFILE_SECTION in (old := RESULTS.read_text(encoding="utf-8")):
+        kept = old[old.index(PROFILE_SECTION):]
+    RESULTS.write_text("\n".join(md) + ("\n" + kept if kept else ""), encoding="utf-8")
     console.print(f"wrote {RESULTS}")
 
 
