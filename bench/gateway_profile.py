@@ -11,15 +11,21 @@ session, asked again: the parsed session is cached and the pending envelope unch
 store write), plus, as separate rows, the costs a cache miss and a changed envelope add
 (parse of the stored JSON, the compare-and-set write).
 
-Usage: python bench/gateway_profile.py [--facts 100000] [--requests 40]
+`--baseline REV` profiles git revision REV's `src/` too (in a child process, same CKF and
+requests) and writes the two breakdowns side by side.
+
+Usage: python bench/gateway_profile.py [--facts 100000] [--requests 40] [--baseline main]
+       [--write]
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import json
 import os
 import pstats
+import subprocess
 import sys
 import tempfile
 import time
@@ -104,8 +110,20 @@ def stage_times(stats: pstats.Stats, n: int) -> dict[str, float]:
     return out
 
 
-def write_section(lines: list[str], kind: str, total: float, wall: list[float],
-                  cpu: list[float], args: argparse.Namespace) -> None:
+def baseline(args: argparse.Namespace) -> dict[str, float]:
+    """This script's numbers for git revision `args.baseline`'s src/ (a child process)."""
+    tmp = Path(tempfile.mkdtemp(prefix="cdr-profile-base-"))
+    src = gwbench.baseline_src(args.baseline, tmp)
+    out = tmp / "stages.json"
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    subprocess.run([sys.executable, __file__, "--facts", str(args.facts), "--requests",
+                    str(args.requests), "--top", "0", "--json", str(out),
+                    *(["--wall"] if args.wall else [])], env=env, check=True)
+    return json.loads(out.read_text())
+
+
+def write_section(lines: list[str], kind: str, columns: list[tuple[str, dict[str, float]]],
+                  args: argparse.Namespace) -> None:
     """The breakdown as the last section of bench/results/gateway.md."""
     from datetime import UTC, datetime
 
@@ -119,14 +137,16 @@ def write_section(lines: list[str], kind: str, total: float, wall: list[float],
         f"One envelope request's handler in-process (`bench/gateway_profile.py`), the steady "
         f"state the table above measures, split by cProfile ({kind} time per request, "
         f"{args.requests} requests; the profiler itself inflates the Python-heavy stages). "
-        f"Unprofiled: {np.median(cpu) * 1000:.1f} ms CPU, {np.median(wall) * 1000:.1f} ms "
-        f"wall per request (p50). Rows marked *cache miss only* / *changed only* are paid "
+        "Unprofiled p50 per request: " + "; ".join(
+            f"{n}: {c['unprofiled p50 CPU']:.1f} ms CPU, {c['unprofiled p50 wall']:.1f} ms wall"
+            for n, c in columns) + ". Rows marked *cache miss only* / *changed only* are paid "
         "once per window (a restarted or evicted session; a new pending envelope), not on "
         "every request; the rest of the server CPU per request in the table above is the "
         "HTTP stack (uvicorn, FastAPI routing, middleware).", "",
         *lines, "",
         f"Command: `python bench/gateway_profile.py --facts {args.facts} --requests "
-        f"{args.requests} --write`", "",
+        f"{args.requests}{' --baseline ' + args.baseline if args.baseline else ''} --write`",
+        "",
     ]
     path.write_text(text.rstrip("\n") + "\n\n" + "\n".join(section), encoding="utf-8")
     print(f"wrote {path}")
@@ -137,6 +157,9 @@ def main() -> None:
     ap.add_argument("--facts", type=int, default=100_000)
     ap.add_argument("--requests", type=int, default=40)
     ap.add_argument("--top", type=int, default=25, help="also print the top functions")
+    ap.add_argument("--baseline", default=None, metavar="REV",
+                    help="also profile git revision REV's src/ and show both")
+    ap.add_argument("--json", type=Path, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--write", action="store_true",
                     help=f"replace the '{gwbench.PROFILE_SECTION}' section of "
                     "bench/results/gateway.md with this run's table")
@@ -192,22 +215,34 @@ def main() -> None:
     kind = "wall" if args.wall else "CPU"
     print(f"\nprofiled steady-state request: {total:.1f} ms {kind} (cProfile inflates "
           "Python-heavy stages)\n")
-    lines = ["| stage | ms per request |", "|---|---:|"]
-    accounted = 0.0
+    ms: dict[str, float] = {}
     for label, _f, _n in STAGES:
-        ms = steady[label]
-        if "cache miss" in label:
-            ms = cold[label]
-        elif "changed only" in label:
-            ms = write[label]
-        else:
-            accounted += ms
-        lines.append(f"| {label} | {ms:.2f} |")
-    lines.append(f"| rest of the handler (glue) | {total - accounted:.2f} |")
-    lines.append(f"| **total (steady state)** | **{total:.2f}** |")
+        ms[label] = (cold[label] if "cache miss" in label
+                     else write[label] if "changed only" in label else steady[label])
+    per_request = [v for k, v in ms.items() if "only" not in k]
+    ms["rest of the handler (glue)"] = total - sum(per_request)
+    ms["**total (steady state)**"] = total
+    ms["unprofiled p50 CPU"] = float(np.median(cpu) * 1000)
+    ms["unprofiled p50 wall"] = float(np.median(wall) * 1000)
+    if args.json is not None:
+        args.json.write_text(json.dumps(ms))
+        return
+    columns = [("this tree", ms)]
+    if args.baseline:
+        columns.insert(0, (f"{args.baseline} (before)", baseline(args)))
+    lines = ["| stage | " + " | ".join(f"{name}, ms" for name, _ in columns) + " |",
+             "|---|" + "---:|" * len(columns)]
+    for label in ms:
+        if label.startswith("unprofiled"):
+            continue
+        lines.append(f"| {label} | " + " | ".join(f"{c.get(label, float('nan')):.2f}"
+                                                  for _, c in columns) + " |")
     print("\n".join(lines))
+    print("unprofiled p50 CPU / wall ms: " + "; ".join(
+        f"{n}: {c['unprofiled p50 CPU']:.1f} / {c['unprofiled p50 wall']:.1f}"
+        for n, c in columns))
     if args.write:
-        write_section(lines, kind, total, wall, cpu, args)
+        write_section(lines, kind, columns, args)
     if args.top:
         print()
         stats.sort_stats("tottime").print_stats(args.top)
