@@ -154,8 +154,8 @@ def window_text(run: RunView, w: WindowView) -> str:
             heading = p.heading
         body = "".join(f"<mark>{e(t)}</mark>" if rep else e(t) for t, rep in p.segments)
         if p.sub_query is not None:
-            depth = w.added.get(p.sub_query)
-            d = f" · depth {depth:.2f} this window" if depth is not None else ""
+            depth = w.added.get(p.sub_query, 0.0)
+            d = f" · depth {depth:.2f} this window"
             tag = (f'<span class="tag {sq_class(run, p.sub_query)}" '
                    f'title="{e(names.get(p.sub_query, ""))}">{e(p.sub_query)}{d}</span>')
         elif w.has_attribution:
