@@ -34,7 +34,7 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from cdr.errors import CdrError, NotFoundError
-from cdr.gateway.errors import ApiError
+from cdr.gateway.errors import ApiError, from_cdr_error
 from cdr.gateway.records import SessionRecord
 from cdr.gateway.runtime import TOKEN_HEADER, Gateway
 from cdr.report import csp_header, runs_for_trace
@@ -91,6 +91,14 @@ def _json(body: dict[str, Any], status: int = 200) -> JSONResponse:
     return JSONResponse(body, status_code=status, headers=_security_headers())
 
 
+def _refusal(exc: Exception) -> JSONResponse:
+    """The usual JSON error body, with this router's security headers too."""
+    err = exc if isinstance(exc, ApiError) else from_cdr_error(exc)  # type: ignore[arg-type]
+    resp = err.response()
+    resp.headers.update(_security_headers())
+    return resp
+
+
 @router.get("/")
 def sessions_page() -> HTMLResponse:
     body = ('<header><h1>cdr gateway — recent sessions</h1><p id="live">loading…</p>'
@@ -123,8 +131,11 @@ def _record(gw: Gateway, sid: str) -> tuple[int, float, SessionRecord]:
 def session_view(request: Request, session_id: SessionId,
                  after: Annotated[int, Query(ge=-1)] = -1) -> JSONResponse:
     gw = _gw(request)
-    _authorize_view(request, gw, session_id)
-    version, _, rec = _record(gw, session_id)
+    try:
+        _authorize_view(request, gw, session_id)
+        version, _, rec = _record(gw, session_id)
+    except (ApiError, CdrError) as exc:
+        return _refusal(exc)
     trace = rec.trace(session_id)
     out: dict[str, Any] = {"version": version, "status": trace["status"],
                            "windows": len(trace["windows"]), "changed": version != after}
@@ -137,8 +148,9 @@ def session_view(request: Request, session_id: SessionId,
 def sessions_list(request: Request) -> JSONResponse:
     gw = _gw(request)
     if not is_admin(request, gw):
-        raise ApiError(403, "the session list is for admins: send an API key with the admin "
-                       "scope (`Authorization: Bearer <key>`)", code="forbidden")
+        return _refusal(ApiError(403, "the session list is for admins: send an API key with "
+                                 "the admin scope (`Authorization: Bearer <key>`)",
+                                 code="forbidden"))
     rows = []
     for sid in gw.store.list_ids():
         stored = gw.store.get(sid)

@@ -41,7 +41,7 @@ def page(title: str, body: str, *, attrs: str = "", connect: bool = False) -> st
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f'<meta http-equiv="Content-Security-Policy" content="{escape(csp(connect=connect))}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        '<meta name="referrer" content="no-referrer">'
+        '<meta name="referrer" content="no-referrer"><link rel="icon" href="data:,">'
         f"<title>{escape(title)}</title><style>{asset('report.css')}</style></head>"
         f"<body{attrs}>{body}<script>{asset('report.js')}</script></body></html>\n"
     )
