@@ -44,7 +44,7 @@ def client(ui_gateway):
 
 def test_session_view_needs_a_token_for_that_session(client):
     sid, tokens = run_windows(client, 1)
-    other, other_tokens = run_windows(client, 0)
+    _, other_tokens = run_windows(client, 0)
     url = f"/ui/api/sessions/{sid}"
     r = client.get(url)
     assert r.status_code == 401 and r.json()["error"]["code"] == "missing_token"

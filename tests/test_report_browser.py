@@ -37,7 +37,7 @@ def check_charts(driver) -> int:
         "return [r.width, r.height, s.querySelectorAll('polyline, circle, rect.bar').length,"
         "        parseFloat(s.getAttribute('width')), parseFloat(s.getAttribute('height'))]; })")
     assert sizes, "no charts"
-    for width, height, marks, w_attr, h_attr in sizes:
+    for width, height, _marks, w_attr, h_attr in sizes:
         assert (width, height) == (w_attr, h_attr) and width >= 240 and height >= 150
     drawn = [marks for _, _, marks, _, _ in sizes]
     assert sum(1 for m in drawn if m > 0) >= len(sizes) - 1  # a run may have no guard bars

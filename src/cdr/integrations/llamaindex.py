@@ -31,8 +31,13 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 import numpy as np
 
 from cdr.coverage import SubQuery
-from cdr.dpe import DEFAULT_ATTRIBUTION_THRESHOLD, parse_outline, split_paragraphs, task_topic
-from cdr.dpe import verify_window
+from cdr.dpe import (
+    DEFAULT_ATTRIBUTION_THRESHOLD,
+    parse_outline,
+    split_paragraphs,
+    task_topic,
+    verify_window,
+)
 from cdr.errors import InvalidInputError
 from cdr.headers import decimal2
 from cdr.ngrams import ngram_hashes
@@ -64,6 +69,7 @@ class CDRNodePostprocessor(BaseNodePostprocessor):
     _embedder: Any = PrivateAttr(default=None)
     _last: Any = PrivateAttr(default=None)  # (nodes, ranking, tokens) handed out last
     _windows: list = PrivateAttr(default_factory=list)
+    _vectors: dict = PrivateAttr(default_factory=dict)  # text -> unit vector, this session
     _lock: Any = PrivateAttr(default_factory=threading.Lock)
 
     @classmethod
@@ -114,7 +120,7 @@ class CDRNodePostprocessor(BaseNodePostprocessor):
         if not nodes or self.done:
             return []
         texts = [n.node.get_content(metadata_mode=MetadataMode.NONE) for n in nodes]
-        emb = self._embedder.encode(texts)
+        emb = self._embed(texts)
         relevance = emb @ session.query_vector
         counts = np.array([sum(1 for h in ngram_hashes(t).tolist() if h in session.blacklist)
                            for t in texts], dtype=np.int32)
@@ -139,6 +145,16 @@ class CDRNodePostprocessor(BaseNodePostprocessor):
         with self._lock:
             self._last = (out, ranked, [count_tokens(texts[i]) for i in ranked.indices])
         return out
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        """Embeddings by text, cached for the session: a retriever returns many of the same
+        nodes every window, and embedding is the costly step."""
+        new = list(dict.fromkeys(t for t in texts if t not in self._vectors))
+        if new:
+            for t, v in zip(new, self._embedder.encode(new), strict=True):
+                self._vectors[t] = v
+        return np.stack([self._vectors[t] for t in texts]) if texts else np.zeros(
+            (0, self.session.dim), np.float32)
 
     async def _apostprocess_nodes(self, nodes: list[NodeWithScore],
                                   query_bundle: QueryBundle | None = None

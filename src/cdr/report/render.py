@@ -68,7 +68,8 @@ def charts(runs: Sequence[RunView]) -> str:
                 continue
             series.append(Series(r.label, [w.depth.get(sq_id, 0.0) for w in r.windows],
                                  RUN_COLORS[i % len(RUN_COLORS)], dashed=i > 0))
-        small.append(f'<figure class="fig small">{line_chart(text, series, 1.0, 240, 150, legend=len(runs) > 1)}</figure>')
+        chart = line_chart(text, series, 1.0, 240, 150, legend=len(runs) > 1)
+        small.append(f'<figure class="fig small">{chart}</figure>')
     return (f'<section class="charts"><h2>Over the windows</h2><div class="grid">{main}</div>'
             f'<h3>Depth of each sub-query (cumulative, capped at 1)</h3>'
             f'<div class="grid">{"".join(small)}</div></section>')
@@ -178,7 +179,8 @@ def headers_table(w: WindowView) -> str:
 
 def window_card(run: RunView, w: WindowView | None, index: int) -> str:
     if w is None:
-        return f'<div class="card s{index} empty"><p class="muted">{e(run.label)}: no such window</p></div>'
+        return (f'<div class="card s{index} empty"><p class="muted">{e(run.label)}: '
+                "no such window</p></div>")
     r = w.record
     error = f'<p class="error">writer error: {e(r["error"])}</p>' if r.get("error") else ""
     addressed = ", ".join(f"{e(k)} +{v:.2f}" for k, v in w.added.items()) or "none"
