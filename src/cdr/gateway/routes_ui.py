@@ -37,7 +37,7 @@ from cdr.errors import CdrError, NotFoundError
 from cdr.gateway.errors import ApiError, from_cdr_error
 from cdr.gateway.records import SessionRecord
 from cdr.gateway.runtime import TOKEN_HEADER, Gateway
-from cdr.report import csp_header, runs_for_trace
+from cdr.report import csp_header, render_trace_body
 from cdr.report.page import page
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -140,7 +140,7 @@ def session_view(request: Request, session_id: SessionId,
     out: dict[str, Any] = {"version": version, "status": trace["status"],
                            "windows": len(trace["windows"]), "changed": version != after}
     if version != after:
-        out["html"] = runs_for_trace(trace)
+        out["html"] = render_trace_body(trace)
     return _json(out)
 
 

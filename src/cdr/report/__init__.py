@@ -19,9 +19,20 @@ from cdr.report.analysis import RunView, build_run, explain_exit, mark_repeats
 from cdr.report.page import csp, csp_header, page
 from cdr.report.render import render_body
 
-__all__ = ["RunView", "build_run", "csp", "csp_header", "explain_exit", "load_trace",
-           "mark_repeats", "render_body", "render_report", "runs_for", "runs_for_trace",
-           "write_report"]
+__all__ = [
+    "RunView",
+    "build_run",
+    "csp",
+    "csp_header",
+    "explain_exit",
+    "load_trace",
+    "mark_repeats",
+    "render_body",
+    "render_report",
+    "render_trace_body",
+    "runs_for",
+    "write_report",
+]
 
 
 def _labels(traces: Sequence[Mapping[str, Any]], labels: Sequence[str] | None) -> list[str]:
@@ -79,6 +90,6 @@ def write_report(trace_paths: Sequence[Path], out: Path, labels: Sequence[str] |
     return out
 
 
-def runs_for_trace(trace: Mapping[str, Any]) -> str:
+def render_trace_body(trace: Mapping[str, Any]) -> str:
     """The report body for one trace (the gateway's live view swaps it into its page)."""
     return render_body(runs_for([trace], [str(trace.get("ranking", "run"))]))
