@@ -51,7 +51,7 @@ def test_verify_by_heading_and_by_similarity():
     paragraphs = [("Timeouts", " ".join(["w"] * 95)), (None, "cancel " * 30),
                   (None, "unrelated words here")]
     p_emb = np.array([[0, 0, 1], [0.2, 0.98, 0], [0.1, 0.1, 0.99]], np.float32)
-    rep = verify_window("", sqs, sq_emb, p_emb, paragraphs, threshold=0.3)
+    rep = verify_window(sqs, sq_emb, p_emb, paragraphs, threshold=0.3)
     assert rep.words == {"sq-1": 95, "sq-2": 30}
     assert rep.addressed == {"sq-1": pytest.approx(0.9), "sq-2": pytest.approx(0.9)}
     assert rep.unattributed_words == 3

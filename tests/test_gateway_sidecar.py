@@ -269,6 +269,7 @@ def test_nothing_relevant_left_ends_the_session_at_the_envelope(client):
     assert r.headers["CRP-Context-Window"] == "1/4"
     trace = client.get(f"/v1/sessions/{sid}", headers=bearer(e["token"])).json()
     assert trace["status"] == "ckf-exhausted" and len(trace["windows"]) == 1
+    jsonschema.validate(trace, TRACE_SCHEMA)
     assert trace["windows"][0]["envelope"] == [] and trace["windows"][0]["output"] == ""
 
 

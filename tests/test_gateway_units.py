@@ -13,14 +13,13 @@ from hypothesis import strategies as st
 from cdr.ckf.store import CKF
 from cdr.errors import EmbeddingModelMismatchError, InvalidInputError, NotFoundError, UpstreamError
 from cdr.gateway.errors import ApiError, from_cdr_error, from_validation_errors
-from cdr.gateway.records import SessionRecord, dump_prepared, load_prepared
+from cdr.gateway.records import SessionRecord
 from cdr.gateway.relay import DocumentText, assemble
 from cdr.gateway.runtime import Gateway, token_from_headers
 from cdr.gateway.schemas import GenerationOptions
 from cdr.gateway.settings import GatewaySettings
 from cdr.gateway.store import MemorySessionStore, VersionConflictError
-from cdr.headers import window_headers
-from cdr.loop import EmptyKnowledgeBaseError, GenerationConfig, Generator
+from cdr.loop import EmptyKnowledgeBaseError, GenerationConfig, Generator, PreparedWindow
 from cdr.session_token import ExpiredTokenError, StaleTokenError, TokenModelMismatchError
 from cdr.trace import window_record
 from cdr.writers import get_writer
@@ -55,11 +54,11 @@ def test_a_stored_envelope_completes_exactly_like_the_prepared_one(ckf):
     session = gen.start(TASK, "\n".join(OUTLINE))
     for _ in range(2):
         prepared = gen.prepare(session)
-        stored = json.loads(json.dumps(dump_prepared(prepared)))  # through the store's JSON
-        loaded = load_prepared(stored)
+        stored = json.loads(json.dumps(prepared.to_dict()))  # through the store's JSON
+        loaded = PreparedWindow.from_dict(stored)
         assert loaded.envelope.etag == prepared.envelope.etag
-        assert window_headers(session, loaded, loaded.envelope) == window_headers(
-            session, prepared, prepared.envelope)
+        assert loaded.to_dict() == stored
+        assert loaded.headers(session) == prepared.headers(session)
         text = gen.write(prepared).text
         twin = copy.deepcopy(session)
         a = gen.complete(session, prepared, text)
@@ -69,7 +68,7 @@ def test_a_stored_envelope_completes_exactly_like_the_prepared_one(ckf):
         assert window_record(a) == window_record(b)
         assert session.to_json() == twin.to_json()
     with pytest.raises(InvalidInputError, match="damaged"):
-        load_prepared({**stored, "ranking": {}})
+        PreparedWindow.from_dict({**stored, "ranking": {}})
 
 
 def test_session_record_round_trips(ckf):
@@ -78,7 +77,7 @@ def test_session_record_round_trips(ckf):
     session = gen.start(TASK, "\n".join(OUTLINE))
     prepared = gen.prepare(session)
     event = gen.complete(session, prepared, gen.write(prepared).text)
-    rec = SessionRecord(session, [window_record(event)], dump_prepared(gen.prepare(session)),
+    rec = SessionRecord(session, [window_record(event)], gen.prepare(session).to_dict(),
                         "chat", {"max_windows": 3})
     back = SessionRecord.from_json(rec.to_json(), ckf.ngram_index)
     assert back.to_json() == rec.to_json()

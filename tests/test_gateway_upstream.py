@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonschema
 import openai
 import pytest
 from openai import OpenAI
 
+from cdr.trace import TRACE_SCHEMA
 from cdr.writers import get_writer
 from tests.chat_server import DEFAULT_BODY, ChatServer, digest
 from tests.gateway_server import CRP, OUTLINE, TASK, WINDOW_TOKENS, GatewayServer, base_env
@@ -201,6 +203,7 @@ def test_upstream_failures_are_502_and_keep_the_session(http, oai, chat, llm_gat
     tr = http.get(f"/v1/sessions/{r.headers['CRP-Session-Id']}",
                   headers={"Authorization": f"Bearer {r.headers['CRP-Set-Session']}"}).json()
     assert tr["status"] == "upstream-error" and len(tr["windows"]) == 1
+    jsonschema.validate(tr, TRACE_SCHEMA)  # a failed run's trace follows the schema too
     assert "context length exceeded upstream" in tr["windows"][0]["error"]
 
     # Streaming, failing before any text: still a plain 502.

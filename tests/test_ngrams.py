@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 from cdr.ngrams import (
     NgramBlacklist,
     NgramIndex,
-    hash_ngram_tuple,
     ngram_hashes,
     ngram_tuples,
     tokenize,
@@ -27,7 +26,7 @@ def test_hashes_are_stable_and_positional():
     a = ngram_hashes("one two three four five six")
     assert a.tolist() == ngram_hashes("ONE two, three four five six!").tolist()
     assert a.tolist() != ngram_hashes("two one three four five six").tolist()
-    assert hash_ngram_tuple(("one", "two", "three", "four", "five", "six")) == int(a[0])
+    assert len(a) == 1 and int(a[0]) in ngram_hashes("one two three four five six seven")
     assert len(ngram_hashes("too short")) == 0
 
 
@@ -43,7 +42,7 @@ def test_incremental_counts_equal_set_counts(fact_texts, windows):
         want = [len(ngram_tuples(t) & seen) for t in fact_texts]
         assert bl.counts.tolist() == want
         assert idx.count_in(bl.as_array()).tolist() == want
-        assert [bl.count_matching(t) for t in fact_texts] == want
+        assert [sum(int(h) in bl for h in ngram_hashes(t)) for t in fact_texts] == want
     assert len(bl) == len(seen)
 
 

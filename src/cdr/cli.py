@@ -5,15 +5,23 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
+from cdr.cli_ckf import ckf_app, ingest_command
 from cdr.errors import CdrError
+from cdr.ranking import DEFAULT_RANKING, RANKING_MODES
+from cdr.session import (
+    DEFAULT_MAX_WINDOWS,
+    IN_PROGRESS,
+    MAX_WINDOWS_LIMIT,
+    RUN_FAILED,
+    UPSTREAM_ERROR,
+)
+from cdr.writers import WRITER_NAMES, Writer, build_writer
 
 app = typer.Typer(
     name="cdr",
@@ -32,62 +40,17 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _mount_ckf_commands() -> None:
-    try:
-        from cdr.cli_ckf import ckf_app, ingest_command
-    except ImportError:  # the CKF CLI is optional while it is being built
-        return
-    app.command("ingest", help="Ingest documents into a CKF directory.")(ingest_command)
-    app.add_typer(ckf_app, name="ckf", help="Inspect and edit a CKF.")
+app.command("ingest", help="Ingest documents into a CKF directory.")(ingest_command)
+app.add_typer(ckf_app, name="ckf", help="Inspect and edit a CKF.")
 
 
-_mount_ckf_commands()
-
-
-def window_table(events: Sequence[Any], title: str = "") -> Table:
-    """window, facts packed, Coverage-Score, n-gram activations, CWR6, completeness, status."""
-    from cdr.quality import cwr6, fact_reuse
-
-    table = Table(title=title or None, caption="cov = CRP-Context-Coverage-Score, ngram = "
-                  "NGram-Guard-Activations, reuse = facts sent in an earlier window")
-    for col in ("win", "facts", "cov", "ngram", "CWR6", "reuse", "complete", "status"):
-        table.add_column(col, justify="left" if col == "status" else "right",
-                         no_wrap=col == "status")
-    repeats = cwr6([e.output for e in events])
-    reuse = fact_reuse([e.prepared.envelope.fact_ids for e in events])
-    for e, rep, ru in zip(events, repeats, reuse, strict=True):
-        h = e.headers
-        table.add_row(
-            str(e.number), str(len(e.prepared.envelope)), h["CRP-Context-Coverage-Score"],
-            h["CRP-Context-NGram-Guard-Activations"], f"{rep:.1%}", f"{ru:.0%}",
-            f"{e.completeness:.2f}", e.status,
-        )
-    return table
-
-
-def assemble_document(task: str, events: Sequence[Any], outline: Sequence[str] = ()) -> str:
-    """The windows' sections merged into one document (see `cdr.assemble`)."""
-    from cdr.assemble import assemble_document as assemble
-
-    return assemble(task, [e.output for e in events], outline)
-
-
-def build_writer(name: str, base_url: str | None, model: str | None) -> Any:
-    from cdr.writers import get_writer
-
-    if name == "extractive":
-        return get_writer("extractive")
-    settings: dict[str, Any] = {}
+def _writer(name: str, base_url: str | None, model: str | None) -> Writer:
+    """The `--writer` with its upstream from the options or the `CDR_LLM_*` environment."""
     model = model or os.environ.get("CDR_LLM_MODEL")
-    if not model:
+    if name != "extractive" and not model:
         raise CdrError(f"the {name} writer needs a model: --llm-model or CDR_LLM_MODEL")
-    settings["model"] = model
-    base_url = base_url or os.environ.get("CDR_LLM_BASE_URL")
-    if name == "openai":
-        settings["base_url"] = base_url or "https://api.openai.com/v1"
-    elif base_url:
-        settings["base_url"] = base_url
-    return get_writer(name, **settings)
+    return build_writer(name, model=model,
+                        base_url=base_url or os.environ.get("CDR_LLM_BASE_URL"))
 
 
 @app.command()
@@ -96,11 +59,12 @@ def generate(
     ckf: Annotated[Path, typer.Option("--ckf", help="CKF directory (made by `cdr ingest`).",
                                       envvar="CDR_CKF")],
     outline: Annotated[Path | None, typer.Option(help="One sub-query per line.")] = None,
-    windows: Annotated[int, typer.Option(help="Maximum number of windows (1–20).")] = 5,
+    windows: Annotated[int, typer.Option(
+        help=f"Maximum number of windows (1–{MAX_WINDOWS_LIMIT}).")] = DEFAULT_MAX_WINDOWS,
     words: Annotated[int, typer.Option(help="Target length of the whole document.")] = 1800,
-    writer: Annotated[str, typer.Option(help="extractive | openai | anthropic",
+    writer: Annotated[str, typer.Option(help=" | ".join(WRITER_NAMES),
                                         envvar="CDR_WRITER")] = "extractive",
-    ranking: Annotated[str, typer.Option(help="cdr | relevance | mmr")] = "cdr",
+    ranking: Annotated[str, typer.Option(help=" | ".join(RANKING_MODES))] = DEFAULT_RANKING,
     min_relevance: Annotated[float | None, typer.Option(
         help="Relevance gate; default: calibrated for the CKF's embedding model.")] = None,
     mmr_lambda: Annotated[float, typer.Option(help="λ for --ranking mmr.")] = 0.5,
@@ -119,14 +83,15 @@ def generate(
     """Write a document over several windows from a CKF, with CDR ranking."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from cdr.assemble import assemble_document
     from cdr.loop import GenerationConfig, Generator
-    from cdr.ranking import RANKING_MODES
+    from cdr.tables import window_table
     from cdr.trace import build_trace
 
     if ranking not in RANKING_MODES:
         raise fail(f"--ranking must be one of {', '.join(RANKING_MODES)}, got {ranking!r}", 2)
-    if not 1 <= windows <= 20:
-        raise fail(f"--windows must be within 1..20, got {windows}", 2)
+    if not 1 <= windows <= MAX_WINDOWS_LIMIT:
+        raise fail(f"--windows must be within 1..{MAX_WINDOWS_LIMIT}, got {windows}", 2)
     if not task.strip():
         raise fail("the task is empty", 2)
     outline_text = None
@@ -144,7 +109,7 @@ def generate(
             min_relevance=min_relevance, mmr_lambda=mmr_lambda, context_tokens=context_tokens,
             generation_tokens=generation_tokens,
         )
-        gen = Generator(store, build_writer(writer, llm_base_url, llm_model), config)
+        gen = Generator(store, _writer(writer, llm_base_url, llm_model), config)
         session = gen.start(task, outline_text)
     except CdrError as exc:
         headers = getattr(exc, "headers", None)
@@ -165,9 +130,11 @@ def generate(
                     f"completeness {event.completeness:.2f}"))
         except CdrError as exc:
             err.print(f"[bold red]error:[/] {exc}")
-            session.status = session.status if session.status != "in-progress" else "error"
+            if session.status == IN_PROGRESS:
+                session.status = RUN_FAILED
     err.print(window_table(events, f"{task} — ranking {ranking}"))
-    document = assemble_document(task, events, [sq.text for sq in session.sub_queries])
+    document = assemble_document(task, [e.output for e in events],
+                                 [sq.text for sq in session.sub_queries])
     if trace is not None:
         trace.write_text(json.dumps(build_trace(session, events), indent=2), encoding="utf-8")
     if report is not None:
@@ -184,7 +151,7 @@ def generate(
         f"windows {len(events)}/{windows}"
         + (f"  hint: {last['CRP-Onboarding-Hint']}" if "CRP-Onboarding-Hint" in last else "")
     )
-    if session.status in ("upstream-error", "error"):
+    if session.status in (UPSTREAM_ERROR, RUN_FAILED):
         raise typer.Exit(1)
 
 

@@ -1,8 +1,8 @@
 """Coverage Set and Residual Set (CRP-SPEC-024 §2.1, §3).
 
-The Coverage Set keeps its entries (for headers, traces and serialisation) and a running
-weighted sum of their embeddings. Because entries are unit vectors, the spec's weighted mean of
-cosines equals one dot product with the weighted centroid (DESIGN.md §2):
+The Coverage Set keeps its entries (for headers, traces and serialisation). Because entries are
+unit vectors, the spec's weighted mean of cosines equals one dot product with the weighted
+centroid (DESIGN.md §2):
 
     Σ wᵢ (f·eᵢ) / Σ wᵢ = f · (Σ wᵢ eᵢ / Σ wᵢ)
 
@@ -11,12 +11,14 @@ so scoring N facts is one matrix-vector product, whatever the number of entries.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from cdr.errors import InvalidInputError
-from cdr.vectors import as_vector, normalize, unit_matrix
+from cdr.vectors import as_vector, from_b64, normalize, to_b64, unit_matrix
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,19 @@ class CoverageEntry:
     window_number: int
 
 
+def weighted_centroid(embeddings: np.ndarray, weights: object,
+                      dtype: type = np.float32) -> np.ndarray | None:
+    """Σ wᵢ eᵢ / Σ wᵢ, summed in float64 (None while the total weight is 0).
+
+    Not normalised: with unit rows eᵢ, its dot with a unit f *is* the weighted mean cosine
+    of f to the entries (DESIGN.md §2), which is what the Coverage-Score needs."""
+    w = np.asarray(weights, dtype=np.float64).reshape(-1)
+    total = float(w.sum())
+    if total <= 0.0:
+        return None
+    return (w @ np.asarray(embeddings, dtype=np.float64) / total).astype(dtype)
+
+
 def check_depth(depth: float) -> float:
     """Depth weights are fractions (§3.2): anything outside [0, 1] or non-finite is refused."""
     d = float(depth)
@@ -37,7 +52,8 @@ def check_depth(depth: float) -> float:
 
 
 class CoverageSet:
-    """Entries plus the running weighted sum, so `coverage_scores` is one mat-vec.
+    """The entries, scored through their weighted centroid, so `coverage_scores` is one
+    mat-vec whatever the number of entries.
 
     Zero-weight entries are accepted and counted (they are in the Coverage-Depth header) but
     contribute nothing; while the total weight is 0 every coverage score is 0. Duplicate entries
@@ -51,9 +67,6 @@ class CoverageSet:
         self._embeddings: list[np.ndarray] = []
         self._weights: list[float] = []
         self._windows: list[int] = []
-        # float64 accumulators: the sum is updated many times and must not drift.
-        self._weighted_sum = np.zeros(dim, dtype=np.float64)
-        self._total_weight = 0.0
 
     def __len__(self) -> int:
         return len(self._weights)
@@ -70,8 +83,6 @@ class CoverageSet:
         self._embeddings.append(e)
         self._weights.append(w)
         self._windows.append(int(window_number))
-        self._weighted_sum += w * e.astype(np.float64)
-        self._total_weight += w
         return CoverageEntry(e, w, int(window_number))
 
     @property
@@ -95,15 +106,23 @@ class CoverageSet:
     def window_numbers(self) -> np.ndarray:
         return np.asarray(self._windows, dtype=np.int32)
 
-    @property
-    def total_weight(self) -> float:
-        return self._total_weight
-
     def centroid(self) -> np.ndarray | None:
-        """Σ wᵢ eᵢ / Σ wᵢ (not normalised: its dot with f *is* the weighted mean cosine)."""
-        if self._total_weight <= 0.0:
-            return None
-        return (self._weighted_sum / self._total_weight).astype(np.float32)
+        """The entries' `weighted_centroid` (None while their total weight is 0)."""
+        return weighted_centroid(self.embeddings, self._weights)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Embeddings as base64 float32, weights and window numbers as lists (exact)."""
+        return {"embeddings": to_b64(self.embeddings), "weights": list(self._weights),
+                "windows": list(self._windows)}
+
+    @classmethod
+    def from_dict(cls, dim: int, data: Mapping[str, Any]) -> CoverageSet:
+        weights = data["weights"]
+        coverage = cls(dim)
+        embeddings = from_b64(data["embeddings"], np.float32, (len(weights), dim))
+        for e, w, n in zip(embeddings, weights, data["windows"], strict=True):
+            coverage.add(e, w, n)
+        return coverage
 
     def coverage_scores(self, facts: np.ndarray) -> np.ndarray:
         """Weighted mean cosine of each (unit) fact row to the entries; 0 when empty."""
@@ -111,15 +130,6 @@ class CoverageSet:
         if c is None:
             return np.zeros(facts.shape[0], dtype=np.float32)
         return facts @ c
-
-    @classmethod
-    def from_arrays(
-        cls, dim: int, embeddings: np.ndarray, weights: np.ndarray, windows: np.ndarray
-    ) -> CoverageSet:
-        cs = cls(dim)
-        for e, w, n in zip(embeddings, weights, windows, strict=True):
-            cs.add(e, float(w), int(n))
-        return cs
 
 
 @dataclass(frozen=True)
@@ -129,6 +139,13 @@ class SubQuery:
     id: str
     text: str
     expected_words: int = 300
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "text": self.text, "expected_words": self.expected_words}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SubQuery:
+        return cls(data["id"], data["text"], int(data["expected_words"]))
 
 
 class ResidualSet:

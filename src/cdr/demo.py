@@ -17,12 +17,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from cdr.assemble import assemble_document
 from cdr.ckf import CKF, ingest
-from cdr.ckf.corpus import cache_dir, pydoc_topics_dir
-from cdr.cli import assemble_document, window_table
 from cdr.loop import GenerationConfig, Generator
 from cdr.quality import cwr6, fact_reuse
 from cdr.report import write_report
+from cdr.samples import cache_dir, pydoc_topics_dir
+from cdr.tables import window_table
 from cdr.trace import build_trace
 from cdr.writers import get_writer
 
@@ -69,7 +70,7 @@ def run_arm(store: CKF, ranking: str, windows: int, words: int, out_dir: Path) -
         for event in gen.run(TASK, session=session):
             events.append(event)
             bar.advance(job)
-    document = assemble_document(TASK, events, OUTLINE.splitlines())
+    document = assemble_document(TASK, [e.output for e in events], OUTLINE.splitlines())
     (out_dir / f"guide-{ranking}.md").write_text(document, "utf-8")
     (out_dir / f"trace-{ranking}.json").write_text(
         json.dumps(build_trace(session, events), indent=2), "utf-8")

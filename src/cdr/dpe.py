@@ -177,7 +177,6 @@ def split_paragraphs(text: str) -> list[tuple[str | None, str]]:
 
 
 def verify_window(
-    text: str,
     sub_queries: Sequence[SubQuery],
     sub_query_embeddings: np.ndarray,
     paragraph_embeddings: np.ndarray,

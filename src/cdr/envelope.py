@@ -10,8 +10,9 @@ The packed facts are then laid out strongest-first-and-last (1st, 3rd, 5th… fr
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import astuple, dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -92,6 +93,30 @@ class Envelope:
     def saturation(self) -> float:
         """Share of the envelope budget used."""
         return self.used_tokens / self.budget.envelope if self.budget.envelope else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able copy without the prompt messages (they are rebuilt from the facts).
+        `etag` is included for readers of the stored form; `from_dict` recomputes it."""
+        return {
+            "etag": self.etag,
+            "fact_ids": list(self.fact_ids),
+            "tokens": [int(x) for x in self.tokens],
+            "ranking": self.ranking.to_dict(),
+            "budget": list(astuple(self.budget)),
+            "anchor": self.anchor,
+            "skipped": int(self.skipped),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Envelope:
+        """The `Envelope` `to_dict` saw (KeyError/TypeError/ValueError on a damaged copy)."""
+        return cls(
+            ranking=Ranking.from_dict(data["ranking"]),
+            fact_ids=[str(x) for x in data["fact_ids"]],
+            tokens=np.asarray(data["tokens"], dtype=np.int64),
+            budget=Budget(*(int(x) for x in data["budget"])),
+            anchor=data["anchor"], skipped=int(data["skipped"]),
+        )
 
     @property
     def etag(self) -> str:

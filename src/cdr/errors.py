@@ -3,6 +3,9 @@ built from `str(error)` alone."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 
 class CdrError(Exception):
     """Base class of every error this package raises on purpose."""
@@ -34,3 +37,14 @@ class UpstreamError(CdrError):
     def __init__(self, message: str, status: int | None = None) -> None:
         self.status = status
         super().__init__(message)
+
+
+def parse_json_object(text: str, what: str) -> dict[str, Any]:
+    """`text` as a JSON object, or an `InvalidInputError` naming `what` and the problem."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInputError(f"{what} is malformed: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidInputError(f"{what} is malformed: not a JSON object")
+    return data

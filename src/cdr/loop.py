@@ -1,15 +1,19 @@
 """The window loop (CRP-SPEC-024 §2–§7): select, rank, pack, write, verify, update, stop.
 
-`Generator` holds what a run needs (CKF, embedder, writer, settings) and exposes the loop in
-steps — `start`, `prepare`, `complete` — so that the CLI, the gateway's sidecar API (which lets
-the client write the window itself) and `run` (which yields one `WindowEvent` per window for
-progress bars, traces and SSE) all go through the same code.
+`Generator` holds what a run needs (CKF, embedder, writer, settings). `Generator.step` is the
+one window step — prepare, empty-envelope check, write (streaming), keep partial text on an
+upstream failure, verify, update, headers, exit — and everything that runs windows loops over
+it: `run` (the CLI, the demo), the gateway's relay and the quality benchmark. When the writer
+is outside (the gateway's sidecar API: the client's own LLM writes the window), the same step
+is split in two: `prepare` (+ `close_if_empty`) hands out the envelope, `complete` takes the
+text back.
 """
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -29,7 +33,7 @@ from cdr.dpe import (
 )
 from cdr.envelope import (
     DEFAULT_CONTEXT_TOKENS,
-        DEFAULT_GENERATION_TOKENS,
+    DEFAULT_GENERATION_TOKENS,
     DEFAULT_SYSTEM_PROMPT,
     Envelope,
     make_budget,
@@ -37,10 +41,17 @@ from cdr.envelope import (
     residual_anchor,
 )
 from cdr.errors import CdrError, InvalidInputError, UpstreamError
-from cdr.headers import window_headers
+from cdr.factindex import FactIndex
+from cdr.headers import SAFETY_ONLY_HEADERS, crp_headers
 from cdr.prompt import PlanSection, build_user_prompt
-from cdr.ranking import DEFAULT_MMR_LAMBDA, Ranking, rank
-from cdr.session import DEFAULT_MAX_WINDOWS, IN_PROGRESS, Session
+from cdr.ranking import DEFAULT_MMR_LAMBDA, DEFAULT_RANKING, Ranking, rank
+from cdr.session import (
+    DEFAULT_MAX_WINDOWS,
+    IN_PROGRESS,
+    MAX_WINDOWS_LIMIT,
+    UPSTREAM_ERROR,
+    Session,
+)
 from cdr.vectors import normalize
 from cdr.writers.base import Writer, WriterResult
 
@@ -61,10 +72,7 @@ def default_min_relevance(model_id: str) -> float:
 class EmptyKnowledgeBaseError(CdrError):
     """The CKF has no active facts: CDR has nothing to ground the windows in."""
 
-    headers: ClassVar[dict[str, str]] = {
-        "CRP-Context-Mode": "safety-only",
-        "CRP-Onboarding-Hint": "ingest-documents-for-context-grounding",
-    }
+    headers: ClassVar[dict[str, str]] = SAFETY_ONLY_HEADERS
 
 
 class Ranker(Protocol):
@@ -91,7 +99,7 @@ class GenerationConfig:
     max_windows: int = DEFAULT_MAX_WINDOWS
     words: int = DEFAULT_TOTAL_WORDS
     sub_queries: int = DEFAULT_SUB_QUERIES  # for automatic decomposition
-    ranking: str = "cdr"
+    ranking: str = DEFAULT_RANKING
     min_relevance: float | None = None  # None: the embedding model's calibrated gate
     mmr_lambda: float = DEFAULT_MMR_LAMBDA
     context_tokens: int = DEFAULT_CONTEXT_TOKENS
@@ -108,6 +116,17 @@ class GenerationConfig:
     ranker: Ranker | None = None  # replaces the built-in modes when set
 
 
+@dataclass(frozen=True, slots=True)
+class FactRef:
+    """The parts of a CKF fact that traces and headers need after the envelope went out
+    (what a stored `PreparedWindow` keeps: never the fact text)."""
+
+    id: str
+    source: str
+    section: str
+    content: str = ""
+
+
 @dataclass
 class PreparedWindow:
     """A window's envelope and prompt, before anything is written."""
@@ -115,11 +134,49 @@ class PreparedWindow:
     number: int
     envelope: Envelope
     rows: np.ndarray  # CKF rows of the packed facts, in layout order
-    facts: list[Any]  # CKF facts, in layout order
+    facts: list[Any]  # CKF facts (or `FactRef`s), in layout order
     plan: list[PlanSection]
     messages: list[dict[str, str]]
     coverage_depth: int
     max_tokens: int
+
+    def headers(self, session: Session) -> dict[str, str]:
+        """The CRP headers of this window with `session` as it stands."""
+        return crp_headers(
+            window=self.number, max_windows=session.max_windows, status=session.status,
+            completeness=session.completeness(), envelope=self.envelope,
+            coverage_depth=self.coverage_depth,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able copy, a few KB: ids, sources, sections and the ranking's numbers, never
+        the fact text or the prompt (float32 values round-trip exactly)."""
+        return {
+            "number": self.number,
+            **self.envelope.to_dict(),
+            "facts": [[f.source, f.section] for f in self.facts],
+            "rows": [int(x) for x in self.rows],
+            "plan": [[p.title, p.target_words, list(p.fact_refs)] for p in self.plan],
+            "coverage_depth": int(self.coverage_depth),
+            "max_tokens": int(self.max_tokens),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PreparedWindow:
+        """The window `to_dict` saw, with `FactRef`s for facts and no prompt messages."""
+        try:
+            envelope = Envelope.from_dict(data)
+            facts = [FactRef(fid, src, sec) for fid, (src, sec) in
+                     zip(envelope.fact_ids, data["facts"], strict=True)]
+            plan = [PlanSection(t, int(w), tuple(refs)) for t, w, refs in data["plan"]]
+            return cls(
+                number=int(data["number"]), envelope=envelope,
+                rows=np.asarray(data["rows"], dtype=np.int64), facts=facts, plan=plan,
+                messages=[], coverage_depth=int(data["coverage_depth"]),
+                max_tokens=int(data["max_tokens"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidInputError(f"stored envelope is damaged: {exc!r}") from None
 
 
 @dataclass
@@ -138,6 +195,8 @@ class WindowEvent:
     usage: dict[str, int] = field(default_factory=dict)
     error: str | None = None
     seconds: float = 0.0
+    # The writer's failure itself (`error` is its message), for callers that re-raise it.
+    upstream: UpstreamError | None = field(default=None, repr=False, compare=False)
 
     @property
     def done(self) -> bool:
@@ -147,14 +206,16 @@ class WindowEvent:
 class Generator:
     """Binds a CKF, its embedder, a writer and the settings; runs windows for a task."""
 
-    def __init__(self, ckf: Any, writer: Writer, config: GenerationConfig | None = None) -> None:
+    def __init__(self, ckf: FactIndex, writer: Writer, config: GenerationConfig | None = None
+                 ) -> None:
         self.ckf = ckf
         self.embedder = ckf.embedder
         self.writer = writer
         self.config = config or GenerationConfig()
         cfg = self.config
-        if not 1 <= cfg.max_windows <= 20:
-            raise InvalidInputError(f"windows must be within 1..20, got {cfg.max_windows}")
+        if not 1 <= cfg.max_windows <= MAX_WINDOWS_LIMIT:
+            raise InvalidInputError(
+                f"windows must be within 1..{MAX_WINDOWS_LIMIT}, got {cfg.max_windows}")
         if cfg.words < 1:
             raise InvalidInputError(f"words must be positive, got {cfg.words}")
 
@@ -263,7 +324,7 @@ class Generator:
         if not len(rows) or not plan_sqs:
             return []
         pos = [session.sub_query_ids.index(sq.id) for sq in plan_sqs]
-        sims = np.asarray(self.ckf.embeddings[rows]) @ session.sub_query_embeddings[pos].T
+        sims = self.ckf.vectors(rows) @ session.sub_query_embeddings[pos].T
         owner = np.argmax(sims, axis=1)
         if self.config.plan_min_similarity is not None:
             owner[sims[np.arange(len(rows)), owner] < self.config.plan_min_similarity] = -1
@@ -286,7 +347,7 @@ class Generator:
             else np.zeros((0, session.dim), np.float32)
         )
         fresh = [session.blacklist.fresh_share(p) for _, p in paragraphs]
-        return verify_window(text, session.sub_queries, session.sub_query_embeddings, emb,
+        return verify_window(session.sub_queries, session.sub_query_embeddings, emb,
                              paragraphs, self.config.attribution_threshold, fresh)
 
     def complete(
@@ -296,10 +357,13 @@ class Generator:
         text: str,
         *,
         result: WriterResult | None = None,
-        error: str | None = None,
+        error: UpstreamError | None = None,
         seconds: float = 0.0,
     ) -> WindowEvent:
-        """Verify the window's text, update the session (§7.2), apply the exits (§6)."""
+        """Verify the window's text, update the session (§7.2), apply the exits (§6).
+
+        `text` is whatever was written: the writer's, the sidecar client's, or the part an
+        upstream failure (`error`) left, which still counts (it may have been streamed out)."""
         report = self.verify(session, text)
         summary = " ".join(text.split()[:40])
         session.update_after_window(report.addressed, text,
@@ -309,19 +373,61 @@ class Generator:
         env = prepared.envelope
         reason = session.exit_reason(env.mean_novelty_ratio)
         if error is not None:
-            reason = "upstream-error"
+            reason = UPSTREAM_ERROR
         session.status = reason or IN_PROGRESS
-        headers = window_headers(session, prepared, env)
+        headers = prepared.headers(session)
         return WindowEvent(
             prepared.number, prepared, text, report, session.completeness(),
             list(session.residual_ids), headers, session.status,
             result.finish_reason if result else "stop", dict(result.usage) if result else {},
-            error, seconds,
+            None if error is None else str(error), seconds, error,
         )
+
+    def close_if_empty(self, session: Session, prepared: PreparedWindow,
+                       started: float | None = None) -> WindowEvent | None:
+        """An empty envelope (nothing relevant and novel left) ends the window unwritten:
+        nobody is asked for ungrounded text. None when there is something to write from."""
+        if len(prepared.envelope):
+            return None
+        return self.complete(session, prepared, "", seconds=_since(started))
 
     def write(self, prepared: PreparedWindow, on_delta: Callable[[str], None] | None = None
               ) -> WriterResult:
         return self.writer.generate(prepared.messages, prepared.max_tokens, on_delta=on_delta)
+
+    def write_and_complete(
+        self,
+        session: Session,
+        prepared: PreparedWindow,
+        on_delta: Callable[[str], None] | None = None,
+        started: float | None = None,
+    ) -> WindowEvent:
+        """The second half of `step`: write the prepared window with this generator's writer
+        (streaming pieces to `on_delta`), then `complete` it. An `UpstreamError` does not
+        escape: the window completes with the partial text and status `upstream-error`."""
+        empty = self.close_if_empty(session, prepared, started)
+        if empty is not None:
+            return empty
+        result: WriterResult | None = None
+        error: UpstreamError | None = None
+        try:
+            result = self.write(prepared, on_delta)
+            text = result.text
+        except UpstreamError as exc:
+            error = exc
+            text = getattr(exc, "partial_text", "") or ""
+        return self.complete(session, prepared, text, result=result, error=error,
+                             seconds=_since(started))
+
+    def step(self, session: Session,
+             on_delta: Callable[[int, str], None] | None = None) -> WindowEvent:
+        """One window: prepare → (empty? end) → write → verify → update → headers → exit.
+
+        `on_delta(window_number, piece)` receives the text as the writer streams it."""
+        started = time.perf_counter()
+        prepared = self.prepare(session)
+        sink = functools.partial(on_delta, prepared.number) if on_delta is not None else None
+        return self.write_and_complete(session, prepared, sink, started)
 
     # -- the whole loop ----------------------------------------------------------------------
 
@@ -336,22 +442,11 @@ class Generator:
         """Windows until an exit rule fires; one event per window."""
         session = session or self.start(task, outline)
         while True:
-            t0 = time.perf_counter()
-            prepared = self.prepare(session)
-            if len(prepared.envelope) == 0:
-                # Nothing relevant and novel is left: do not ask for ungrounded text.
-                event = self.complete(session, prepared, "", seconds=time.perf_counter() - t0)
-                yield event
-                return
-            delta = (lambda piece, n=prepared.number: on_delta(n, piece)) if on_delta else None
-            try:
-                result = self.write(prepared, delta)
-                text, error = result.text, None
-            except UpstreamError as exc:
-                result, error = None, str(exc)
-                text = getattr(exc, "partial_text", "") or ""
-            event = self.complete(session, prepared, text, result=result, error=error,
-                                  seconds=time.perf_counter() - t0)
+            event = self.step(session, on_delta)
             yield event
             if event.done:
                 return
+
+
+def _since(started: float | None) -> float:
+    return 0.0 if started is None else time.perf_counter() - started

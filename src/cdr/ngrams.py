@@ -66,15 +66,15 @@ def ngram_hashes(text: str, n: int = NGRAM_SIZE) -> np.ndarray:
     return ngram_hashes_of_tokens(tokenize(text), n)
 
 
+def ngram_sequence(tokens: Sequence[str], n: int = NGRAM_SIZE) -> list[tuple[str, ...]]:
+    """Every n-gram of a token sequence as a token tuple, in order, repeats kept: the spec's
+    own representation (§5.1), which the reference (`cdr.spec`) and the quality measures use."""
+    return [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+
+
 def ngram_tuples(text: str, n: int = NGRAM_SIZE) -> set[tuple[str, ...]]:
-    """Distinct 6-grams as token tuples: the spec's own representation (§5.1)."""
-    tokens = tokenize(text)
-    return {tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)}
-
-
-def hash_ngram_tuple(ngram: Sequence[str]) -> int:
-    """Hash of one n-gram given as tokens; equals the matching entry of `ngram_hashes`."""
-    return int(ngram_hashes_of_tokens(list(ngram), len(ngram))[0])
+    """Distinct 6-grams of a text as token tuples."""
+    return set(ngram_sequence(tokenize(text), n))
 
 
 def ngram_penalty(counts: np.ndarray | int, dtype: type | np.dtype = np.float32) -> np.ndarray:
@@ -190,10 +190,6 @@ class NgramBlacklist:
         bound._set = set(self._set)
         bound.counts = index.count_in(self.as_array())
         return bound
-
-    def count_matching(self, text: str) -> int:
-        """Distinct 6-grams of `text` that are blacklisted (for facts outside an index)."""
-        return sum(1 for h in ngram_hashes(text).tolist() if h in self._set)
 
     def fresh_share(self, text: str) -> float:
         """Share of the distinct 6-grams of `text` not yet blacklisted (1.0 for short text)."""

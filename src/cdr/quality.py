@@ -10,11 +10,7 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from cdr.ngrams import NGRAM_SIZE, tokenize
-
-
-def _ngrams(tokens: Sequence[str], n: int = NGRAM_SIZE) -> list[tuple[str, ...]]:
-    return [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+from cdr.ngrams import ngram_sequence, tokenize
 
 
 def cwr6(windows: Sequence[str]) -> list[float]:
@@ -22,7 +18,7 @@ def cwr6(windows: Sequence[str]) -> list[float]:
     seen: set[tuple[str, ...]] = set()
     out = []
     for text in windows:
-        grams = set(_ngrams(tokenize(text)))
+        grams = set(ngram_sequence(tokenize(text)))
         out.append(len(grams & seen) / len(grams) if grams else 0.0)
         seen |= grams
     return out
@@ -34,7 +30,7 @@ def cumulative_repetition(windows: Sequence[str]) -> list[float]:
     total = 0
     out = []
     for text in windows:
-        grams = _ngrams(tokenize(text))
+        grams = ngram_sequence(tokenize(text))
         counts.update(grams)
         total += len(grams)
         repeated = sum(c - 1 for c in counts.values())

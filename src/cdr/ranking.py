@@ -13,25 +13,32 @@ The CDR terms for M gated candidates cost one product of the (M, d) candidate bl
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 
-from cdr.coverage import CoverageSet, ResidualSet
+from cdr.coverage import CoverageSet, ResidualSet, weighted_centroid
 from cdr.errors import InvalidInputError
 from cdr.ngrams import ngram_penalty as _ngram_penalty
-from cdr.vectors import as_matrix, as_vector, unit_matrix, unit_vector
+from cdr.vectors import as_matrix, as_vector
 
 CDR_MIN_RELEVANCE = 0.55
 MIN_NOVELTY_FLOOR = 0.20
 COVERAGE_PENALTY_CAP = 0.80
 DEFAULT_MMR_LAMBDA = 0.5
 
+# The one spelling of the modes: the gateway's request schema uses the Literal, the CLI, the
+# session and the trace schema the tuple.
 RankingMode = Literal["cdr", "relevance", "mmr"]
-RANKING_MODES: tuple[str, ...] = ("cdr", "relevance", "mmr")
+RANKING_MODES: tuple[str, ...] = get_args(RankingMode)
+DEFAULT_RANKING = "cdr"
 
 _F32 = np.float32
+# The per-candidate float arrays of a `Ranking`, in its field order (and its stored form's).
+RANKING_ARRAYS = ("score", "relevance", "novelty", "residual_pull", "ngram_penalty",
+                  "coverage_score")
 
 
 @dataclass
@@ -54,12 +61,6 @@ class Ranking:
     def __len__(self) -> int:
         return len(self.indices)
 
-    def base_score(self) -> np.ndarray:
-        """importance × effective relevance: the score before novelty and the n-gram guard."""
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = self.novelty * (1.0 - self.ngram_penalty)
-            return np.where(ratio > 0, self.score / ratio, 0.0).astype(_F32)
-
     def novelty_ratio(self) -> np.ndarray:
         """Score over base score, `novelty × (1 − ngram_penalty)` (DESIGN.md §3.7)."""
         return (self.novelty * (1.0 - self.ngram_penalty)).astype(_F32)
@@ -74,6 +75,27 @@ class Ranking:
             self.indices[p], self.score[p], self.relevance[p], self.novelty[p],
             self.residual_pull[p], self.ngram_penalty[p], self.coverage_score[p], self.mode,
             self.n_candidates, self.ngram_activations, dict(self.extra),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able copy; float32 values survive the round trip through Python floats."""
+        return {
+            "indices": [int(x) for x in self.indices],
+            **{k: np.asarray(getattr(self, k), dtype=_F32).tolist() for k in RANKING_ARRAYS},
+            "mode": self.mode,
+            "n_candidates": int(self.n_candidates),
+            "ngram_activations": int(self.ngram_activations),
+            "extra": {k: float(v) for k, v in self.extra.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Ranking:
+        """The `Ranking` `to_dict` saw (KeyError/TypeError/ValueError on a damaged copy)."""
+        return cls(
+            np.asarray(data["indices"], dtype=np.int64),
+            *(np.asarray(data[k], dtype=_F32) for k in RANKING_ARRAYS),
+            mode=data["mode"], n_candidates=int(data["n_candidates"]),
+            ngram_activations=int(data["ngram_activations"]), extra=dict(data["extra"]),
         )
 
 
@@ -153,9 +175,11 @@ def _top(score: np.ndarray, top_k: int | None) -> np.ndarray:
     return part[np.lexsort((part, -score[part]))]
 
 
-def _check_mode(mode: str) -> None:
+def check_mode(mode: str) -> str:
+    """`mode` if it is a ranking mode, else a clear error naming the choices."""
     if mode not in RANKING_MODES:
         raise InvalidInputError(f"unknown ranking mode {mode!r}; choose one of {RANKING_MODES}")
+    return mode
 
 
 def rank(
@@ -177,7 +201,7 @@ def rank(
     The gate is applied here too, so callers may pass Phase 1's output or a raw block. `rows`
     maps candidate positions to the caller's ids (e.g. CKF rows) in the returned `indices`.
     """
-    _check_mode(mode)
+    check_mode(mode)
     rel = np.asarray(relevance, dtype=_F32)
     if rel.ndim != 1 or rel.shape[0] != embeddings.shape[0]:
         raise InvalidInputError(
@@ -277,8 +301,7 @@ def cdr_scores(
         raise InvalidInputError(f"importance has {imp.shape[0]} values for {n} facts")
     rel = f @ q
     gate = np.flatnonzero(rel >= _F32(min_relevance))
-    total = float(w.sum())
-    centroid = (w @ cov.astype(np.float64) / total).astype(_F32) if total > 0 else None
+    centroid = weighted_centroid(cov, w)
     counts = None if ngram_counts is None else np.asarray(ngram_counts).reshape(-1)[gate]
     score, *_ = cdr_components(
         f[gate], rel[gate], imp[gate], counts, centroid, res, cov.shape[0] > 0
@@ -286,9 +309,3 @@ def cdr_scores(
     out = np.full(n, np.nan, dtype=_F32)
     out[gate] = score
     return out
-
-
-def normalized_inputs(facts: object, query: object) -> tuple[np.ndarray, np.ndarray]:
-    """Validate and L2-normalise a fact matrix and a query once, for callers with raw vectors."""
-    f = unit_matrix(facts, "facts")
-    return f, unit_vector(query, "query", f.shape[1] if f.shape[0] else None)

@@ -13,7 +13,6 @@ update states which model produced its vectors and a different id is refused (§
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,10 +21,10 @@ from typing import Any
 import numpy as np
 
 from cdr.coverage import CoverageSet, ResidualSet, SubQuery, check_depth
-from cdr.errors import EmbeddingModelMismatchError, InvalidInputError
+from cdr.errors import EmbeddingModelMismatchError, InvalidInputError, parse_json_object
 from cdr.ngrams import NgramBlacklist, NgramIndex
-from cdr.ranking import CDR_MIN_RELEVANCE, RANKING_MODES
-from cdr.vectors import unit_matrix, unit_vector
+from cdr.ranking import CDR_MIN_RELEVANCE, DEFAULT_RANKING, check_mode
+from cdr.vectors import from_b64, to_b64, unit_matrix, unit_vector
 
 COMPLETION_THRESHOLD = 0.92
 THOROUGH_DEPTH = 0.90
@@ -36,8 +35,18 @@ SAFETY_BUDGET_FLOOR = 0.10
 EXHAUSTION_RATIO = 0.15
 SCHEMA_VERSION = 1
 
-EXIT_REASONS = ("task-complete", "limit-reached", "ckf-exhausted", "safety-budget-depleted")
+# Run statuses: a session is in progress until one of the four exits of §6 fires (in this
+# priority order); a run can also stop on its writer's upstream failure, or (CLI) on another
+# error. Traces, headers and the gateway all use these names.
 IN_PROGRESS = "in-progress"
+TASK_COMPLETE = "task-complete"
+LIMIT_REACHED = "limit-reached"
+CKF_EXHAUSTED = "ckf-exhausted"
+SAFETY_BUDGET_DEPLETED = "safety-budget-depleted"
+UPSTREAM_ERROR = "upstream-error"
+RUN_FAILED = "error"
+EXIT_REASONS = (TASK_COMPLETE, LIMIT_REACHED, CKF_EXHAUSTED, SAFETY_BUDGET_DEPLETED)
+RUN_STATUSES = (IN_PROGRESS, *EXIT_REASONS, UPSTREAM_ERROR, RUN_FAILED)
 
 
 def depth_from_words(words: int, expected_words: int) -> float:
@@ -63,22 +72,14 @@ def exit_reason(
     which is CKF exhaustion (DESIGN.md §3.7).
     """
     if completeness >= completion_threshold and residual_empty:
-        return "task-complete"
+        return TASK_COMPLETE
     if window_count >= max_windows:
-        return "limit-reached"
+        return LIMIT_REACHED
     if mean_novelty_ratio is None or mean_novelty_ratio < EXHAUSTION_RATIO:
-        return "ckf-exhausted"
+        return CKF_EXHAUSTED
     if safety_budget <= SAFETY_BUDGET_FLOOR:
-        return "safety-budget-depleted"
+        return SAFETY_BUDGET_DEPLETED
     return None
-
-
-def _b64(arr: np.ndarray) -> str:
-    return base64.b64encode(np.ascontiguousarray(arr).tobytes()).decode("ascii")
-
-
-def _unb64(text: str, dtype: type, shape: tuple[int, ...]) -> np.ndarray:
-    return np.frombuffer(base64.b64decode(text), dtype=dtype).reshape(shape).copy()
 
 
 @dataclass
@@ -111,7 +112,7 @@ class Session:
     safety_budget: float = 1.0
     min_relevance: float = CDR_MIN_RELEVANCE
     residual_exit_depth: float = DEFAULT_RESIDUAL_EXIT_DEPTH
-    ranking: str = "cdr"
+    ranking: str = DEFAULT_RANKING
     status: str = IN_PROGRESS
     history: list[WindowRecord] = field(default_factory=list)
     _residual_cache: ResidualSet | None = field(default=None, repr=False, compare=False)
@@ -128,7 +129,7 @@ class Session:
         max_windows: int = DEFAULT_MAX_WINDOWS,
         min_relevance: float = CDR_MIN_RELEVANCE,
         residual_exit_depth: float = DEFAULT_RESIDUAL_EXIT_DEPTH,
-        ranking: str = "cdr",
+        ranking: str = DEFAULT_RANKING,
         ngram_index: NgramIndex | None = None,
     ) -> Session:
         if not task or not task.strip():
@@ -142,8 +143,7 @@ class Session:
             raise InvalidInputError(
                 f"max_windows must be within 1..{MAX_WINDOWS_LIMIT}, got {max_windows}"
             )
-        if ranking not in RANKING_MODES:
-            raise InvalidInputError(f"unknown ranking {ranking!r}; choose one of {RANKING_MODES}")
+        check_mode(ranking)
         check_depth(residual_exit_depth)
         q = unit_vector(query_vector, "query vector")
         emb = unit_matrix(sub_query_embeddings, "sub-query embeddings", q.shape[0])
@@ -200,10 +200,6 @@ class Session:
         """Mean over sub-queries of min(cumulative depth / 0.90, 1) (DESIGN.md §3.6)."""
         vals = [min(self.cumulative_depth[i] / THOROUGH_DEPTH, 1.0) for i in self.sub_query_ids]
         return float(np.mean(vals))
-
-    def bind_ngram_index(self, index: NgramIndex) -> None:
-        """Attach the CKF's n-gram index (after loading), recomputing per-fact counts once."""
-        self.blacklist = self.blacklist.bind(index)
 
     # -- the update of §7.2 ------------------------------------------------------------------
 
@@ -264,24 +260,16 @@ class Session:
     # -- (de)serialisation -------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        cov = self.coverage
         return {
             "schema": SCHEMA_VERSION,
             "task": self.task,
             "model_id": self.model_id,
             "dim": self.dim,
-            "sub_queries": [
-                {"id": s.id, "text": s.text, "expected_words": s.expected_words}
-                for s in self.sub_queries
-            ],
-            "sub_query_embeddings": _b64(self.sub_query_embeddings.astype(np.float32)),
-            "query_vector": _b64(self.query_vector.astype(np.float32)),
-            "coverage": {
-                "embeddings": _b64(cov.embeddings),
-                "weights": [float(w) for w in cov._weights],
-                "windows": [int(n) for n in cov._windows],
-            },
-            "blacklist": _b64(self.blacklist.as_array()),
+            "sub_queries": [sq.to_dict() for sq in self.sub_queries],
+            "sub_query_embeddings": to_b64(self.sub_query_embeddings.astype(np.float32)),
+            "query_vector": to_b64(self.query_vector.astype(np.float32)),
+            "coverage": self.coverage.to_dict(),
+            "blacklist": to_b64(self.blacklist.as_array()),
             "cumulative_depth": dict(self.cumulative_depth),
             "residual_ids": list(self.residual_ids),
             "window_count": self.window_count,
@@ -306,21 +294,17 @@ class Session:
         if data.get("schema") != SCHEMA_VERSION:
             raise InvalidInputError(f"unsupported session schema {data.get('schema')!r}")
         dim = int(data["dim"])
-        sqs = [SubQuery(s["id"], s["text"], int(s["expected_words"])) for s in data["sub_queries"]]
-        weights = data["coverage"]["weights"]
-        coverage = CoverageSet(dim)
-        cov_emb = _unb64(data["coverage"]["embeddings"], np.float32, (len(weights), dim))
-        for e, w, n in zip(cov_emb, weights, data["coverage"]["windows"], strict=True):
-            coverage.add(e, w, n)
-        bl_hashes = np.frombuffer(base64.b64decode(data["blacklist"]), dtype=np.uint64)
-        blacklist = NgramBlacklist(ngram_index, bl_hashes)
+        sqs = [SubQuery.from_dict(s) for s in data["sub_queries"]]
+        coverage = CoverageSet.from_dict(dim, data["coverage"])
+        blacklist = NgramBlacklist(ngram_index, from_b64(data["blacklist"], np.uint64))
         return cls(
             task=data["task"],
             model_id=data["model_id"],
             dim=dim,
             sub_queries=sqs,
-            sub_query_embeddings=_unb64(data["sub_query_embeddings"], np.float32, (len(sqs), dim)),
-            query_vector=_unb64(data["query_vector"], np.float32, (dim,)),
+            sub_query_embeddings=from_b64(data["sub_query_embeddings"], np.float32,
+                                          (len(sqs), dim)),
+            query_vector=from_b64(data["query_vector"], np.float32, (dim,)),
             coverage=coverage,
             blacklist=blacklist,
             cumulative_depth={k: float(v) for k, v in data["cumulative_depth"].items()},
@@ -337,8 +321,4 @@ class Session:
 
     @classmethod
     def from_json(cls, text: str, ngram_index: NgramIndex | None = None) -> Session:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InvalidInputError(f"session JSON is malformed: {exc}") from None
-        return cls.from_dict(data, ngram_index)
+        return cls.from_dict(parse_json_object(text, "session JSON"), ngram_index)

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from cdr.coverage import CoverageEntry
+from cdr.coverage import CoverageEntry, weighted_centroid
 from cdr.errors import EmbeddingModelMismatchError, InvalidInputError
-from cdr.ngrams import NGRAM_SIZE, ngram_tuples, tokenize
+from cdr.ngrams import ngram_sequence, ngram_tuples, tokenize
 from cdr.ranking import (
     CDR_MIN_RELEVANCE,
     COVERAGE_PENALTY_CAP,
@@ -31,6 +31,7 @@ from cdr.ranking import (
     cdr_scores,
 )
 from cdr.session import DEFAULT_MAX_WINDOWS, DEFAULT_RESIDUAL_EXIT_DEPTH, exit_reason
+from cdr.vectors import unit_rows
 
 __all__ = [
     "CDR_MIN_RELEVANCE",
@@ -62,10 +63,8 @@ def _unit_rows(vectors: Sequence[Any], what: str) -> np.ndarray:
         raise InvalidInputError(f"{what}: embeddings have different dimensions")
     if not np.isfinite(m).all():
         raise InvalidInputError(f"{what}: an embedding contains NaN or infinite values")
-    norms = np.linalg.norm(m, axis=1)
-    if (norms == 0).any():
-        raise InvalidInputError(f"{what}: embedding {int(np.argmin(norms))} is a zero vector")
-    return m / norms[:, None]
+    return unit_rows(m, lambda row, _n: InvalidInputError(
+        f"{what}: embedding {row} is a zero vector"))
 
 
 def _check_dim(m: np.ndarray, dim: int, what: str) -> None:
@@ -104,8 +103,7 @@ def cdr_rank(facts: Sequence[Any], query_embedding: Any, session: Any) -> list[t
     gate = np.flatnonzero(relevance >= CDR_MIN_RELEVANCE)
     if gate.size == 0:
         return []
-    total = float(weights.sum())
-    centroid = weights @ cov / total if cov is not None and total > 0 else None
+    centroid = None if cov is None else weighted_centroid(cov, weights, np.float64)
     blacklist = getattr(session, "ngram_blacklist", None) or set()
     counts = np.array(
         [count_matching_ngrams(facts[i].content, blacklist) if blacklist else 0 for i in gate]
@@ -181,7 +179,5 @@ def update_session_after_window(session: Any, dpe_report: Any, window_output: st
     ]
 
     tokens = tokenize(window_output)
-    session.ngram_blacklist.update(
-        tuple(tokens[i : i + NGRAM_SIZE]) for i in range(len(tokens) - NGRAM_SIZE + 1)
-    )
+    session.ngram_blacklist.update(ngram_sequence(tokens))
     session.window_count += 1

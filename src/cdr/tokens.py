@@ -34,12 +34,3 @@ def count_tokens_batch(texts: Sequence[str]) -> np.ndarray:
         return np.zeros(0, dtype=np.int32)
     encoded = _encoding().encode_ordinary_batch(list(texts))
     return np.fromiter((len(e) for e in encoded), dtype=np.int32, count=len(texts))
-
-
-def truncate_to_tokens(text: str, max_tokens: int) -> str:
-    """The longest prefix of `text` that fits in `max_tokens` tokens."""
-    enc = _encoding()
-    ids = enc.encode_ordinary(text)
-    if len(ids) <= max_tokens:
-        return text
-    return enc.decode(ids[: max(0, max_tokens)])

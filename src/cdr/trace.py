@@ -1,17 +1,24 @@
 """The trace JSON of a run (DESIGN.md §4): the contract `--trace` files and the gateway's
-session view share. `TRACE_SCHEMA` is its JSON Schema; tests validate traces against it."""
+session view share. `TRACE_SCHEMA` is its JSON Schema; tests validate traces against it.
+
+The gateway's session trace is `trace_document` plus the session id, completeness and window
+limit; the sidecar's envelope facts are `packed_facts` plus the reference and text."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cdr.loop import WindowEvent
-from cdr.session import Session
+from cdr.ranking import RANKING_MODES
+from cdr.session import RUN_STATUSES, Session
+
+if TYPE_CHECKING:
+    from cdr.loop import PreparedWindow, WindowEvent
 
 
-def envelope_items(event: WindowEvent) -> list[dict[str, Any]]:
-    env = event.prepared.envelope
+def packed_facts(prepared: PreparedWindow) -> list[dict[str, Any]]:
+    """Each packed fact with its ranking numbers, in layout order."""
+    env = prepared.envelope
     r = env.ranking
     return [
         {
@@ -25,14 +32,14 @@ def envelope_items(event: WindowEvent) -> list[dict[str, Any]]:
             "score": round(float(r.score[i]), 4),
             "tokens": int(env.tokens[i]),
         }
-        for i, (fid, fact) in enumerate(zip(env.fact_ids, event.prepared.facts, strict=True))
+        for i, (fid, fact) in enumerate(zip(env.fact_ids, prepared.facts, strict=True))
     ]
 
 
 def window_record(event: WindowEvent) -> dict[str, Any]:
     record: dict[str, Any] = {
         "number": event.number,
-        "envelope": envelope_items(event),
+        "envelope": packed_facts(event.prepared),
         "output": event.output,
         "addressed": event.report.addressed_sub_queries,
         "completeness": round(event.completeness, 4),
@@ -47,18 +54,20 @@ def window_record(event: WindowEvent) -> dict[str, Any]:
     return record
 
 
-def build_trace(session: Session, events: Sequence[WindowEvent]) -> dict[str, Any]:
+def trace_document(session: Session, windows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The trace of `session` with its windows' records (`window_record`) as stored."""
     return {
         "task": session.task,
         "embedding_model": session.model_id,
         "ranking": session.ranking,
-        "sub_queries": [
-            {"id": s.id, "text": s.text, "expected_words": s.expected_words}
-            for s in session.sub_queries
-        ],
-        "windows": [window_record(e) for e in events],
+        "sub_queries": [sq.to_dict() for sq in session.sub_queries],
+        "windows": list(windows),
         "status": session.status,
     }
+
+
+def build_trace(session: Session, events: Sequence[WindowEvent]) -> dict[str, Any]:
+    return trace_document(session, [window_record(e) for e in events])
 
 
 _NUM = {"type": "number"}
@@ -69,7 +78,7 @@ TRACE_SCHEMA: dict[str, Any] = {
     "properties": {
         "task": {"type": "string", "minLength": 1},
         "embedding_model": {"type": "string", "minLength": 1},
-        "ranking": {"enum": ["cdr", "relevance", "mmr"]},
+        "ranking": {"enum": list(RANKING_MODES)},
         "sub_queries": {"type": "array", "minItems": 1, "items": {
             "type": "object", "required": ["id", "text", "expected_words"],
             "properties": {"id": {"type": "string"}, "text": {"type": "string"},
@@ -107,7 +116,6 @@ TRACE_SCHEMA: dict[str, Any] = {
                 "attribution": {"type": "array",
                                 "items": {"type": ["string", "null"]}},
             }}},
-        "status": {"enum": ["in-progress", "task-complete", "limit-reached", "ckf-exhausted",
-                            "safety-budget-depleted", "upstream-error"]},
+        "status": {"enum": list(RUN_STATUSES)},
     },
 }

@@ -6,12 +6,26 @@ hot path can treat `a · b` as cosine similarity and never re-check.
 
 from __future__ import annotations
 
+import base64
+from collections.abc import Callable
+
 import numpy as np
 
 from cdr.errors import InvalidInputError
 
 _ZERO_NORM = 1e-12
 _UNIT_TOLERANCE = 1e-6
+
+
+def to_b64(arr: np.ndarray) -> str:
+    """An array's raw bytes as base64 (a compact, exact JSON form for stored vectors)."""
+    return base64.b64encode(np.ascontiguousarray(arr).tobytes()).decode("ascii")
+
+
+def from_b64(text: str, dtype: type, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """The array `to_b64` saw, given its dtype (and shape; flat when None)."""
+    arr = np.frombuffer(base64.b64decode(text), dtype=dtype)
+    return (arr if shape is None else arr.reshape(shape)).copy()
 
 
 def as_matrix(
@@ -50,15 +64,31 @@ def as_vector(x: object, name: str, dim: int | None = None) -> np.ndarray:
     return arr
 
 
-def normalize_rows(x: np.ndarray, name: str) -> np.ndarray:
-    """Rows scaled to unit length; a zero row is an error (its cosine is undefined)."""
+def unit_rows(
+    x: np.ndarray,
+    refuse: Callable[[int, int], Exception],
+    *,
+    keep_unit: bool = False,
+) -> np.ndarray:
+    """`x`'s rows divided by their L2 norms, in `x`'s dtype: the one place a row is unit-
+    normalised. A zero or non-finite row has no direction: `refuse(first_bad_row, n_bad)`
+    is raised, so each caller names the input in its own terms. With `keep_unit`, rows already
+    of unit length keep their bits (stored vectors then round-trip exactly)."""
     norms = np.linalg.norm(x, axis=1)
-    bad = np.flatnonzero(norms <= _ZERO_NORM)
+    bad = np.flatnonzero(~np.isfinite(norms) | (norms <= _ZERO_NORM))
     if bad.size:
-        raise InvalidInputError(f"{name}: row {int(bad[0])} is a zero vector (cosine undefined)")
-    # Rows already of unit length keep their bits, so stored vectors round-trip exactly.
-    scale = np.where(np.abs(norms - 1.0) <= _UNIT_TOLERANCE, 1.0, norms)
-    return (x / scale[:, None].astype(x.dtype)).astype(np.float32, copy=False)
+        raise refuse(int(bad[0]), int(bad.size))
+    if keep_unit:
+        norms = np.where(np.abs(norms - 1.0) <= _UNIT_TOLERANCE, 1.0, norms)
+    return x / norms[:, None].astype(x.dtype)
+
+
+def normalize_rows(x: np.ndarray, name: str) -> np.ndarray:
+    """Rows scaled to unit length (float32); a zero row is an error (cosine undefined)."""
+    def refuse(row: int, _n: int) -> Exception:
+        return InvalidInputError(f"{name}: row {row} is a zero vector (cosine undefined)")
+
+    return unit_rows(x, refuse, keep_unit=True).astype(np.float32, copy=False)
 
 
 def normalize(x: np.ndarray, name: str) -> np.ndarray:

@@ -234,9 +234,7 @@ def ingest_documents(
                     txn.touch_document(p.doc_id, source_type=p.source_type,
                                        importance=p.importance)
                     rep.documents_unchanged += 1
-                    (n,) = txn.conn.execute("SELECT n_facts FROM documents WHERE doc_id=?",
-                                            (p.doc_id,)).fetchone()
-                    rep.facts_kept += int(n)
+                    rep.facts_kept += txn.document_fact_count(p.doc_id)
                     continue
                 existed = ckf.document_state(p.source) is not None
                 change = txn.put_document(

@@ -6,7 +6,8 @@ Why store the envelope rather than re-prepare it when the window's text comes ba
 envelope it was given. Completing the window against a re-prepared envelope would report
 headers, exit decisions and a trace for facts the client never saw. So `/envelope` stores the
 packed facts with their scores (a few KB: ids, sources, sections and six floats per fact;
-never the fact text), and `/windows` rebuilds exactly that `PreparedWindow`.
+never the fact text: `PreparedWindow.to_dict`), and `/windows` rebuilds exactly that
+`PreparedWindow` (`PreparedWindow.from_dict`).
 """
 
 from __future__ import annotations
@@ -17,88 +18,14 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
-
-from cdr.envelope import Budget, Envelope
-from cdr.errors import InvalidInputError
-from cdr.loop import PreparedWindow
+from cdr.errors import InvalidInputError, parse_json_object
 from cdr.ngrams import NgramIndex
-from cdr.prompt import PlanSection
-from cdr.ranking import Ranking
 from cdr.session import Session
+from cdr.trace import trace_document
 
+# The stored form's name. The pending envelope inside is `PreparedWindow.to_dict()`, whose
+# layout is that of the first stored records (tests/data/stored_session_v1.json).
 FORMAT = "cdr-gateway-session/1"
-_RANKING_ARRAYS = ("score", "relevance", "novelty", "residual_pull", "ngram_penalty",
-                   "coverage_score")
-
-
-@dataclass(frozen=True, slots=True)
-class FactRef:
-    """The parts of a CKF fact that traces and headers need after the envelope went out."""
-
-    id: str
-    source: str
-    section: str
-    content: str = ""
-
-
-def dump_prepared(prepared: PreparedWindow) -> dict[str, Any]:
-    """A JSON-able copy of a prepared window (float32 values round-trip exactly)."""
-    env = prepared.envelope
-    r = env.ranking
-    return {
-        "number": prepared.number,
-        "etag": env.etag,
-        "fact_ids": list(env.fact_ids),
-        "facts": [[f.source, f.section] for f in prepared.facts],
-        "rows": [int(x) for x in prepared.rows],
-        "tokens": [int(x) for x in env.tokens],
-        "ranking": {
-            "indices": [int(x) for x in r.indices],
-            **{k: np.asarray(getattr(r, k), dtype=np.float32).tolist() for k in _RANKING_ARRAYS},
-            "mode": r.mode,
-            "n_candidates": int(r.n_candidates),
-            "ngram_activations": int(r.ngram_activations),
-            "extra": {k: float(v) for k, v in r.extra.items()},
-        },
-        "budget": [env.budget.context, env.budget.system, env.budget.task,
-                   env.budget.generation],
-        "anchor": env.anchor,
-        "skipped": int(env.skipped),
-        "plan": [[p.title, p.target_words, list(p.fact_refs)] for p in prepared.plan],
-        "coverage_depth": int(prepared.coverage_depth),
-        "max_tokens": int(prepared.max_tokens),
-    }
-
-
-def load_prepared(data: dict[str, Any]) -> PreparedWindow:
-    """The `PreparedWindow` `dump_prepared` saw (without the prompt messages or fact text)."""
-    try:
-        rk = data["ranking"]
-        ranking = Ranking(
-            np.asarray(rk["indices"], dtype=np.int64),
-            *(np.asarray(rk[k], dtype=np.float32) for k in _RANKING_ARRAYS),
-            mode=rk["mode"], n_candidates=int(rk["n_candidates"]),
-            ngram_activations=int(rk["ngram_activations"]), extra=dict(rk["extra"]),
-        )
-        fact_ids = [str(x) for x in data["fact_ids"]]
-        envelope = Envelope(
-            ranking=ranking, fact_ids=fact_ids,
-            tokens=np.asarray(data["tokens"], dtype=np.int64),
-            budget=Budget(*(int(x) for x in data["budget"])),
-            anchor=data["anchor"], skipped=int(data["skipped"]),
-        )
-        facts = [FactRef(fid, src, sec) for fid, (src, sec) in
-                 zip(fact_ids, data["facts"], strict=True)]
-        plan = [PlanSection(t, int(w), tuple(refs)) for t, w, refs in data["plan"]]
-        return PreparedWindow(
-            number=int(data["number"]), envelope=envelope,
-            rows=np.asarray(data["rows"], dtype=np.int64), facts=facts, plan=plan,
-            messages=[], coverage_depth=int(data["coverage_depth"]),
-            max_tokens=int(data["max_tokens"]),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InvalidInputError(f"stored envelope is damaged: {exc!r}") from None
 
 
 @dataclass
@@ -120,11 +47,8 @@ class SessionRecord:
 
     @classmethod
     def from_json(cls, text: str, ngram_index: NgramIndex | None = None) -> SessionRecord:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InvalidInputError(f"stored session is not JSON: {exc}") from None
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
+        data = parse_json_object(text, "stored session")
+        if data.get("format") != FORMAT:
             raise InvalidInputError("stored session has an unknown format")
         return cls(
             session=Session.from_dict(data["session"], ngram_index),
@@ -135,19 +59,11 @@ class SessionRecord:
         )
 
     def trace(self, session_id: str) -> dict[str, Any]:
+        """The run's trace (`cdr.trace`), with what the gateway adds: the session id, the
+        completeness so far and the window limit."""
         s = self.session
-        return {
-            "session_id": session_id,
-            "task": s.task,
-            "embedding_model": s.model_id,
-            "ranking": s.ranking,
-            "sub_queries": [{"id": q.id, "text": q.text, "expected_words": q.expected_words}
-                            for q in s.sub_queries],
-            "windows": self.windows,
-            "status": s.status,
-            "completeness": round(s.completeness(), 4),
-            "max_windows": s.max_windows,
-        }
+        return {"session_id": session_id, **trace_document(s, self.windows),
+                "completeness": round(s.completeness(), 4), "max_windows": s.max_windows}
 
 
 def with_pending(stored_data: str, pending: dict[str, Any] | None) -> str:

@@ -29,9 +29,11 @@ from cdr.envelope import DEFAULT_GENERATION_TOKENS
 from cdr.errors import UpstreamError
 from cdr.gateway.errors import ApiError, from_cdr_error
 from cdr.gateway.records import SessionRecord
-from cdr.gateway.runtime import SAFETY_ONLY_HEADERS, Gateway, session_headers
+from cdr.gateway.runtime import Gateway, session_headers
 from cdr.gateway.schemas import ChatCompletionRequest
+from cdr.headers import SAFETY_ONLY_HEADERS
 from cdr.loop import EmptyKnowledgeBaseError, WindowEvent
+from cdr.session import LIMIT_REACHED
 from cdr.trace import window_record
 
 DeltaSink = Callable[[int, str], None]
@@ -143,30 +145,13 @@ class ChatRun:
         assert self.record is not None and self.sid is not None
         session, gen = self.record.session, self.gen
         while not (cancelled is not None and cancelled.is_set()):
-            t0 = time.perf_counter()
-            prepared = gen.prepare(session)
-            result, error, text = None, None, ""
-            if len(prepared.envelope):
-                sink = None
-                if on_delta is not None:
-                    sink = functools.partial(on_delta, prepared.number)
-                try:
-                    result = gen.write(prepared, sink)
-                    text = result.text
-                except UpstreamError as exc:
-                    error = exc
-                    text = getattr(exc, "partial_text", "") or ""
-            event = gen.complete(session, prepared, text, result=result,
-                                 error=None if error is None else str(error),
-                                 seconds=time.perf_counter() - t0)
+            event = gen.step(session, on_delta)
             self.events.append(event)
             self.record.windows.append(window_record(event))
             self._save()
-            self.gw.metrics.window_done(prepared.envelope.ranking.ngram_activations)
-            if event.done:
-                self.gw.metrics.session_exit(event.status)
-            if error is not None:
-                api = from_cdr_error(error)
+            self.gw.window_finished(event)
+            if event.upstream is not None:
+                api = from_cdr_error(event.upstream)
                 api.headers.update(self.headers())
                 raise api
             yield event
@@ -230,7 +215,7 @@ class ChatRun:
 
     def finish_reason(self) -> str:
         s = self.session
-        return "length" if s is not None and s.status == "limit-reached" else "stop"
+        return "length" if s is not None and s.status == LIMIT_REACHED else "stop"
 
     def crp(self, headers: dict[str, str]) -> dict[str, Any]:
         s = self.session

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from cdr.errors import EmbeddingModelMismatchError, NotFoundError
+from cdr.factindex import FactIndex
 from cdr.gateway.errors import ApiError
 from cdr.gateway.jobs import IngestJobs
 from cdr.gateway.knowledge import KnowledgeBase
@@ -19,11 +20,12 @@ from cdr.gateway.records import SessionCache, SessionRecord
 from cdr.gateway.schemas import GenerationOptions
 from cdr.gateway.settings import GatewaySettings
 from cdr.gateway.store import SessionStore, StoredSession
-from cdr.headers import EMPTY_HINT, EXHAUSTED_HINT, decimal2
-from cdr.loop import EmptyKnowledgeBaseError, GenerationConfig, Generator
+from cdr.headers import SAFETY_ONLY_HEADERS, crp_headers
+from cdr.loop import EmptyKnowledgeBaseError, GenerationConfig, Generator, WindowEvent
+from cdr.ranking import DEFAULT_RANKING
 from cdr.session import DEFAULT_MAX_WINDOWS, IN_PROGRESS, Session
 from cdr.session_token import StaleTokenError, TokenPayload, TokenSigner
-from cdr.writers import Writer, get_writer
+from cdr.writers import Writer, build_writer
 
 TOKEN_HEADER = "CRP-Session"
 SET_TOKEN_HEADER = "CRP-Set-Session"
@@ -31,21 +33,15 @@ SESSION_ID_HEADER = "CRP-Session-Id"
 CHAT_THREADS = 64
 
 
-def build_writer(settings: GatewaySettings) -> Writer:
+def writer_for(settings: GatewaySettings) -> Writer:
     """The writer `CDR_WRITER` names, with the upstream from `CDR_LLM_*`."""
-    if settings.writer == "extractive":
-        return get_writer("extractive")
-    kwargs: dict[str, Any] = {"model": settings.llm_model}
-    if settings.llm_api_key is not None:
-        kwargs["api_key"] = settings.llm_api_key.get_secret_value()
-    if settings.writer == "openai":
-        kwargs["base_url"] = settings.llm_base_url or "https://api.openai.com/v1"
-    elif settings.llm_base_url:
-        kwargs["base_url"] = settings.llm_base_url
-    return get_writer(settings.writer, **kwargs)
+    key = settings.llm_api_key
+    return build_writer(settings.writer, model=settings.llm_model,
+                        base_url=settings.llm_base_url,
+                        api_key=None if key is None else key.get_secret_value())
 
 
-def empty_kb_error(snapshot: Any, path: Path | None) -> EmptyKnowledgeBaseError:
+def empty_kb_error(snapshot: FactIndex | None, path: Path | None) -> EmptyKnowledgeBaseError:
     if path is None:
         where = "no CKF is configured (set CDR_CKF or pass --ckf)"
     elif snapshot is None:
@@ -75,24 +71,15 @@ def token_from_headers(headers: Mapping[str, str]) -> str:
 
 def session_headers(session: Session, session_id: str, token: str | None = None,
                     last: Mapping[str, str] | None = None) -> dict[str, str]:
-    """CRP headers describing a session as it stands (after its last finished window)."""
+    """CRP headers describing a session as it stands (after its last finished window, whose
+    headers `last` are kept for what only a window can say), its id and the next token."""
     headers = dict(last or {})
-    exhausted = session.status == "ckf-exhausted"
-    headers.update({
-        "CRP-Context-Window": f"{session.window_count}/{session.max_windows}",
-        "CRP-Quality-Completeness": decimal2(session.completeness()),
-        "CRP-Context-Continuation-Status": session.status,
-        "CRP-Context-Mode": "ckf-exhausted" if exhausted else "full",
-        SESSION_ID_HEADER: session_id,
-    })
-    if exhausted:
-        headers["CRP-Onboarding-Hint"] = EXHAUSTED_HINT
+    headers.update(crp_headers(window=session.window_count, max_windows=session.max_windows,
+                               status=session.status, completeness=session.completeness()))
+    headers[SESSION_ID_HEADER] = session_id
     if token is not None:
         headers[SET_TOKEN_HEADER] = token
     return headers
-
-
-SAFETY_ONLY_HEADERS = {"CRP-Context-Mode": "safety-only", "CRP-Onboarding-Hint": EMPTY_HINT}
 
 
 class Gateway:
@@ -111,7 +98,7 @@ class Gateway:
         initial = None if ckf is None or isinstance(ckf, str | Path) else ckf
         path = Path(ckf) if isinstance(ckf, str | Path) else settings.ckf
         self.kb = KnowledgeBase(path, initial)
-        self.writer = writer if writer is not None else build_writer(settings)
+        self.writer = writer if writer is not None else writer_for(settings)
         self.signer = signer if signer is not None else settings.token_signer()
         self.store = store if store is not None else settings.session_store()
         self.metrics = GatewayMetrics()
@@ -127,7 +114,7 @@ class Gateway:
 
     # ------------------------------------------------------------------ CKF
 
-    def snapshot(self, *, require_facts: bool = True) -> Any:
+    def snapshot(self, *, require_facts: bool = True) -> FactIndex:
         """The CKF snapshot for this request. Starting a session needs active facts; going on
         with one needs a CKF (an emptied CKF then exhausts it, as Exit 3 intends)."""
         snap = self.kb.current()
@@ -151,7 +138,7 @@ class Gateway:
         if windows > cap:
             raise ApiError(422, f"max_windows={windows} exceeds this gateway's cap of {cap} "
                            "(CDR_MAX_WINDOWS_CAP)", param="max_windows", code="invalid_fields")
-        out: dict[str, Any] = {"max_windows": windows, "ranking": o.ranking or "cdr"}
+        out: dict[str, Any] = {"max_windows": windows, "ranking": o.ranking or DEFAULT_RANKING}
         if o.words is not None:
             out["words"] = o.words
         if o.sub_queries is not None:
@@ -162,7 +149,7 @@ class Gateway:
             out["context_tokens"] = o.context_tokens
         return out
 
-    def generator(self, snapshot: Any, options: Mapping[str, Any]) -> Generator:
+    def generator(self, snapshot: FactIndex, options: Mapping[str, Any]) -> Generator:
         cfg = GenerationConfig(min_relevance=self.settings.min_relevance, **options)
         return Generator(snapshot, self.writer, cfg)
 
@@ -176,12 +163,12 @@ class Gateway:
         return self.signer.issue(session_id, session.model_id, session.window_count,
                                  session.residual_ids)
 
-    def verify(self, token: str, session_id: str, snapshot: Any) -> TokenPayload:
+    def verify(self, token: str, session_id: str, snapshot: FactIndex | None) -> TokenPayload:
         """Signature, expiry, session binding and embedding model (401 / 409)."""
         model = snapshot.model_id if snapshot is not None else None
         return self.signer.verify(token, session_id=session_id, model_id=model)
 
-    def load(self, session_id: str, snapshot: Any, *, fresh: bool = False
+    def load(self, session_id: str, snapshot: FactIndex | None, *, fresh: bool = False
              ) -> tuple[StoredSession, SessionRecord]:
         """The stored row and its parsed record. Without `fresh` the record may be shared
         with other requests (read it, never change it); with `fresh` it is a private copy."""
@@ -201,8 +188,8 @@ class Gateway:
                 self.sessions.put(session_id, stored.version, snapshot, record)
         return stored, record
 
-    def authorize(self, session_id: str, token: str, snapshot: Any, *, fresh: bool = False
-                  ) -> tuple[StoredSession, SessionRecord]:
+    def authorize(self, session_id: str, token: str, snapshot: FactIndex | None, *,
+                  fresh: bool = False) -> tuple[StoredSession, SessionRecord]:
         """Every check a session call needs: token (signature, expiry, model), the session
         exists, and the token is for its current window (else a replay: 409)."""
         payload = self.verify(token, session_id, snapshot)
@@ -210,6 +197,12 @@ class Gateway:
         if payload.window != record.session.window_count:
             raise StaleTokenError(payload.window, record.session.window_count)
         return stored, record
+
+    def window_finished(self, event: WindowEvent) -> None:
+        """Count a finished window (and the session's exit, if it was the last)."""
+        self.metrics.window_done(event.prepared.envelope.ranking.ngram_activations)
+        if event.done:
+            self.metrics.session_exit(event.status)
 
     @staticmethod
     def require_in_progress(session_id: str, session: Session) -> None:

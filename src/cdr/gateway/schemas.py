@@ -10,7 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from cdr.ranking import RANKING_MODES
+from cdr.ranking import RankingMode
+from cdr.session import MAX_WINDOWS_LIMIT
 
 MAX_TASK_CHARS = 20_000
 MAX_OUTLINE_ITEMS = 50
@@ -18,9 +19,6 @@ MAX_OUTLINE_CHARS = 20_000
 MAX_WINDOW_TEXT_CHARS = 400_000
 MAX_WORDS = 100_000
 MAX_SUB_QUERIES = 20
-
-Ranking = Literal["cdr", "relevance", "mmr"]
-assert set(RANKING_MODES) == {"cdr", "relevance", "mmr"}  # keep the Literal in step
 
 
 class _Strict(BaseModel):
@@ -33,9 +31,10 @@ class GenerationOptions(_Strict):
     outline: str | list[str] | None = Field(
         None, description="Sub-queries: a Markdown/plain outline (one per line) or a list. "
         "Omitted: decomposed automatically (by the LLM writer, else from the CKF).")
-    max_windows: int | None = Field(None, ge=1, le=20, description="Window limit (Exit 2).")
+    max_windows: int | None = Field(None, ge=1, le=MAX_WINDOWS_LIMIT,
+                                    description="Window limit (Exit 2).")
     words: int | None = Field(None, ge=1, le=MAX_WORDS, description="Target document length.")
-    ranking: Ranking | None = Field(None, description="Phase 2 ranking mode.")
+    ranking: RankingMode | None = Field(None, description="Phase 2 ranking mode.")
     sub_queries: int | None = Field(None, ge=1, le=MAX_SUB_QUERIES,
                                     description="Sub-queries for automatic decomposition.")
     window_tokens: int | None = Field(None, ge=16, le=32_768, description="Generation reserve "

@@ -17,16 +17,12 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from cdr.gateway.errors import ApiError
-from cdr.gateway.records import (
-    SessionRecord,
-    derive,
-    dump_prepared,
-    load_prepared,
-    with_pending,
-)
+from cdr.gateway.records import SessionRecord, derive, with_pending
 from cdr.gateway.runtime import (
     SESSION_ID_HEADER,
     SET_TOKEN_HEADER,
@@ -34,10 +30,9 @@ from cdr.gateway.runtime import (
     session_headers,
 )
 from cdr.gateway.schemas import SessionCreate, WindowSubmit
-from cdr.gateway.store import VersionConflictError
-from cdr.headers import window_headers
+from cdr.gateway.store import StoredSession, VersionConflictError
 from cdr.loop import PreparedWindow, WindowEvent
-from cdr.trace import window_record
+from cdr.trace import packed_facts, window_record
 
 MAX_ATTEMPTS = 25
 
@@ -59,8 +54,7 @@ def create_session(gw: Gateway, req: SessionCreate) -> Response:
         "session_id": sid, "token": token, "status": session.status,
         "embedding_model": session.model_id, "ranking": session.ranking,
         "max_windows": session.max_windows,
-        "sub_queries": [{"id": q.id, "text": q.text, "expected_words": q.expected_words}
-                        for q in session.sub_queries],
+        "sub_queries": [q.to_dict() for q in session.sub_queries],
     }
     headers = session_headers(session, sid, token)
     body["headers"] = headers
@@ -68,23 +62,43 @@ def create_session(gw: Gateway, req: SessionCreate) -> Response:
 
 
 def _facts_out(prepared: PreparedWindow) -> list[dict[str, Any]]:
-    env = prepared.envelope
-    r = env.ranking
-    return [
-        {"ref": f"F{i + 1}", "fact_id": fid, "source": f.source, "section": f.section,
-         "content": f.content, "relevance": round(float(r.relevance[i]), 4),
-         "novelty": round(float(r.novelty[i]), 4),
-         "residual_pull": round(float(r.residual_pull[i]), 4),
-         "ngram_penalty": round(float(r.ngram_penalty[i]), 4),
-         "score": round(float(r.score[i]), 4), "tokens": int(env.tokens[i])}
-        for i, (fid, f) in enumerate(zip(env.fact_ids, prepared.facts, strict=True))
-    ]
+    """The trace's view of the packed facts, plus what the client's LLM needs: the prompt's
+    reference (F1, F2, …) and the fact text."""
+    return [{"ref": f"F{i + 1}", **item, "content": fact.content}
+            for i, (item, fact) in enumerate(zip(packed_facts(prepared), prepared.facts,
+                                                 strict=True))]
 
 
-def _finished(gw: Gateway, event: WindowEvent) -> None:
-    gw.metrics.window_done(event.prepared.envelope.ranking.ngram_activations)
-    if event.done:
-        gw.metrics.session_exit(event.status)
+@dataclass
+class _Change:
+    """What one attempt computed: the record after it, the JSON to store (None: nothing to
+    store), and what the response needs."""
+
+    record: SessionRecord
+    data: str | None
+    prepared: PreparedWindow
+    event: WindowEvent | None
+
+
+def _change(gw: Gateway, sid: str, token: str, fresh: bool,
+            compute: Callable[[Any, StoredSession, SessionRecord], _Change]) -> _Change:
+    """read → `compute` → compare-and-set on the read version, redone from the new state when
+    another request changed the session meanwhile (the token check then answers 409 if that
+    request finished this window first). `fresh`: `compute` changes the record it is given."""
+    for attempt in range(MAX_ATTEMPTS):
+        snap = gw.snapshot(require_facts=False)
+        stored, rec = gw.authorize(sid, token, snap, fresh=fresh)
+        gw.require_in_progress(sid, rec.session)
+        change = compute(snap, stored, rec)
+        if change.data is not None:
+            try:
+                new = gw.store.cas(sid, stored.version, change.data)
+            except VersionConflictError:
+                _backoff(attempt)
+                continue
+            gw.sessions.put(sid, new.version, snap, change.record)
+        return change
+    raise VersionConflictError(sid, stored.version, None)
 
 
 def envelope(gw: Gateway, sid: str, token: str) -> Response:
@@ -92,44 +106,30 @@ def envelope(gw: Gateway, sid: str, token: str) -> Response:
     returns the same envelope. An empty envelope (nothing relevant and novel left) ends the
     session as ckf-exhausted right here, so the client never asks its LLM for ungrounded text.
     """
-    for attempt in range(MAX_ATTEMPTS):
-        snap = gw.snapshot(require_facts=False)
-        stored, rec = gw.authorize(sid, token, snap)  # shared: read only
-        session = rec.session
-        gw.require_in_progress(sid, session)
+    def compute(snap: Any, stored: StoredSession, rec: SessionRecord) -> _Change:
         gen = gw.generator(snap, rec.options)
-        prepared = gen.prepare(session)
-        event: WindowEvent | None = None
-        data: str | None = None
+        prepared = gen.prepare(rec.session)  # rec is shared: read only
         if len(prepared.envelope) == 0:
             rec = SessionRecord.from_json(stored.data, snap.ngram_index)  # a private copy
-            session = rec.session
-            event = gen.complete(session, prepared, "")
+            event = gen.close_if_empty(rec.session, prepared)
+            assert event is not None
             rec.windows.append(window_record(event))
             rec.pending = None
-            data = rec.to_json()
-        else:
-            pending = dump_prepared(prepared)
-            if rec.pending != pending:
-                data = with_pending(stored.data, pending)
-                rec = derive(rec, pending=pending)
-        if data is not None:
-            try:
-                new = gw.store.cas(sid, stored.version, data)
-            except VersionConflictError:
-                _backoff(attempt)
-                continue
-            gw.sessions.put(sid, new.version, snap, rec)
-        break
-    else:
-        raise VersionConflictError(sid, stored.version, None)
+            return _Change(rec, rec.to_json(), prepared, event)
+        pending = prepared.to_dict()
+        if rec.pending == pending:
+            return _Change(rec, None, prepared, None)
+        return _Change(derive(rec, pending=pending), with_pending(stored.data, pending),
+                       prepared, None)
+
+    change = _change(gw, sid, token, False, compute)
+    session, prepared, event = change.record.session, change.prepared, change.event
     new_token = gw.issue(sid, session)
     if event is not None:
-        _finished(gw, event)
+        gw.window_finished(event)
         headers = session_headers(session, sid, new_token, event.headers)
     else:
-        headers = {**window_headers(session, prepared, prepared.envelope),
-                   SESSION_ID_HEADER: sid, SET_TOKEN_HEADER: new_token}
+        headers = {**prepared.headers(session), SESSION_ID_HEADER: sid, SET_TOKEN_HEADER: new_token}
     env = prepared.envelope
     body = {
         "session_id": sid, "window": prepared.number, "max_windows": session.max_windows,
@@ -147,11 +147,8 @@ def envelope(gw: Gateway, sid: str, token: str) -> Response:
 
 def submit_window(gw: Gateway, sid: str, token: str, req: WindowSubmit) -> Response:
     """Verify the window's text (DPE Stage 8), update the session, apply the exit rules."""
-    for attempt in range(MAX_ATTEMPTS):
-        snap = gw.snapshot(require_facts=False)
-        stored, rec = gw.authorize(sid, token, snap, fresh=True)  # changed below
-        session = rec.session
-        gw.require_in_progress(sid, session)
+    def compute(snap: Any, stored: StoredSession, rec: SessionRecord) -> _Change:
+        session = rec.session  # a private copy: changed below
         pending = rec.pending
         number = session.window_count + 1
         if pending is None or pending.get("number") != number:
@@ -163,20 +160,16 @@ def submit_window(gw: Gateway, sid: str, token: str, req: WindowSubmit) -> Respo
             raise ApiError(409, f"etag {req.etag!r} is not the envelope prepared for window "
                            f"{number} ({pending['etag']!r}); fetch the envelope again",
                            code="etag_mismatch", headers=session_headers(session, sid))
-        prepared = load_prepared(pending)
+        prepared = PreparedWindow.from_dict(pending)
         event = gw.generator(snap, rec.options).complete(session, prepared, req.text)
         rec.windows.append(window_record(event))
         rec.pending = None
-        try:
-            new = gw.store.cas(sid, stored.version, rec.to_json())
-        except VersionConflictError:
-            _backoff(attempt)
-            continue
-        gw.sessions.put(sid, new.version, snap, rec)
-        break
-    else:
-        raise VersionConflictError(sid, stored.version, None)
-    _finished(gw, event)
+        return _Change(rec, rec.to_json(), prepared, event)
+
+    change = _change(gw, sid, token, True, compute)
+    session, event = change.record.session, change.event
+    assert event is not None
+    gw.window_finished(event)
     new_token = gw.issue(sid, session)
     headers = session_headers(session, sid, new_token, event.headers)
     report = event.report

@@ -179,7 +179,7 @@ class CDRNodePostprocessor(BaseNodePostprocessor):
         emb = (self._embedder.encode([p for _, p in paragraphs]) if paragraphs
                else np.zeros((0, session.dim), np.float32))
         fresh = [session.blacklist.fresh_share(p) for _, p in paragraphs]
-        report = verify_window(text, session.sub_queries, session.sub_query_embeddings, emb,
+        report = verify_window(session.sub_queries, session.sub_query_embeddings, emb,
                                paragraphs, threshold, fresh)
         coverage_depth = len(session.coverage)
         session.update_after_window(report.addressed, text,

@@ -21,6 +21,7 @@ from cdr.writers.base import (
     WriterResult,
     int_fields,
     loads_object,
+    mid_stream_error,
 )
 
 API_KEY_ENV = ("CDR_LLM_API_KEY", "ANTHROPIC_API_KEY")
@@ -161,11 +162,7 @@ class AnthropicWriter(HttpChatWriter):
                 done = True
                 break
             elif kind == "error":
-                error = event.get("error") or {}
-                detail = error.get("message", error) if isinstance(error, dict) else error
-                raise TransientError(
-                    f"{self.url} sent an error mid-stream: {str(detail)[:300]}", None
-                )
+                raise mid_stream_error(self.url, event.get("error") or {})
         if not done and stop is None:
             raise TransientError(f"{self.url} stream ended before message_stop", None)
         stop = stop or "end_turn"

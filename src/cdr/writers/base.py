@@ -9,7 +9,6 @@ with backoff that honour `Retry-After`, never retrying once text has been handed
 
 from __future__ import annotations
 
-import inspect
 import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -20,8 +19,6 @@ import httpx
 from cdr.errors import InvalidInputError, UpstreamError
 from cdr.http_retry import backoff_delay, retry_after_seconds
 from cdr.tokens import count_tokens
-
-WRITER_NAMES = ("extractive", "openai", "anthropic")
 
 # Statuses a later attempt can cure: timeouts, lock conflicts, rate limits, overload.
 RETRY_STATUSES = frozenset({408, 409, 429})
@@ -77,32 +74,6 @@ class StreamInterruptedError(UpstreamError):
     def __init__(self, message: str, status: int | None, partial_text: str) -> None:
         self.partial_text = partial_text
         super().__init__(message, status)
-
-
-def _writer_class(name: str) -> type:
-    if name == "extractive":
-        from cdr.writers.extractive import ExtractiveWriter
-
-        return ExtractiveWriter
-    if name == "openai":
-        from cdr.writers.openai_writer import OpenAIWriter
-
-        return OpenAIWriter
-    if name == "anthropic":
-        from cdr.writers.anthropic_writer import AnthropicWriter
-
-        return AnthropicWriter
-    raise InvalidInputError(f"unknown writer {name!r}; choose one of: {', '.join(WRITER_NAMES)}")
-
-
-def get_writer(name: str, **settings: Any) -> Writer:
-    """The writer called `name`, built from `settings` (its constructor's keyword arguments)."""
-    cls = _writer_class(name)
-    try:
-        inspect.signature(cls).bind(**settings)
-    except TypeError as err:
-        raise InvalidInputError(f"{name} writer: bad settings: {err}") from None
-    return cls(**settings)
 
 
 def check_request(messages: list[dict[str, str]], max_tokens: int) -> None:
@@ -199,6 +170,14 @@ def loads_object(data: str, what: str) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise UpstreamError(f"{what} is not a JSON object: {error_excerpt(data)}")
     return obj
+
+
+def mid_stream_error(url: str, error: Any) -> TransientError:
+    """An error event inside a stream (either API's shape: a message, maybe a numeric code)."""
+    detail = error.get("message", error) if isinstance(error, dict) else error
+    code = error.get("code") if isinstance(error, dict) else None
+    return TransientError(f"{url} sent an error mid-stream: {str(detail)[:300]}",
+                          code if isinstance(code, int) else None)
 
 
 class TransientError(Exception):

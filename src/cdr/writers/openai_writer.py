@@ -21,6 +21,7 @@ from cdr.writers.base import (
     WriterResult,
     int_fields,
     loads_object,
+    mid_stream_error,
 )
 
 API_KEY_ENV = ("CDR_LLM_API_KEY", "OPENAI_API_KEY")
@@ -124,12 +125,7 @@ class OpenAIWriter(HttpChatWriter):
             chunk = loads_object(data, f"{self.name} writer: stream chunk")
             error = chunk.get("error")
             if error:
-                detail = error.get("message", error) if isinstance(error, dict) else error
-                code = error.get("code") if isinstance(error, dict) else None
-                raise TransientError(
-                    f"{self.url} sent an error mid-stream: {str(detail)[:300]}",
-                    code if isinstance(code, int) else None,
-                )
+                raise mid_stream_error(self.url, error)
             if chunk.get("usage"):
                 usage = int_fields(chunk["usage"])
             choice = _choice0(chunk)
