@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint bench bench-ranking bench-ingest bench-quality bench-gateway clean-venv
+.PHONY: demo test lint bench bench-ranking bench-ingest bench-quality bench-gateway bench-scale clean-venv
 
 $(BIN)/python:
 	@command -v $(PY) >/dev/null 2>&1 || { echo "need $(PY) (or run: make PY=python3)"; exit 1; }
@@ -42,6 +42,9 @@ bench-quality: $(STAMP)
 
 bench-gateway: $(STAMP)
 	$(BIN)/python bench/gateway.py
+
+bench-scale: $(STAMP)
+	$(BIN)/python bench/scale.py
 
 bench: bench-ranking bench-ingest bench-quality bench-gateway
 

@@ -193,7 +193,7 @@ def serve(
         raise fail(str(exc)) from None
 
 
-BENCHMARKS = ("ranking", "ingest", "quality", "gateway", "calibrate")
+BENCHMARKS = ("ranking", "ingest", "quality", "gateway", "calibrate", "scale")
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -18,7 +18,8 @@ from pydantic import Field, PrivateAttr, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cdr.errors import InvalidInputError
-from cdr.gateway.store import SQLiteSessionStore
+from cdr.gateway.store import SessionStore, SQLiteSessionStore
+from cdr.gateway.store_postgres import is_postgres_url
 from cdr.session_token import DEFAULT_KID, TokenSigner, parse_signing_secret
 
 __all__ = ["GatewayConfigError", "GatewaySettings"]
@@ -28,6 +29,21 @@ SESSION_DB_NAME = "sessions.sqlite3"
 
 class GatewayConfigError(InvalidInputError):
     """The gateway cannot serve with this configuration; the message names the variable."""
+
+
+class PostgresUrl(str):
+    """`CDR_SESSION_DB` when it is a postgresql:// URL (kept verbatim, never a Path)."""
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        from pydantic_core import core_schema
+
+        def check(value: Any) -> PostgresUrl:
+            if isinstance(value, str) and is_postgres_url(value):
+                return cls(value)
+            raise ValueError("not a postgresql:// URL")
+
+        return core_schema.no_info_plain_validator_function(check)
 
 
 class GatewaySettings(BaseSettings):
@@ -46,7 +62,8 @@ class GatewaySettings(BaseSettings):
     llm_api_key: SecretStr | None = None
     signing_secret: SecretStr | None = None
     dev: bool = False
-    session_db: Path | None = None
+    # A file path (SQLite) or a postgresql:// URL (shared by gateway replicas).
+    session_db: PostgresUrl | Path | None = None
     # NORMAL survives process crashes; FULL also power cuts, at one fsync per session write.
     session_db_synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
     token_ttl_seconds: int = Field(3600, gt=0)
@@ -120,8 +137,13 @@ class GatewaySettings(BaseSettings):
         keys, active = self.signing_ring()
         return TokenSigner(keys, active, ttl_seconds=self.token_ttl_seconds, **kwargs)
 
-    def session_store(self) -> SQLiteSessionStore:
-        """Open the configured SQLite session store (call after `validate_for_serving`)."""
+    def session_store(self) -> SessionStore:
+        """Open the configured session store (call after `validate_for_serving`): PostgreSQL
+        for a postgresql:// URL, else the SQLite file."""
         if self.session_db is None:
             raise GatewayConfigError("no session store: set CDR_CKF or CDR_SESSION_DB")
+        if isinstance(self.session_db, PostgresUrl):
+            from cdr.gateway.store_postgres import PostgresSessionStore
+
+            return PostgresSessionStore(str(self.session_db))
         return SQLiteSessionStore(self.session_db, synchronous=self.session_db_synchronous)
