@@ -62,6 +62,17 @@ class IngestJob:
         }
 
 
+def _outcome(documents: int, skipped: list[tuple[str, str]]) -> tuple[str, str | None]:
+    """A job that left no document in the CKF failed, whatever the reason (every file
+    skipped: too short, no text, unreadable): a client polling for `succeeded` must not be told
+    its 3-word upload worked. Some files skipped beside ingested ones is a success whose
+    report lists the skipped."""
+    if documents > 0:
+        return "succeeded", None
+    reasons = "; ".join(f"{name.removeprefix(UPLOAD_PREFIX)}: {why}" for name, why in skipped)
+    return "failed", f"nothing ingested: {reasons or 'no documents'}"
+
+
 @dataclass(frozen=True)
 class StoredJob:
     """A job's status as stored (possibly written by another replica)."""
@@ -147,7 +158,7 @@ class IngestJobs:
                     "status": state["status"] if state else None,
                 })
             self.kb.reload()  # readers see the new facts before the job says it is done
-            job.status = "succeeded"
+            job.status, job.error = _outcome(report.documents, report.skipped)
         except Exception as exc:
             log.exception("ingest job %s failed", job.id)
             job.status, job.error = "failed", f"{type(exc).__name__}: {exc}"
