@@ -8,6 +8,7 @@ import copy
 import hashlib
 import json
 import re
+from html import escape
 from pathlib import Path
 
 import jsonschema
@@ -22,7 +23,7 @@ from cdr.report import build_run, explain_exit, mark_repeats, render_report
 from cdr.report.page import asset
 from cdr.report.svg import Series, line_chart, nice_max
 from cdr.trace import TRACE_SCHEMA
-from tests.ui_fixtures import HOSTILE_HEADING, OUTLINE, TASK
+from tests.ui_fixtures import HOSTILE_HEADING, MARKUP, OUTLINE, TASK
 
 pytest_plugins = ["tests.ui_fixtures"]
 runner = CliRunner()
@@ -76,7 +77,8 @@ def test_trace_carries_attribution_per_paragraph(hostile_traces):
 def test_report_escapes_every_piece_of_document_text(hostile_traces):
     traces = [json.loads(p.read_text()) for p in hostile_traces.values()]
     written = "".join(w["output"] for t in traces for w in t["windows"])
-    assert "<script>window.__pwned = 1</script>" in written, "precondition: hostile fact used"
+    found = [m for m in MARKUP if m in written]
+    assert found, "precondition: a hostile fact was written"
     hostile = copy.deepcopy(traces[0])
     hostile["task"] = "Guide <script>window.__pwned = 4</script>"
     hostile["sub_queries"][0]["text"] = '"><img src=x onerror="window.__pwned=5">'
@@ -86,7 +88,7 @@ def test_report_escapes_every_piece_of_document_text(hostile_traces):
     scripts = re.findall(r"<script\b[^>]*>", html)
     assert scripts == ["<script>"], scripts  # the report's own script, nothing else
     assert "<img" not in html and "<b onmouseover" not in html
-    assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in html
+    assert all(escape(m) in html for m in found)
     assert "&lt;script&gt;window.__pwned = 4&lt;/script&gt;" in html
     assert "x&lt;td&gt;&lt;script&gt;window.__pwned=6" in html
 

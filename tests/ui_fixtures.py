@@ -26,6 +26,8 @@ HOSTILE = [
 ]
 TRY_OPENING = 'The "try" statement specifies exception handlers'
 TRY_HOSTILE = 'The "try" statement <script>window.__pwned = 1</script> specifies exception handlers'
+# What a written window may carry from those facts (parsers may drop some inline HTML).
+MARKUP = ("<script>window.__pwned = 1</script>", '<img src="x" onerror="window.__pwned = 2">')
 HOSTILE_HEADING = "Handling errors <script>window.__pwned = 3</script>"
 TASK = "Write a guide to Python exception handling"
 OUTLINE = "The try statement\nRaising exceptions\nThe with statement\n"
@@ -33,11 +35,14 @@ OUTLINE = "The try statement\nRaising exceptions\nThe with statement\n"
 
 def write_hostile_docs(root: Path) -> Path:
     docs = write_topics(root)
-    # The top fact for the task's first sub-query carries a script, so the written text does.
+    # The top facts for the task's first sub-query carry a script, so the written text does.
     try_doc = docs / "try.txt"
     text = try_doc.read_text(encoding="utf-8")
     assert TRY_OPENING in text, "pydoc's try topic changed: update TRY_OPENING"
-    try_doc.write_text(text.replace(TRY_OPENING, TRY_HOSTILE, 1), encoding="utf-8")
+    text = text.replace(TRY_OPENING, TRY_HOSTILE, 1)
+    # ... and so do the try topic's many "except" clause paragraphs, whichever get written.
+    text = text.replace('"except" clause', '"except" clause <script>window.__pwned = 1</script>')
+    try_doc.write_text(text, encoding="utf-8")
     body = "\n\n".join(HOSTILE)
     (docs / "hostile.md").write_text(f"# {HOSTILE_HEADING}\n\n{body}\n", encoding="utf-8")
     (docs / "hostile-plain.txt").write_text(body.replace("catches", "traps") + "\n",
