@@ -56,7 +56,7 @@ class GatewaySettings(BaseSettings):
     )
 
     ckf: Path | None = None
-    writer: Literal["extractive", "openai", "anthropic"] = "extractive"
+    writer: Literal["extractive", "openai", "anthropic", "local"] = "extractive"
     llm_base_url: str | None = None
     llm_model: str | None = None
     llm_api_key: SecretStr | None = None
@@ -114,7 +114,7 @@ class GatewaySettings(BaseSettings):
                 "no session store: set CDR_CKF (sessions go to <ckf>/sessions.sqlite3) or "
                 "CDR_SESSION_DB"
             )
-        if self.writer != "extractive" and not self.llm_model:
+        if self.writer not in ("extractive", "local") and not self.llm_model:
             raise GatewayConfigError(
                 f"CDR_WRITER={self.writer} needs CDR_LLM_MODEL (the upstream model name)"
             )
