@@ -9,7 +9,7 @@ from html import escape
 import httpx
 import pytest
 
-from tests.ui_fixtures import MARKUP, OUTLINE, TASK
+from tests.ui_fixtures import ADMIN_KEY, GENERATE_KEY, MARKUP, OUTLINE, TASK
 
 pytest_plugins = ["tests.ui_fixtures"]
 
@@ -39,7 +39,7 @@ def run_windows(client: httpx.Client, n: int) -> tuple[str, list[str]]:
 
 @pytest.fixture(scope="module")
 def client(ui_gateway):
-    with ui_gateway.client() as c:
+    with ui_gateway.client(headers={"Authorization": f"Bearer {GENERATE_KEY}"}) as c:
         yield c
 
 
@@ -52,8 +52,8 @@ def test_session_view_needs_a_token_for_that_session(client):
     assert client.get(url, headers={"CRP-Session": other_tokens[-1]}).status_code == 401
     bad = tokens[-1][:-3] + ("AAA" if not tokens[-1].endswith("AAA") else "BBB")
     assert client.get(url, headers={"CRP-Session": bad}).status_code == 401
-    # Any token the session handed out reads the view (it only reads); Bearer works too.
-    for headers in ({"CRP-Session": tokens[0]}, {"Authorization": f"Bearer {tokens[-1]}"}):
+    # Any token the session handed out reads the view (it only reads).
+    for headers in ({"CRP-Session": tokens[0]}, {"CRP-Session": tokens[-1]}):
         r = client.get(url, headers=headers)
         assert r.status_code == 200, r.text
         body = r.json()
@@ -111,6 +111,8 @@ def test_pages_and_api_carry_a_strict_csp(client):
 def test_session_list_is_for_admins(client, ui_dev_gateway):
     r = client.get("/ui/api/sessions")
     assert r.status_code == 403 and "admin" in r.json()["error"]["message"]
+    admin = client.get("/ui/api/sessions", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+    assert admin.status_code == 200 and admin.json()["total"] >= 1
     with ui_dev_gateway.client() as dev:
         sid, _ = run_windows(dev, 1)
         listed = dev.get("/ui/api/sessions").json()

@@ -29,6 +29,8 @@ TRY_HOSTILE = 'The "try" statement <script>window.__pwned = 1</script> specifies
 # What a written window may carry from those facts (parsers may drop some inline HTML).
 MARKUP = ("<script>window.__pwned = 1</script>", '<img src="x" onerror="window.__pwned = 2">')
 HOSTILE_HEADING = "Handling errors <script>window.__pwned = 3</script>"
+GENERATE_KEY = "ui-test-generate-key-Kq3v9TzR2mXw"
+ADMIN_KEY = "ui-test-admin-key-Hn7pL4cY8sJd2"
 TASK = "Write a guide to Python exception handling"
 OUTLINE = "The try statement\nRaising exceptions\nThe with statement\n"
 
@@ -86,9 +88,12 @@ def hostile_traces(hostile_ckf: Path, tmp_path_factory: pytest.TempPathFactory
 @pytest.fixture(scope="session")
 def ui_gateway(hostile_ckf: Path, tmp_path_factory: pytest.TempPathFactory
                ) -> Iterator[GatewayServer]:
-    """Not in dev mode: session views need the session's token; the list has no admin."""
+    """With API keys (not dev mode): session views need the session's token (and, from the
+    auth middleware, a `generate` key); the list needs an admin key."""
     tmp = tmp_path_factory.mktemp("ui-gateway")
-    with GatewayServer(base_env(tmp), ckf=hostile_ckf, workdir=tmp) as server:
+    env = {k: v for k, v in base_env(tmp).items() if k != "CDR_DEV"}
+    env["CDR_API_KEYS"] = f"generate:{GENERATE_KEY},admin:{ADMIN_KEY}"
+    with GatewayServer(env, ckf=hostile_ckf, workdir=tmp) as server:
         yield server
 
 

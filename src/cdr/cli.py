@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 from cdr.cli_ckf import ckf_app, ingest_command
+from cdr.cli_keys import keygen_command
 from cdr.cli_models import models_app
 from cdr.errors import CdrError
 from cdr.ranking import DEFAULT_RANKING, RANKING_MODES
@@ -43,6 +44,7 @@ def fail(message: str, code: int = 1) -> typer.Exit:
 
 app.command("ingest", help="Ingest documents into a CKF directory.")(ingest_command)
 app.add_typer(ckf_app, name="ckf", help="Inspect and edit a CKF.")
+app.command("keygen", help="Make a gateway API key and its CDR_API_KEYS entry.")(keygen_command)
 app.add_typer(models_app, name="models", help="List and install the models cdr runs on.")
 
 
@@ -192,6 +194,9 @@ def serve(
     try:
         run_server(ckf=ckf, host=host, port=port)
     except CdrError as exc:
+        if type(exc).__name__ == "GatewayConfigError":  # one plain line, exit 2 (usage)
+            sys.stderr.write(f"error: {' '.join(str(exc).split())}\n")
+            raise typer.Exit(2) from None
         raise fail(str(exc)) from None
 
 

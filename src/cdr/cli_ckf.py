@@ -306,6 +306,23 @@ def compact_command(ckf: CkfOption) -> None:
     out.print(f"rows: {res['rows_before']} → {res['rows_after']}")
 
 
+@ckf_app.command("index")
+def index_command(ckf: CkfOption) -> None:
+    """Build or extend the int8 copy that makes Phase 1 `select` scan a quarter of the bytes
+    (exact results; worth it from ~1M facts). Incremental: rerun after ingesting more."""
+    from cdr.ckf.scan import HAVE_KERNELS, build_quantised
+
+    with _errors():
+        store = _open(ckf)
+        try:
+            n = build_quantised(store.path, store.epoch, store.embeddings)
+        finally:
+            store.close()
+    out.print(f"int8 copy covers {n} rows")
+    if not HAVE_KERNELS:
+        err.print("numba is not installed (pip install 'cdr[fast]'): select will not use it")
+
+
 app = typer.Typer(no_args_is_help=True, help="cdr knowledge fabric commands.")
 app.command("ingest")(ingest_command)
 app.add_typer(ckf_app, name="ckf")

@@ -16,8 +16,13 @@ sends it as a header on every call to the JSON endpoints, which check it:
   checked as on the sidecar API, but not the window number: the view only reads, and a
   token from any earlier window of the session still proves its holder ran it;
 * an admin may view every session and the list. Who is an admin is the gateway's to say:
-  `Gateway.has_scope(headers, "admin")` where the gateway has API keys; without them, only a
-  dev-mode gateway (`CDR_DEV=1`, loopback) treats every caller as admin.
+  the API key the auth middleware accepted (`request.state.api_key`, scope `admin`); without
+  keys, a dev-mode gateway (`CDR_DEV=1`, loopback only) treats every caller as admin.
+
+With API keys configured, the auth middleware asks a `generate` key of every `/ui` request,
+page shells included, so a plain browser navigation is refused there: open the pages through
+something that sends the key (a proxy), or use dev mode locally. Opening the shells to
+keyless navigation is left to the auth module's open paths.
 
 Every piece of document text is escaped by the renderer (`cdr.report.render`), and every
 response carries a Content-Security-Policy that allows only this page's own stylesheet and
@@ -57,10 +62,10 @@ def _gw(request: Request) -> Gateway:
 
 
 def is_admin(request: Request, gw: Gateway) -> bool:
-    """Admin scope by the gateway's API keys if it has them, else dev mode."""
-    hook = getattr(gw, "has_scope", None)
-    if callable(hook):
-        return bool(hook(request.headers, "admin"))
+    """Admin scope by the API key the auth middleware accepted, else dev mode."""
+    key = getattr(request.state, "api_key", None)
+    if key is not None:
+        return bool(key.allows("admin"))
     return bool(gw.settings.dev)
 
 
