@@ -73,6 +73,8 @@ def _session_token(request: Request) -> str | None:
     value = request.headers.get(TOKEN_HEADER.lower(), "").strip()
     if value:
         return value
+    if getattr(request.state, "api_key", None) is not None:
+        return None  # Authorization carries the API key, not a session token
     scheme, _, rest = request.headers.get("authorization", "").strip().partition(" ")
     return rest.strip() if scheme.lower() == "bearer" and rest.strip() else None
 
