@@ -56,8 +56,10 @@ def _writer(name: str, base_url: str | None, model: str | None) -> Writer:
 @app.command()
 def generate(
     task: Annotated[str, typer.Argument(help="What to write, e.g. 'A guide to asyncio tasks'.")],
-    ckf: Annotated[Path, typer.Option("--ckf", help="CKF directory (made by `cdr ingest`).",
-                                      envvar="CDR_CKF")],
+    ckf: Annotated[str, typer.Option(
+        "--ckf", envvar="CDR_CKF",
+        help="CKF directory (made by `cdr ingest`), or a Ray-served shard set "
+             "ray://HOST:PORT/PATH.")],
     outline: Annotated[Path | None, typer.Option(help="One sub-query per line.")] = None,
     windows: Annotated[int, typer.Option(
         help=f"Maximum number of windows (1–{MAX_WINDOWS_LIMIT}).")] = DEFAULT_MAX_WINDOWS,
@@ -100,9 +102,9 @@ def generate(
         except (OSError, UnicodeDecodeError) as exc:
             raise fail(f"cannot read outline {outline}: {exc}", 2) from None
     try:
-        from cdr.ckf import CKF
+        from cdr.index_open import open_fact_index
 
-        store = CKF.open(ckf)
+        store = open_fact_index(ckf)
         config = GenerationConfig(
             max_windows=windows, words=words, sub_queries=sub_queries, ranking=ranking,
             min_relevance=min_relevance, mmr_lambda=mmr_lambda, context_tokens=context_tokens,

@@ -226,6 +226,8 @@ def ingest_sharded(
                                                                       "txt"))
 
     for i, path in enumerate(ss.paths):
+        if not by_shard[i] and not roots:
+            continue  # re-ingesting one file opens only the shard that owns it
         store = _open_shard(path, embedder)
         try:
             ingest_documents(store, inputs(by_shard[i]), source_type=source_type,
