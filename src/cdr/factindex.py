@@ -219,12 +219,19 @@ def check_gate(min_relevance: Any, limit: Any) -> tuple[float, int | None]:
 
 
 def similarities(emb: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """float32 `emb @ q`; float16 matrices are converted in cache-sized blocks."""
+    """float32 `emb @ q`, each row's value independent of the matrix around it.
+
+    `einsum` rather than BLAS gemv: gemv's rounding depends on the matrix's row count and
+    capacity (kernels take rows in groups), so one fact's relevance could differ in the last
+    bit between one CKF and the shard holding it; einsum's is a function of the row alone,
+    which is what makes a sharded ranking equal the single-index one bit for bit. It is also
+    no slower here (memory-bound either way). float16 matrices are converted in blocks."""
     if emb.dtype == np.float32:
-        return np.asarray(emb @ q, dtype=np.float32)
+        return np.einsum("ij,j->i", emb, q.astype(np.float32, copy=False))
     out = np.empty(len(emb), dtype=np.float32)
     for s in range(0, len(emb), _HALF_BLOCK):
-        out[s : s + _HALF_BLOCK] = emb[s : s + _HALF_BLOCK].astype(np.float32) @ q
+        out[s : s + _HALF_BLOCK] = np.einsum(
+            "ij,j->i", emb[s : s + _HALF_BLOCK].astype(np.float32), q)
     return out
 
 

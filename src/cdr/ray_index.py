@@ -28,7 +28,7 @@ import hashlib
 import os
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -235,7 +235,7 @@ class RayShardedIndex:
             from cdr.shardset import check_shard_model
 
             candidate = default_embedder()
-            check_shard_model(self.model_id, candidate.model_id, -1, self.dim,
+            check_shard_model(self.model_id, candidate.model_id, None, self.dim,
                               int(candidate.dim))
             self._embedder = candidate
         return self._embedder
@@ -308,8 +308,6 @@ class RayShardedIndex:
         return out
 
     def facts(self, rows: Iterable[int] | np.ndarray) -> list[Any]:
-        from dataclasses import replace
-
         r, _ = self._split(rows)
         got = self._per_shard("facts", r)
         return [replace(f, row=int(g)) for f, g in zip(got, r, strict=True)]
@@ -360,6 +358,7 @@ class RayShardedIndex:
             raise InvalidInputError(f"rank_window ranks on shards for cdr and relevance; "
                                     f"rank {w.mode!r} centrally over select() "
                                     f"(modes: {RANKING_MODES})")
+        w = replace(w, query=q, gate=gate, limit=limit)  # what the shards see is checked
         offs = [int(o) for o in self._offsets[:-1]]
         cut: tuple[float, int] | None = None
         if limit is not None:

@@ -112,11 +112,14 @@ def open_shard_set(root: str | os.PathLike[str]) -> ShardSet:
     return ss
 
 
-def check_shard_model(expected: str, got: str, shard: int, dim: int, got_dim: int) -> None:
-    """Refuse a shard whose model differs from the set's, naming both ids."""
+def check_shard_model(expected: str, got: str, shard: int | None, dim: int, got_dim: int
+                      ) -> None:
+    """Refuse a shard (or, `shard=None`, a model) whose model differs from the set's, naming
+    both ids."""
     if got != expected or got_dim != dim:
+        what = "embedding" if shard is None else f"shard-{shard} embedding"
         raise EmbeddingModelMismatchError(f"{expected} ({dim}-d)", f"{got} ({got_dim}-d)",
-                                          f"shard-{shard} embedding")
+                                          what)
 
 
 def create_shard_set(root: str | os.PathLike[str], n_shards: int, model_id: str, dim: int,
@@ -133,7 +136,7 @@ def create_shard_set(root: str | os.PathLike[str], n_shards: int, model_id: str,
                 f"{root} is a shard set of {ss.n_shards} shards, not {n_shards}; documents "
                 "are placed by hash mod S, so S cannot change in place (ingest into a new "
                 "directory)")
-        check_shard_model(ss.model_id, model_id, -1, ss.dim, dim)
+        check_shard_model(ss.model_id, model_id, None, ss.dim, dim)
         return ss
     if root.exists() and any(root.iterdir()):
         raise InvalidInputError(f"{root} exists and is not a shard set; choose an empty or "
