@@ -206,7 +206,6 @@ def ingest_sharded(
     from cdr.ckf.ingest import DocumentInput, IngestReport, ingest_documents
     from cdr.ckf.parse import KIND_BY_SUFFIX
     from cdr.ckf.sources import SkipDocument, discover, read_file
-
     from cdr.embed import default_embedder
 
     model = embedder or default_embedder()
