@@ -22,6 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+if os.environ.get("CDR_RAY_ADDRESS"):  # Ray reads it on import; an explicit address needs it
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
 ray = pytest.importorskip(
     "ray", reason="Ray is not installed: pip install 'cdr[ray]' (.ci/run installs it and "
                   "starts a Ray head for these tests)")
@@ -289,11 +291,13 @@ def test_a_shard_that_stays_down_fails_the_request_naming_it(cluster: None,
                                                              tmp_path: Path) -> None:
     docs, _ = random_docs(9, 6)
     _, shards = build_pair(tmp_path, docs, 2, "test/model", DIM)
-    x = RayShardedIndex(shards, retry_seconds=3, max_restarts=0)
+    x = RayShardedIndex(shards, retry_seconds=120, max_restarts=0)
     q = np.ones(DIM, np.float32)
     try:
         assert len(x.select(q, -1.0, 5)) == 5
-        os.kill(x.shard_pids()[1], signal.SIGKILL)
+        pid = x.shard_pids()[1]
+        x.retry_seconds = 3  # how long a caller waits for a shard before giving up
+        os.kill(pid, signal.SIGKILL)
         with pytest.raises(ShardUnavailableError, match=r"shard-1 of .* is unavailable") as e:
             x.select(q, -1.0, 5)
         assert e.value.http_status == 503 and e.value.shard == 1

@@ -100,6 +100,10 @@ def connect(address: str | None = None, **init_kwargs: Any) -> None:
     process, on loopback-safe settings."""
     for k, v in RAY_ENV.items():
         os.environ.setdefault(k, v)
+    if address:
+        # Ray turns token auth on by itself only for a cluster it finds automatically; an
+        # explicit address must ask for it (the token is read from ~/.ray/auth_token).
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
     try:
         import ray
     except ImportError:

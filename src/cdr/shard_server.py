@@ -91,6 +91,15 @@ class ShardServer:
         """The serving process (tests kill it to prove restarts)."""
         return os.getpid()
 
+    def memory(self) -> dict[str, int]:
+        """Resident set of this process and the size of the shard's mapped matrix (bytes):
+        the matrix pages are shared with the page cache, so RSS counts what was touched."""
+        rss = 0
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                rss = int(line.split()[1]) * 1024
+        return {"rss": rss, "matrix": int(self.snap.embeddings.nbytes)}
+
     def generation(self) -> int:
         return self.snap.generation
 
