@@ -154,17 +154,20 @@ def generate(
 
 @app.command()
 def serve(
-    ckf: Annotated[Path | None, typer.Option(help="CKF directory.", envvar="CDR_CKF")] = None,
+    ckf: Annotated[str | None, typer.Option(help="CKF directory.", envvar="CDR_CKF")] = None,
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port.")] = 8088,
 ) -> None:
     """Run the HTTP gateway (OpenAI-compatible relay and sidecar API)."""
+    if ckf is not None and ckf.startswith("ray://"):
+        raise fail("cdr serve takes a CKF directory; a Ray-served shard set (ray://...) is "
+                   "read by `cdr generate` and the Python API so far (README, Deployment)", 2)
     try:
         from cdr.gateway.app import serve as run_server
     except ImportError as exc:
         raise fail(f"the gateway is not available: {exc}") from None
     try:
-        run_server(ckf=ckf, host=host, port=port)
+        run_server(ckf=None if ckf is None else Path(ckf), host=host, port=port)
     except CdrError as exc:
         raise fail(str(exc)) from None
 
