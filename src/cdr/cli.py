@@ -12,6 +12,8 @@ import typer
 from rich.console import Console
 
 from cdr.cli_ckf import ckf_app, ingest_command
+from cdr.cli_keys import keygen_command
+from cdr.cli_models import models_app
 from cdr.errors import CdrError
 from cdr.ranking import DEFAULT_RANKING, RANKING_MODES
 from cdr.session import (
@@ -42,12 +44,14 @@ def fail(message: str, code: int = 1) -> typer.Exit:
 
 app.command("ingest", help="Ingest documents into a CKF directory.")(ingest_command)
 app.add_typer(ckf_app, name="ckf", help="Inspect and edit a CKF.")
+app.command("keygen", help="Make a gateway API key and its CDR_API_KEYS entry.")(keygen_command)
+app.add_typer(models_app, name="models", help="List and install the models cdr runs on.")
 
 
 def _writer(name: str, base_url: str | None, model: str | None) -> Writer:
     """The `--writer` with its upstream from the options or the `CDR_LLM_*` environment."""
     model = model or os.environ.get("CDR_LLM_MODEL")
-    if name != "extractive" and not model:
+    if name not in ("extractive", "local") and not model:
         raise CdrError(f"the {name} writer needs a model: --llm-model or CDR_LLM_MODEL")
     return build_writer(name, model=model,
                         base_url=base_url or os.environ.get("CDR_LLM_BASE_URL"))
@@ -169,10 +173,13 @@ def serve(
     try:
         run_server(ckf=None if ckf is None else Path(ckf), host=host, port=port)
     except CdrError as exc:
+        if type(exc).__name__ == "GatewayConfigError":  # one plain line, exit 2 (usage)
+            sys.stderr.write(f"error: {' '.join(str(exc).split())}\n")
+            raise typer.Exit(2) from None
         raise fail(str(exc)) from None
 
 
-BENCHMARKS = ("ranking", "ingest", "quality", "gateway", "calibrate")
+BENCHMARKS = ("ranking", "ingest", "quality", "gateway", "calibrate", "scale")
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

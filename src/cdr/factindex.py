@@ -35,6 +35,7 @@ import numpy as np
 from cdr.errors import InvalidInputError
 
 if TYPE_CHECKING:
+    from cdr.ckf.scan import QuantisedRows
     from cdr.embed import Embedder
     from cdr.ngrams import NgramIndex
 
@@ -219,35 +220,29 @@ def check_gate(min_relevance: Any, limit: Any) -> tuple[float, int | None]:
 
 
 def similarities(emb: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """float32 `emb @ q`, each row's value independent of the matrix around it.
-
-    `einsum` rather than BLAS gemv: gemv's rounding depends on the matrix's row count and
-    capacity (kernels take rows in groups), so one fact's relevance could differ in the last
-    bit between one CKF and the shard holding it; einsum's is a function of the row alone,
-    which is what makes a sharded ranking equal the single-index one bit for bit. It is also
-    no slower here (memory-bound either way). float16 matrices are converted in blocks."""
+    """float32 `emb @ q`; float16 matrices are converted in cache-sized blocks."""
     if emb.dtype == np.float32:
-        return np.einsum("ij,j->i", emb, q.astype(np.float32, copy=False))
+        return np.asarray(emb @ q, dtype=np.float32)
     out = np.empty(len(emb), dtype=np.float32)
     for s in range(0, len(emb), _HALF_BLOCK):
-        out[s : s + _HALF_BLOCK] = np.einsum(
-            "ij,j->i", emb[s : s + _HALF_BLOCK].astype(np.float32), q)
+        out[s : s + _HALF_BLOCK] = emb[s : s + _HALF_BLOCK].astype(np.float32) @ q
     return out
 
 
 def select_rows(emb: np.ndarray, active: np.ndarray, q: np.ndarray, gate: float,
-                limit: int | None, row_offset: int = 0) -> Selection:
+                limit: int | None, row_offset: int = 0,
+                quantised: QuantisedRows | None = None) -> Selection:
     """Phase 1 over one matrix of unit rows (`q` a unit vector, checked by the caller).
 
-    `row_offset` numbers the result's rows for a shard whose first row is not row 0."""
+    `row_offset` numbers the result's rows for a shard whose first row is not row 0.
+    The scan itself is `cdr.ckf.scan.gated_rows`: exact float32 BLAS, the float16 kernel, or
+    `quantised` (an int8 copy of the first rows) + exact rescoring — the same gated set."""
+    from cdr.ckf.scan import gated_rows  # cdr.ckf imports this module: import at call time
+
     dim = int(q.shape[0])
     if len(emb) == 0 or limit == 0:
         return Selection.empty(dim)
-    sims = similarities(emb, q)
-    keep = sims >= np.float32(gate)
-    keep &= active
-    idx = np.flatnonzero(keep)
-    rel = sims[idx]
+    idx, rel = gated_rows(emb, q, gate, active, quantised)
     if limit is not None and len(idx) > limit:
         # Keep everything at or above the limit-th best relevance: rows tied with it must
         # compete by row number, not by where a partition happened to put them.

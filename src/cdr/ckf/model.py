@@ -103,6 +103,8 @@ class ParsedDocument:
     blocks: list[Block]
     title: str | None = None
     meta: dict[str, str] = field(default_factory=dict)
+    # What the parser had to work around (bad charset, nesting cut off), for the ingest report.
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

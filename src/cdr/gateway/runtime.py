@@ -13,6 +13,7 @@ from typing import Any
 from cdr.errors import EmbeddingModelMismatchError, NotFoundError
 from cdr.factindex import FactIndex
 from cdr.gateway.errors import ApiError
+from cdr.gateway.job_store import job_store_for
 from cdr.gateway.jobs import IngestJobs
 from cdr.gateway.knowledge import KnowledgeBase
 from cdr.gateway.metrics import GatewayMetrics
@@ -102,7 +103,7 @@ class Gateway:
         self.signer = signer if signer is not None else settings.token_signer()
         self.store = store if store is not None else settings.session_store()
         self.metrics = GatewayMetrics()
-        self.jobs = IngestJobs(self.kb)
+        self.jobs = IngestJobs(self.kb, store=job_store_for(self.store))
         self.sessions = SessionCache()
         self.executor = ThreadPoolExecutor(max_workers=CHAT_THREADS,
                                            thread_name_prefix="cdr-chat")
@@ -110,6 +111,7 @@ class Gateway:
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.kb.close()
+        self.jobs.store.close()
         self.store.close()
 
     # ------------------------------------------------------------------ CKF
