@@ -82,6 +82,7 @@ def generate(
     llm_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible base URL.")] = None,
     llm_model: Annotated[str | None, typer.Option(help="Model name for LLM writers.")] = None,
     trace: Annotated[Path | None, typer.Option(help="Write the trace JSON here.")] = None,
+    report: Annotated[Path | None, typer.Option(help="Write an HTML run report here.")] = None,
     out_file: Annotated[Path | None, typer.Option("--out", help="Write the Markdown here "
                                                                 "(default: stdout).")] = None,
 ) -> None:
@@ -142,6 +143,10 @@ def generate(
                                  [sq.text for sq in session.sub_queries])
     if trace is not None:
         trace.write_text(json.dumps(build_trace(session, events), indent=2), encoding="utf-8")
+    if report is not None:
+        from cdr.report import render_report
+
+        report.write_text(render_report([build_trace(session, events)]), encoding="utf-8")
     if out_file is not None:
         out_file.write_text(document, encoding="utf-8")
     else:
@@ -154,6 +159,27 @@ def generate(
     )
     if session.status in (UPSTREAM_ERROR, RUN_FAILED):
         raise typer.Exit(1)
+
+
+@app.command("report")
+def report_command(
+    traces: Annotated[list[Path], typer.Argument(help="One trace JSON, or several to compare "
+                                                      "side by side (e.g. CDR vs relevance).")],
+    out: Annotated[Path, typer.Option("--out", help="The HTML file to write.")] = Path(
+        "run.html"),
+    label: Annotated[list[str] | None, typer.Option(
+        help="A name per trace (default: its ranking mode).")] = None,
+) -> None:
+    """Write a self-contained HTML report of one or more traces (`generate --trace`)."""
+    from cdr.report import write_report
+
+    if len(traces) > 4:
+        raise fail(f"at most 4 traces side by side, got {len(traces)}", 2)
+    try:
+        path = write_report(traces, out, label or None)
+    except CdrError as exc:
+        raise fail(str(exc), 2) from None
+    err.print(f"report: {path}")
 
 
 @app.command()

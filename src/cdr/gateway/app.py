@@ -12,6 +12,7 @@ Endpoints (OpenAPI at `/openapi.json`, docs at `/docs`):
     GET    /v1/ckf/jobs/{id}, GET /v1/ckf/stats, GET /v1/ckf/documents,
     DELETE /v1/ckf/documents/{id}
     GET    /healthz, GET /metrics
+    GET    /ui/, /ui/sessions/{id}    run inspector pages (see `routes_ui.py`)
 
 Errors are `{"error": {"type", "message", "param", "code", ...}}` (see `errors.py`).
 """
@@ -33,7 +34,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cdr.errors import CdrError
-from cdr.gateway import routes_chat, routes_ckf, routes_sessions
+from cdr.gateway import routes_chat, routes_ckf, routes_sessions, routes_ui
 from cdr.gateway.auth import AuthMiddleware, is_loopback
 from cdr.gateway.errors import ApiError, from_cdr_error, from_validation_errors
 from cdr.gateway.metrics import render_metrics
@@ -101,6 +102,7 @@ def create_app(
     app.include_router(routes_chat.router)
     app.include_router(routes_sessions.router)
     app.include_router(routes_ckf.router)
+    app.include_router(routes_ui.router)
     _install_error_handlers(app)
     # Added last = outermost: refusals by the key check are counted and get JSON bodies.
     app.add_middleware(AuthMiddleware, ring=ring)
