@@ -30,7 +30,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from cdr.ckf.corpus import cache_dir
 from cdr.demo import OUTLINE as TYPES_OUTLINE
 from cdr.demo import TASK as TYPES_TASK
 from cdr.demo import build_ckf
@@ -40,6 +39,7 @@ from cdr.loop import Generator, PreparedWindow
 from cdr.markdown import parse_blocks
 from cdr.prompt import build_user_prompt
 from cdr.quality import cwr6
+from cdr.samples import cache_dir
 from cdr.session import Session
 
 TASKS = {

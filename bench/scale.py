@@ -340,6 +340,10 @@ def main() -> None:
     md = [
         "# Scale-out benchmark (`bench/scale.py`): gateway replicas",
         "",
+        "The other half of issue 12, the sharded index on Ray (1 CKF vs 2 and 4 shards at 1M "
+        "facts, ingest with 1 vs 2 Ray workers, a model of 100M facts over K machines), is in "
+        "[scale_shards.md](scale_shards.md) (`bench/scale_shards.py`).",
+        "",
         f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC — {env_machine}.",
         "",
         f"PostgreSQL: {pg_what}. CKF: {args.facts:,} synthetic facts (the `bench/gateway.py` "

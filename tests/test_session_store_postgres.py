@@ -208,7 +208,8 @@ def test_cdr_serve_on_an_unreachable_store_exits_with_one_line(tmp_path):
     port = free_port()
     env = {**child_env({"CDR_SESSION_DB": f"postgresql://cdr:hunter2@127.0.0.1:{port}/db"
                                           "?connect_timeout=2",
-                        "CDR_SIGNING_SECRET": "s" * 32})}
+                        "CDR_SIGNING_SECRET": "Q7vK2mX9pL4wR8tZ1nB6yH3cJ5dF0gA",
+                        "CDR_DEV": "1"})}
     proc = subprocess.run([sys.executable, "-m", "cdr.cli", "serve", "--port", str(port)],
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180)
     assert proc.returncode != 0

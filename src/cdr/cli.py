@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 from cdr.cli_ckf import ckf_app, ingest_command
+from cdr.cli_keys import keygen_command
 from cdr.cli_models import models_app
 from cdr.errors import CdrError
 from cdr.ranking import DEFAULT_RANKING, RANKING_MODES
@@ -43,6 +44,7 @@ def fail(message: str, code: int = 1) -> typer.Exit:
 
 app.command("ingest", help="Ingest documents into a CKF directory.")(ingest_command)
 app.add_typer(ckf_app, name="ckf", help="Inspect and edit a CKF.")
+app.command("keygen", help="Make a gateway API key and its CDR_API_KEYS entry.")(keygen_command)
 app.add_typer(models_app, name="models", help="List and install the models cdr runs on.")
 
 
@@ -58,8 +60,10 @@ def _writer(name: str, base_url: str | None, model: str | None) -> Writer:
 @app.command()
 def generate(
     task: Annotated[str, typer.Argument(help="What to write, e.g. 'A guide to asyncio tasks'.")],
-    ckf: Annotated[Path, typer.Option("--ckf", help="CKF directory (made by `cdr ingest`).",
-                                      envvar="CDR_CKF")],
+    ckf: Annotated[str, typer.Option(
+        "--ckf", envvar="CDR_CKF",
+        help="CKF directory (made by `cdr ingest`), or a Ray-served shard set "
+             "ray://HOST:PORT/PATH.")],
     outline: Annotated[Path | None, typer.Option(help="One sub-query per line.")] = None,
     windows: Annotated[int, typer.Option(
         help=f"Maximum number of windows (1–{MAX_WINDOWS_LIMIT}).")] = DEFAULT_MAX_WINDOWS,
@@ -78,6 +82,7 @@ def generate(
     llm_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible base URL.")] = None,
     llm_model: Annotated[str | None, typer.Option(help="Model name for LLM writers.")] = None,
     trace: Annotated[Path | None, typer.Option(help="Write the trace JSON here.")] = None,
+    report: Annotated[Path | None, typer.Option(help="Write an HTML run report here.")] = None,
     out_file: Annotated[Path | None, typer.Option("--out", help="Write the Markdown here "
                                                                 "(default: stdout).")] = None,
 ) -> None:
@@ -102,9 +107,9 @@ def generate(
         except (OSError, UnicodeDecodeError) as exc:
             raise fail(f"cannot read outline {outline}: {exc}", 2) from None
     try:
-        from cdr.ckf import CKF
+        from cdr.index_open import open_fact_index
 
-        store = CKF.open(ckf)
+        store = open_fact_index(ckf)
         config = GenerationConfig(
             max_windows=windows, words=words, sub_queries=sub_queries, ranking=ranking,
             min_relevance=min_relevance, mmr_lambda=mmr_lambda, context_tokens=context_tokens,
@@ -138,6 +143,10 @@ def generate(
                                  [sq.text for sq in session.sub_queries])
     if trace is not None:
         trace.write_text(json.dumps(build_trace(session, events), indent=2), encoding="utf-8")
+    if report is not None:
+        from cdr.report import render_report
+
+        report.write_text(render_report([build_trace(session, events)]), encoding="utf-8")
     if out_file is not None:
         out_file.write_text(document, encoding="utf-8")
     else:
@@ -152,20 +161,47 @@ def generate(
         raise typer.Exit(1)
 
 
+@app.command("report")
+def report_command(
+    traces: Annotated[list[Path], typer.Argument(help="One trace JSON, or several to compare "
+                                                      "side by side (e.g. CDR vs relevance).")],
+    out: Annotated[Path, typer.Option("--out", help="The HTML file to write.")] = Path(
+        "run.html"),
+    label: Annotated[list[str] | None, typer.Option(
+        help="A name per trace (default: its ranking mode).")] = None,
+) -> None:
+    """Write a self-contained HTML report of one or more traces (`generate --trace`)."""
+    from cdr.report import write_report
+
+    if len(traces) > 4:
+        raise fail(f"at most 4 traces side by side, got {len(traces)}", 2)
+    try:
+        path = write_report(traces, out, label or None)
+    except CdrError as exc:
+        raise fail(str(exc), 2) from None
+    err.print(f"report: {path}")
+
+
 @app.command()
 def serve(
-    ckf: Annotated[Path | None, typer.Option(help="CKF directory.", envvar="CDR_CKF")] = None,
+    ckf: Annotated[str | None, typer.Option(help="CKF directory.", envvar="CDR_CKF")] = None,
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port.")] = 8088,
 ) -> None:
     """Run the HTTP gateway (OpenAI-compatible relay and sidecar API)."""
+    if ckf is not None and ckf.startswith("ray://"):
+        raise fail("cdr serve takes a CKF directory; a Ray-served shard set (ray://...) is "
+                   "read by `cdr generate` and the Python API so far (README, Deployment)", 2)
     try:
         from cdr.gateway.app import serve as run_server
     except ImportError as exc:
         raise fail(f"the gateway is not available: {exc}") from None
     try:
-        run_server(ckf=ckf, host=host, port=port)
+        run_server(ckf=None if ckf is None else Path(ckf), host=host, port=port)
     except CdrError as exc:
+        if type(exc).__name__ == "GatewayConfigError":  # one plain line, exit 2 (usage)
+            sys.stderr.write(f"error: {' '.join(str(exc).split())}\n")
+            raise typer.Exit(2) from None
         raise fail(str(exc)) from None
 
 

@@ -85,8 +85,8 @@ def words_table(run: ArmRun) -> Table:
 
 def main(argv: list[str] | None = None) -> None:
     from cdr.assemble import assemble_document
-    from cdr.ckf.corpus import cache_dir
     from cdr.demo import OUTLINE, TASK, build_ckf, summary_table
+    from cdr.samples import cache_dir
     from cdr.tables import window_table
     from cdr.trace import build_trace
     from cdr.writers import get_writer

@@ -35,6 +35,7 @@ import numpy as np
 from cdr.errors import InvalidInputError
 
 if TYPE_CHECKING:
+    from cdr.ckf.scan import QuantisedRows
     from cdr.embed import Embedder
     from cdr.ngrams import NgramIndex
 
@@ -229,18 +230,19 @@ def similarities(emb: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 
 def select_rows(emb: np.ndarray, active: np.ndarray, q: np.ndarray, gate: float,
-                limit: int | None, row_offset: int = 0) -> Selection:
+                limit: int | None, row_offset: int = 0,
+                quantised: QuantisedRows | None = None) -> Selection:
     """Phase 1 over one matrix of unit rows (`q` a unit vector, checked by the caller).
 
-    `row_offset` numbers the result's rows for a shard whose first row is not row 0."""
+    `row_offset` numbers the result's rows for a shard whose first row is not row 0.
+    The scan itself is `cdr.ckf.scan.gated_rows`: exact float32 BLAS, the float16 kernel, or
+    `quantised` (an int8 copy of the first rows) + exact rescoring — the same gated set."""
+    from cdr.ckf.scan import gated_rows  # cdr.ckf imports this module: import at call time
+
     dim = int(q.shape[0])
     if len(emb) == 0 or limit == 0:
         return Selection.empty(dim)
-    sims = similarities(emb, q)
-    keep = sims >= np.float32(gate)
-    keep &= active
-    idx = np.flatnonzero(keep)
-    rel = sims[idx]
+    idx, rel = gated_rows(emb, q, gate, active, quantised)
     if limit is not None and len(idx) > limit:
         # Keep everything at or above the limit-th best relevance: rows tied with it must
         # compete by row number, not by where a partition happened to put them.

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Self
 import numpy as np
 
 from cdr.ckf.model import Fact, FactStatus, Selection
+from cdr.ckf.scan import open_quantised
 from cdr.ckf.schema import DB_NAME, SCHEMA_VERSION, connect, doc_id_for
 from cdr.ckf.state import (
     CommittedState,
@@ -150,6 +151,11 @@ class CKFSnapshot:
             self._ngram_index = None
 
     @property
+    def epoch(self) -> int:
+        """The array files' epoch: it changes only when a compaction renumbers rows."""
+        return self._state.epoch
+
+    @property
     def n_rows(self) -> int:
         return self._state.n_rows
 
@@ -203,7 +209,8 @@ class CKFSnapshot:
         q = check_query(query_vector, self.dim, self.model_id)
         gate, limit = check_gate(min_relevance, limit)
         st = self._state
-        return select_rows(st.embeddings, st.active, q, gate, limit)
+        return select_rows(st.embeddings, st.active, q, gate, limit, quantised=open_quantised(
+            self.path, st.epoch, self.dim, len(st.embeddings)))
 
     def search(self, text: str, *, limit: int = 10, min_relevance: float = -1.0
                ) -> list[tuple[Fact, float]]:

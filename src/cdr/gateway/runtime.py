@@ -19,6 +19,7 @@ from cdr.gateway.knowledge import KnowledgeBase
 from cdr.gateway.metrics import GatewayMetrics
 from cdr.gateway.records import SessionCache, SessionRecord
 from cdr.gateway.schemas import GenerationOptions
+from cdr.gateway.selections import CachingIndex, SelectionCache
 from cdr.gateway.settings import GatewaySettings
 from cdr.gateway.store import SessionStore, StoredSession
 from cdr.headers import SAFETY_ONLY_HEADERS, crp_headers
@@ -105,6 +106,7 @@ class Gateway:
         self.metrics = GatewayMetrics()
         self.jobs = IngestJobs(self.kb, store=job_store_for(self.store))
         self.sessions = SessionCache()
+        self.selections = SelectionCache()
         self.executor = ThreadPoolExecutor(max_workers=CHAT_THREADS,
                                            thread_name_prefix="cdr-chat")
 
@@ -153,7 +155,7 @@ class Gateway:
 
     def generator(self, snapshot: FactIndex, options: Mapping[str, Any]) -> Generator:
         cfg = GenerationConfig(min_relevance=self.settings.min_relevance, **options)
-        return Generator(snapshot, self.writer, cfg)
+        return Generator(CachingIndex(snapshot, self.selections), self.writer, cfg)
 
     # ------------------------------------------------------------------ sessions
 

@@ -14,15 +14,16 @@ import uuid
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, PrivateAttr, SecretStr, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cdr.errors import InvalidInputError
+from cdr.gateway.auth import KeyConfigError, KeyRing, parse_api_keys, weak_secret_reason
 from cdr.gateway.store import SessionStore, SQLiteSessionStore
 from cdr.gateway.store_postgres import is_postgres_url
 from cdr.session_token import DEFAULT_KID, TokenSigner, parse_signing_secret
 
-__all__ = ["GatewayConfigError", "GatewaySettings"]
+__all__ = ["GatewayConfigError", "GatewaySettings", "load_settings"]
 
 SESSION_DB_NAME = "sessions.sqlite3"
 
@@ -70,6 +71,12 @@ class GatewaySettings(BaseSettings):
     max_body_bytes: int = Field(10_000_000, gt=0)
     max_windows_cap: int = Field(20, ge=1)
     min_relevance: float | None = Field(None, ge=-1.0, le=1.0)
+    # `scope:key` entries (see cdr.gateway.auth); required unless CDR_DEV=1.
+    api_keys: SecretStr | None = None
+    # Deadline for a request's headers, and for its whole body once the headers are in.
+    read_timeout_seconds: float = Field(15.0, gt=0, le=3600)
+    # Request line plus headers; larger is answered 431.
+    max_header_bytes: int = Field(32_768, ge=1024, le=1 << 20)
 
     _dev_secret: str | None = PrivateAttr(default=None)
 
@@ -106,9 +113,14 @@ class GatewaySettings(BaseSettings):
                 )
         else:
             try:
-                parse_signing_secret(self.signing_secret.get_secret_value())
+                ring, _ = parse_signing_secret(self.signing_secret.get_secret_value())
             except InvalidInputError as exc:
                 raise GatewayConfigError(str(exc)) from exc
+            for kid, secret in ring.items():
+                reason = weak_secret_reason(secret.decode("utf-8", "replace"))
+                if reason is not None:
+                    raise GatewayConfigError(f"CDR_SIGNING_SECRET (key {kid!r}) {reason}")
+        self.key_ring()  # raises on a bad CDR_API_KEYS, or on none outside dev mode
         if self.session_db is None:
             raise GatewayConfigError(
                 "no session store: set CDR_CKF (sessions go to <ckf>/sessions.sqlite3) or "
@@ -121,6 +133,21 @@ class GatewaySettings(BaseSettings):
         if self.ckf is not None and self.ckf.exists() and not self.ckf.is_dir():
             raise GatewayConfigError(f"CDR_CKF={self.ckf} exists but is not a directory")
         return self
+
+    def key_ring(self) -> KeyRing | None:
+        """The API keys; None means no authentication, which only dev mode allows."""
+        raw = self.api_keys.get_secret_value() if self.api_keys is not None else ""
+        if not raw.strip():
+            if self.dev:
+                return None
+            raise GatewayConfigError(
+                "CDR_API_KEYS is not set: outside dev mode every call needs an API key. Run "
+                "`cdr keygen --scope admin` and set CDR_API_KEYS to the entry it prints, or "
+                "set CDR_DEV=1 for an unauthenticated gateway on loopback only")
+        try:
+            return KeyRing(parse_api_keys(raw))
+        except KeyConfigError as exc:
+            raise GatewayConfigError(str(exc)) from None
 
     def signing_ring(self) -> tuple[dict[str, bytes], str]:
         """The key ring and active key id; in dev without a secret, a random one made once
@@ -147,3 +174,20 @@ class GatewaySettings(BaseSettings):
 
             return PostgresSessionStore(str(self.session_db))
         return SQLiteSessionStore(self.session_db, synchronous=self.session_db_synchronous)
+
+
+def load_settings(**overrides: Any) -> GatewaySettings:
+    """`GatewaySettings` from the environment, with a bad value reported as one
+    `GatewayConfigError` line naming the variable (not pydantic's multi-line report)."""
+    try:
+        return GatewaySettings(**overrides)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = str(first["loc"][0]) if first.get("loc") else ""
+        name = f"CDR_{field.upper()}" if field else "configuration"
+        value = os.environ.get(name)
+        # Never echo a value that may hold a credential (keys, secrets, a database URL).
+        private = any(w in field for w in ("secret", "key", "db", "url"))
+        shown = "" if value is None or private else f"={value!r}"
+        more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+        raise GatewayConfigError(f"{name}{shown}: {first['msg']}{more}") from None
