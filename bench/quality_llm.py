@@ -89,7 +89,12 @@ class Settings:
     writer: str = "local"
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        """The settings as keyed; `writer` only when it is not the model (so checkpoints made
+        before the extractive smoke option existed keep their key)."""
+        d = dict(self.__dict__)
+        if d["writer"] == "local":
+            del d["writer"]
+        return d
 
 
 def make_config(settings: Settings, arm: str, ckf: Any, task: Task) -> GenerationConfig:

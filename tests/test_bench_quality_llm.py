@@ -176,3 +176,13 @@ def test_taken_skips_complete_runs_and_runs_of_live_workers(tmp_path: Path) -> N
     assert not taken(tmp_path, "t", "sections", "k")
     assert not taken(tmp_path, "u", "cdr", "k")
     assert json.loads(run_path(tmp_path, "t", "sections").read_text())["pid"] == dead["pid"]
+
+
+def test_the_model_writer_is_not_keyed_but_the_smoke_writer_is() -> None:
+    from quality_llm import Settings
+
+    local = Settings("m.gguf", 2048, 320, 1200, 5)
+    assert "writer" not in local.as_dict()
+    smoke = Settings("m.gguf", 2048, 320, 1200, 5, writer="extractive")
+    assert smoke.as_dict()["writer"] == "extractive"
+    assert settings_key(local.as_dict()) != settings_key(smoke.as_dict())
