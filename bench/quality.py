@@ -22,6 +22,9 @@ on first use, about 36k facts; re-ingest of unchanged pages embeds nothing). Wri
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import hashlib
+import json
 import math
 import os
 import platform
@@ -63,6 +66,13 @@ from quality_arms import (  # noqa: E402
     XQuADRanker,
 )
 from quality_metrics import RunMetrics, WindowData, run_metrics  # noqa: E402
+from quality_options import (  # noqa: E402
+    OPTION_SPECS,
+    PRESET,
+    Summary,
+    option_analysis,
+    option_sweep_specs,
+)
 from quality_tasks import DEFAULT_PAGES, SEP, Task, label_of, make_task, page_of  # noqa: E402
 
 RESULTS = BENCH / "results"
@@ -106,6 +116,9 @@ ARMS: dict[str, Arm] = {a.name: a for a in (
     Arm("xquad", "xQuAD, λ = 0.5, aspects = sub-queries, S across windows", make=_xquad),
     Arm("cdr", "CDR (ours)", "cdr"),
 )}
+BASELINES = ("relevance", "mmr-0.5", "mmr-0.3", "ssd", "xquad")
+# Opt-in options beyond the spec (issue 13; bench/quality_options.py): same tasks, same loop.
+ARMS.update({n: Arm(n, label, "cdr", overrides=o) for n, label, o in OPTION_SPECS})
 DEFAULT_ARMS = tuple(ARMS)
 def _shown(ckf: CKF, envelope_tokens: int) -> ArmRanker:
     return ShownMemoryCdrRanker(envelope_tokens, ckf.token_counts)
@@ -138,6 +151,7 @@ def sweep_arms(base: GenerationConfig, gate: float) -> list[Arm]:
                         {"context_tokens": small}))
     arms.append(Arm(f"cdr+shown gate {gate - 0.05:.2f}", "CDR + shown-fact memory, lower gate",
                     make=_shown, overrides={"min_relevance": round(gate - 0.05, 2)}))
+    arms += [Arm(n, label, "cdr", overrides=o) for n, label, o in option_sweep_specs()]
     return arms
 
 
@@ -237,6 +251,16 @@ class Run:
     plan_elsewhere: float = math.nan  # the page's facts planned under another section
     pull_wins: float = math.nan  # envelope facts (W2+) whose residual pull beats relevance
     relevance_bound: float = math.nan  # best no-reuse mean relevance / relevance-only's
+    prompt_tokens: list[int] = field(default_factory=list)  # per window (0: no model call)
+    completion_tokens: list[int] = field(default_factory=list)  # per window
+    written_words: list[int] = field(default_factory=list)  # words of the written facts
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Run:
+        return cls(**{**d, "metrics": RunMetrics(**d["metrics"])})
 
 
 def envelope_tokens(cfg: GenerationConfig, task: Task) -> int:
@@ -264,6 +288,9 @@ def run_one(ckf: CKF, corpus: Corpus, task: Task, arm: Arm, base: GenerationConf
     data: list[WindowData] = []
     written_before: set[str] = set()
     written_n: list[int] = []
+    prompt_tokens: list[int] = []
+    completion_tokens: list[int] = []
+    written_words: list[int] = []
     written_reuse: list[float] = []
     far: list[bool] = []
     elsewhere: list[bool] = []
@@ -281,6 +308,11 @@ def run_one(ckf: CKF, corpus: Corpus, task: Task, arm: Arm, base: GenerationConf
         written = [corpus.ids[r] for r in rows if corpus.contents[r].strip()
                    and corpus.contents[r].strip() in text]
         written_n.append(len(written))
+        prompt_tokens.append(int(ev.usage.get("prompt_tokens", 0)))
+        completion_tokens.append(int(ev.usage.get("completion_tokens", 0)))
+        written_words.append(sum(len(corpus.contents[r].split()) for r in rows
+                                 if corpus.contents[r].strip()
+                                 and corpus.contents[r].strip() in text))
         written_reuse.append(
             len(set(written) & written_before) / len(written) if written else 0.0)
         written_before.update(written)
@@ -297,7 +329,7 @@ def run_one(ckf: CKF, corpus: Corpus, task: Task, arm: Arm, base: GenerationConf
             j = sq_pos[sec.title]
             for ref in sec.fact_refs:
                 row = int(prows[int(ref[1:]) - 1])
-                far.append(float(ckf.embeddings[row] @ session.sub_query_embeddings[j])
+                far.append(float(ckf.embeddings[row] @ session.target_embeddings[j])
                            < threshold)
                 label = labels.get(corpus.ids[row])
                 if label is not None:
@@ -321,7 +353,63 @@ def run_one(ckf: CKF, corpus: Corpus, task: Task, arm: Arm, base: GenerationConf
     bound = (float(rels[: windows * n].mean() / rels[:n].mean()) if len(rels) else math.nan)
     return Run(task.page, arm.name, metrics, natural, reason, len(pool), reachable,
                on_page_pool, written_n, written_reuse, time.perf_counter() - t0,
-               _mean(far), _mean(elsewhere), _mean(pull_wins), bound)
+               _mean(far), _mean(elsewhere), _mean(pull_wins), bound, prompt_tokens,
+               completion_tokens, written_words)
+
+
+# ------------------------------------------------------------------------------- checkpoint
+
+
+def code_hash() -> str:
+    """What a finished run depends on: the library, the benchmark's run code and its helpers.
+    A checkpointed run is reused only while this is unchanged."""
+    import inspect
+
+    h = hashlib.sha256()
+    files = sorted((ROOT / "src" / "cdr").rglob("*.py"))
+    files += [BENCH / f"quality_{x}.py" for x in ("arms", "metrics", "tasks", "options")]
+    for p in files:
+        h.update(p.relative_to(ROOT).as_posix().encode())
+        h.update(p.read_bytes())
+    for fn in (run_one, task_labels, envelope_tokens, load_corpus):
+        h.update(inspect.getsource(fn).encode())
+    return h.hexdigest()
+
+
+def run_key(code: str, task: Task, arm: Arm, base: GenerationConfig, windows: int,
+            max_windows: int, n_facts: int) -> str:
+    parts = [code, task.page, arm.name, arm.label, arm.mode, repr(sorted(arm.overrides.items())),
+             getattr(arm.make, "__name__", None), repr(base), windows, max_windows, n_facts]
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:32]
+
+
+class Checkpoint:
+    """Finished runs, one JSON line each, appended as they finish: an interrupted benchmark
+    resumes where it stopped (`--restart` ignores what is there)."""
+
+    def __init__(self, path: Path, restart: bool = False) -> None:
+        self.path = path
+        self.runs: dict[str, Run] = {}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if restart and path.exists():
+            path.unlink()
+        if path.exists():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    rec = json.loads(line)
+                    self.runs[rec["key"]] = Run.from_dict(rec["run"])
+                except (ValueError, KeyError, TypeError):
+                    continue  # a line cut by the interruption
+
+    def get(self, key: str) -> Run | None:
+        return self.runs.get(key)
+
+    def put(self, key: str, run: Run) -> None:
+        self.runs[key] = run
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps({"key": key, "run": run.to_dict()}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
 
 
 # ------------------------------------------------------------------------------- report
@@ -386,7 +474,8 @@ def plot(runs: Sequence[Run], arms: Sequence[Arm], windows: int, out_dir: Path) 
 
     x = np.arange(1, windows + 1)
     paths = []
-    styles = {"cdr": dict(color="black", linewidth=2.6, marker="o")}
+    styles = {"cdr": dict(color="black", linewidth=2.6, marker="o"),
+              PRESET: dict(color="crimson", linewidth=2.6, marker="s")}
     shown = [m for m in METRICS if m[0] not in ("envelope_facts", "words")]
     fig_all, axes = plt.subplots(2, 5, figsize=(22, 8.5))
     for k, (metric, title, pct) in enumerate(shown):
@@ -698,7 +787,7 @@ def analysis(runs: Sequence[Run], sweep_runs: Sequence[Run], tasks: Sequence[Tas
              "(more documents on the subject) lifts the bound." if min(b for _, b in bounds) < 0.9
              else "The bound leaves room for both targets."), ""]
     props = [(n, h[n]) for n in sorted(names - set(ARMS))
-             if not n.startswith("relevance") and "plan" not in n]
+             if not n.startswith(("relevance", "fresh", "memory+")) and "plan" not in n]
     if props:
         L += ["### Settings and changes that move the numbers (measured in the table below)",
               "", "| variant | CWR6 | fact reuse | sub-topic recall | relevance vs "
@@ -728,6 +817,28 @@ def analysis(runs: Sequence[Run], sweep_runs: Sequence[Run], tasks: Sequence[Tas
                   "the same context:", "",
                   *target_lines([*heads, replace(v, arm="cdr")], windows), ""]
     return L
+
+
+def summaries(runs: Sequence[Run], windows: int) -> dict[str, Summary]:
+    """Per arm, the numbers the options' report section needs (means over tasks)."""
+    out: dict[str, Summary] = {}
+    for name in dict.fromkeys(r.arm for r in runs):
+        rs = [r for r in runs if r.arm == name]
+        h = headline(runs, [ARMS.get(name) or Arm(name, name)], windows)[0]
+        words = sum(sum(r.metrics.words[:windows]) for r in rs)
+        ctoks = sum(sum(r.completion_tokens[:windows]) for r in rs)
+        wwords = sum(sum(r.written_words[:windows]) for r in rs)
+        wfacts = sum(sum(r.written[:windows]) for r in rs)
+        out[name] = Summary(
+            name, h.cwr_w5, h.reuse_w5, h.recall_w5, h.written_recall_w5, h.relevance,
+            h.completeness_w5, _mean([_mean(r.metrics.envelope_facts[:windows]) for r in rs]),
+            _mean([_mean(r.written[:windows]) for r in rs]),
+            _mean([float(sum(r.prompt_tokens[:windows])) for r in rs]),
+            _mean([float(sum(r.prompt_tokens[:r.exit_window])) for r in rs]),
+            words / ctoks if ctoks else math.nan, wwords / wfacts if wfacts else math.nan,
+            _mean([r.plan_far for r in rs]), _mean([r.pull_wins for r in rs]),
+            _mean([r.exit_window for r in rs]))
+    return out
 
 
 def write_report(path: Path, runs: list[Run], sweep_runs: list[Run], arms: Sequence[Arm],
@@ -769,6 +880,11 @@ def write_report(path: Path, runs: list[Run], sweep_runs: list[Run], arms: Seque
                  f"{fmt(h.recall_w5, True)} | {fmt(h.written_recall_w5, True)} | "
                  f"{h.andcg_w5:.3f} | {h.relevance:.3f} | {fmt(h.completeness_w5, True)} |")
     L += ["", "### Against the targets of issue 6", "", *target_lines(heads, windows), ""]
+    every_summary = summaries(list(runs) + list(sweep_runs), windows)
+    opt_sweep = [a.name for a in sweep if a.name.startswith(("fresh", "memory+"))]
+    L += option_analysis(every_summary, opt_sweep, windows,
+                         lambda n: (ARMS.get(n) or next((a for a in sweep if a.name == n),
+                                                        Arm(n, n))).label)
     L += analysis(runs, sweep_runs, corpus.tasks, base, windows)
     L += [f"## Until each run's own exit rule (at most {args.max_windows} windows)", "",
           "Baselines compute no novelty, so their envelopes' novelty ratio is 1 and Exit 3 "
@@ -874,6 +990,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-ingest", action="store_true",
                     help="use the CKF as it is, without re-ingesting the docs (development)")
     ap.add_argument("--out", type=Path, default=RESULTS / "quality.md")
+    ap.add_argument("--checkpoint", type=Path,
+                    default=cache_dir() / "bench" / "quality-runs.jsonl",
+                    help="finished runs are kept here; a rerun with the same code resumes")
+    ap.add_argument("--restart", action="store_true", help="ignore the checkpoint")
     args = ap.parse_args(argv)
     if not 1 <= args.windows <= args.max_windows <= 20:
         ap.error("need 1 ≤ --windows ≤ --max-windows ≤ 20")
@@ -899,11 +1019,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         embedder = CachingEmbedder(ckf.embedder)
         runs: list[Run] = []
         sweep_runs: list[Run] = []
+        ckpt = Checkpoint(args.checkpoint, args.restart)
+        code = code_hash()
+        resumed = 0
         for t, a in jobs:
             progress.update(bar, description=f"{a.name:>18} · {t.page}")
-            run = run_one(ckf, corpus, t, a, base, args.windows, args.max_windows, embedder)
+            key = run_key(code, t, a, base, args.windows, args.max_windows, ckf.n_rows)
+            run = ckpt.get(key)
+            if run is None:
+                run = run_one(ckf, corpus, t, a, base, args.windows, args.max_windows, embedder)
+                ckpt.put(key, run)
+            else:
+                resumed += 1
             (sweep_runs if a in sweep else runs).append(run)
             progress.advance(bar)
+        if resumed:
+            console.print(f"resumed {resumed} of {len(jobs)} runs from {args.checkpoint}")
         progress.update(bar, description="runs")
     plots = plot(runs, arms, args.windows, args.out.parent)
     heads = write_report(args.out, runs, sweep_runs, arms, sweep, corpus, ckf, base, args,

@@ -41,7 +41,11 @@ from cdr.envelope import (
     residual_anchor,
 )
 from cdr.errors import CdrError, InvalidInputError, UpstreamError
+from cdr.expansion import EXPANSION_FACTS, expand_sub_queries
+from cdr.fit import FIT_FACTS_PER_WORD, fit_facts, planned_words
 from cdr.headers import SAFETY_ONLY_HEADERS, crp_headers
+from cdr.memory import DEFAULT_MEMORY_RULE, MemoryRule, apply_memory, written_rows
+from cdr.options import SessionOptions, resolve_options
 from cdr.prompt import PlanSection, build_user_prompt
 from cdr.ranking import DEFAULT_MMR_LAMBDA, DEFAULT_RANKING, Ranking, rank
 from cdr.session import (
@@ -113,6 +117,22 @@ class GenerationConfig:
     plan_min_similarity: float | None = None
     safety_check: SafetyCheck | None = None
     ranker: Ranker | None = None  # replaces the built-in modes when set
+    # Opt-in rules beyond the spec (`cdr.options`): a profile ("spec", "fresh") and single
+    # options on top of it (None = the profile's). They are fixed into the session at start
+    # and persisted with it; later windows follow the session's, whatever this config says.
+    profile: str | None = None
+    memory: str | None = None  # "off" | "facts"
+    envelope: str | None = None  # "budget" | "fit"
+    queries: str | None = None  # "titles" | "expanded"
+    # The rules' tunables (library and benchmark only; sessions use the defaults).
+    memory_rule: MemoryRule = DEFAULT_MEMORY_RULE
+    fit_facts_per_word: float = FIT_FACTS_PER_WORD
+    expansion_facts: int = EXPANSION_FACTS
+
+    def session_options(self) -> SessionOptions:
+        """The profile's options with single ones on top; an unknown value is refused."""
+        return resolve_options(self.profile, memory=self.memory, envelope=self.envelope,
+                               queries=self.queries)
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +236,7 @@ class Generator:
                 f"windows must be within 1..{MAX_WINDOWS_LIMIT}, got {cfg.max_windows}")
         if cfg.words < 1:
             raise InvalidInputError(f"words must be positive, got {cfg.words}")
+        self.options = cfg.session_options()
 
     @property
     def min_relevance(self) -> float:
@@ -262,11 +283,16 @@ class Generator:
         topic, sq_emb = vecs[0], vecs[1:]
         centroid = normalize(sq_emb.mean(axis=0), "sub-query centroid")
         query = normalize(topic + centroid, "query")  # DESIGN.md §3.11
+        expanded = None
+        if self.options.queries == "expanded":  # cdr.expansion: once, from Phase 1's pool
+            pool = self.ckf.select(query, self.min_relevance, PHASE1_LIMIT)
+            expanded = expand_sub_queries(sq_emb, pool.embeddings, self.config.expansion_facts)
         return Session.start(
             task, sqs, sq_emb, query, self.embedder.model_id,
             max_windows=self.config.max_windows, min_relevance=self.min_relevance,
             residual_exit_depth=self.config.residual_exit_depth, ranking=self.config.ranking,
-            ngram_index=self.ckf.ngram_index,
+            ngram_index=self.ckf.ngram_index, options=self.options,
+            expanded_embeddings=expanded,
         )
 
     # -- one window --------------------------------------------------------------------------
@@ -293,6 +319,10 @@ class Generator:
                 mode=session.ranking, min_relevance=session.min_relevance,
                 mmr_lambda=cfg.mmr_lambda, rows=sel.indices,
             )
+        opts = session.options
+        if opts.memory == "facts":  # cdr.memory
+            ranking = apply_memory(ranking, session.fact_memory, session.window_count + 1,
+                                   cfg.memory_rule)
         plan_sqs = self._plan_sub_queries(session)
         anchor = residual_anchor(session.residual_sub_queries)
         task_text = f"Task: {session.task}\n{anchor}"
@@ -300,8 +330,13 @@ class Generator:
             task_text += "\n" + session.backward_summary()
         budget = make_budget(cfg.context_tokens, cfg.system_prompt, task_text,
                              cfg.generation_tokens)
+        max_facts = cfg.max_envelope_facts
+        if opts.envelope == "fit":  # cdr.fit: as many facts as the planned words can use
+            n = fit_facts(planned_words(plan_sqs, session.cumulative_depth),
+                          cfg.generation_tokens, cfg.fit_facts_per_word)
+            max_facts = n if max_facts is None else min(n, max_facts)
         envelope = pack(ranking, self.ckf.fact_ids, self.ckf.token_counts[ranking.indices],
-                        budget, anchor, cfg.max_envelope_facts)
+                        budget, anchor, max_facts)
         packed_rows = envelope.ranking.indices
         facts = self.ckf.facts(packed_rows)
         plan = self._plan(session, plan_sqs, packed_rows, envelope)
@@ -322,7 +357,7 @@ class Generator:
         if not len(rows) or not plan_sqs:
             return []
         pos = [session.sub_query_ids.index(sq.id) for sq in plan_sqs]
-        sims = np.asarray(self.ckf.embeddings[rows]) @ session.sub_query_embeddings[pos].T
+        sims = np.asarray(self.ckf.embeddings[rows]) @ session.target_embeddings[pos].T
         owner = np.argmax(sims, axis=1)
         if self.config.plan_min_similarity is not None:
             owner[sims[np.arange(len(rows)), owner] < self.config.plan_min_similarity] = -1
@@ -345,7 +380,7 @@ class Generator:
             else np.zeros((0, session.dim), np.float32)
         )
         fresh = [session.blacklist.fresh_share(p) for _, p in paragraphs]
-        return verify_window(session.sub_queries, session.sub_query_embeddings, emb,
+        return verify_window(session.sub_queries, session.target_embeddings, emb,
                              paragraphs, self.config.attribution_threshold, fresh)
 
     def complete(
@@ -366,6 +401,10 @@ class Generator:
         summary = " ".join(text.split()[:40])
         session.update_after_window(report.addressed, text,
                                     embedding_model_id=self.embedder.model_id, summary=summary)
+        if session.options.memory == "facts":  # cdr.memory: what was shown, what was written
+            written = written_rows(prepared.rows, text, session.blacklist.index,
+                                   self.config.memory_rule.written_share)
+            session.fact_memory.record(prepared.rows, written, prepared.number)
         if self.config.safety_check is not None:
             session.spend_safety(self.config.safety_check(prepared.number, text))
         env = prepared.envelope
