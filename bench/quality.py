@@ -56,7 +56,7 @@ from _machine import cpu_name  # noqa: E402
 from cdr.ckf import CKF, ingest  # noqa: E402
 from cdr.ckf.corpus import cache_dir, python_docs_dir  # noqa: E402
 from cdr.envelope import make_budget, residual_anchor  # noqa: E402
-from cdr.loop import PHASE1_LIMIT, GenerationConfig, Generator, default_min_relevance  # noqa: E402
+from cdr.loop import GenerationConfig, Generator, default_min_relevance  # noqa: E402
 from cdr.writers import get_writer  # noqa: E402
 from quality_arms import (  # noqa: E402
     ArmRanker,
@@ -280,7 +280,7 @@ def run_one(ckf: CKF, corpus: Corpus, task: Task, arm: Arm, base: GenerationConf
         gen.embedder = embedder
     session = gen.start(task.title, task.outline_text)
     labels = task_labels(corpus, task)
-    selection = ckf.select(session.query_vector, gen.min_relevance, PHASE1_LIMIT)
+    selection = gen.candidates(session)  # the arm's own Phase 1 (widened when expanded)
     pool = selection.indices
     pool_labels = {labels.get(corpus.ids[r]) for r in pool} - {None}
     reachable = len(pool_labels) / len(task.keys)

@@ -19,7 +19,7 @@ from cdr.ckf import CKF
 from cdr.cli import app
 from cdr.coverage import SubQuery
 from cdr.errors import InvalidInputError
-from cdr.expansion import expand_sub_queries
+from cdr.expansion import expand_sub_queries, widened_selection
 from cdr.fit import FIT_MIN_FACTS, fit_facts, planned_words
 from cdr.gateway.records import SessionRecord
 from cdr.gateway.schemas import GenerationOptions
@@ -187,6 +187,26 @@ def test_expansion_adds_the_nearest_facts_to_each_title():
                                   titles)
     with pytest.raises(InvalidInputError, match="expansion needs"):
         expand_sub_queries(titles, np.zeros((2, 4), np.float32))
+
+
+def test_widened_phase1_is_the_union_of_the_gates_with_query_relevances(types_ckf):
+    gen = generator(types_ckf, queries="expanded")
+    s = gen.start(BUILTIN_TYPES_TASK, BUILTIN_TYPES_OUTLINE)
+    gate = s.min_relevance
+    base = types_ckf.select(s.query_vector, gate, 4000)
+    wide = widened_selection(types_ckf, s.query_vector, s.expanded_embeddings, gate, 4000)
+    union = set(base.indices.tolist())
+    for v in s.expanded_embeddings:
+        union |= set(types_ckf.select(v, gate, 4000).indices.tolist())
+    assert set(wide.indices.tolist()) == union and len(union) > len(base)
+    emb = np.asarray(types_ckf.embeddings[wide.indices])
+    np.testing.assert_allclose(wide.relevances, emb @ s.query_vector, atol=1e-6)
+    assert (np.diff(wide.relevances) <= 0).all() and wide.relevances.min() < gate
+    assert gen.candidates(s).indices.tolist() == wide.indices.tolist()
+    # Widened facts keep their query relevance in the ranking, below the gate included.
+    r = gen.prepare(s).envelope.ranking
+    np.testing.assert_allclose(
+        r.relevance, np.asarray(types_ckf.embeddings[r.indices]) @ s.query_vector, atol=1e-6)
 
 
 # ------------------------------------------------------------------ sessions, loop, trace

@@ -11,10 +11,20 @@ where the pool is Phase 1's selection for the session's query (the facts the win
 rank). The title keeps the expansion on its subject; its nearest facts add the vocabulary the
 documents actually use for it. The expansion replaces the title's vector for residual pull, the
 window plan and Stage 8 attribution; the Coverage Set keeps the titles' vectors (the spec's
-coverage entries), and the session's query vector is unchanged, so Phase 1 is too.
+coverage entries), and the session's query vector is unchanged.
+
+It also widens Phase 1 (`widened_selection`): a fact passes the gate when it reaches it against
+the query *or* against one sub-query's expansion. The composite query (topic + sub-query
+centroid) sits between the sections, so a page's more specific sections can have no candidate
+at all (the benchmark measured 90.6% of sections reachable on average, 23.1% on the worst
+page); their expansions reach them. The facts keep their *query* relevance in the ranking
+(so the relevance the trace and the benchmark report is the same measure as the spec's), and
+their CDR score uses max(relevance, residual pull) as the spec's effective relevance does.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -46,3 +56,19 @@ def expand_sub_queries(title_embeddings: np.ndarray, pool_embeddings: np.ndarray
         centre = pool[near].mean(axis=0)
         out[j] = normalize(titles[j] + centre, f"expanded sub-query {j + 1}")
     return out
+
+
+def widened_selection(ckf: Any, query: np.ndarray, expanded: np.ndarray, gate: float,
+                      limit: int) -> Any:
+    """Phase 1 over the union of the query's gate and each expansion's gate: the CKF's
+    `Selection` type, best query relevance first (ties by row), at most `limit` rows from
+    each gate. Relevances are cosines to the query, which may be below `gate`."""
+    base = ckf.select(query, gate, limit)
+    parts = [base.indices] + [ckf.select(v, gate, limit).indices for v in expanded]
+    rows = np.unique(np.concatenate(parts)).astype(np.int64)
+    if rows.shape[0] == base.indices.shape[0]:
+        return base
+    emb = np.asarray(ckf.embeddings[rows], dtype=np.float32)
+    rel = (emb @ np.asarray(query, dtype=np.float32)).astype(np.float32)
+    order = np.lexsort((rows, -rel))
+    return type(base)(rows[order], rel[order], emb[order])

@@ -41,7 +41,7 @@ from cdr.envelope import (
     residual_anchor,
 )
 from cdr.errors import CdrError, InvalidInputError, UpstreamError
-from cdr.expansion import EXPANSION_FACTS, expand_sub_queries
+from cdr.expansion import EXPANSION_FACTS, expand_sub_queries, widened_selection
 from cdr.fit import FIT_FACTS_PER_WORD, fit_facts, planned_words
 from cdr.headers import SAFETY_ONLY_HEADERS, crp_headers
 from cdr.memory import DEFAULT_MEMORY_RULE, MemoryRule, apply_memory, written_rows
@@ -128,6 +128,7 @@ class GenerationConfig:
     memory_rule: MemoryRule = DEFAULT_MEMORY_RULE
     fit_facts_per_word: float = FIT_FACTS_PER_WORD
     expansion_facts: int = EXPANSION_FACTS
+    expansion_widens: bool = True  # expanded sub-queries also widen Phase 1 (cdr.expansion)
 
     def session_options(self) -> SessionOptions:
         """The profile's options with single ones on top; an unknown value is refused."""
@@ -303,10 +304,20 @@ class Generator:
         unfinished = [sq for sq in session.sub_queries if session.cumulative_depth[sq.id] < 0.9]
         return unfinished or list(session.sub_queries)
 
+    def candidates(self, session: Session) -> Any:
+        """Phase 1: the facts past the gate (widened by expanded sub-queries when on)."""
+        if session.expanded_embeddings is not None and self.config.expansion_widens:
+            return widened_selection(self.ckf, session.query_vector, session.expanded_embeddings,
+                                     session.min_relevance, PHASE1_LIMIT)
+        return self.ckf.select(session.query_vector, session.min_relevance, PHASE1_LIMIT)
+
     def prepare(self, session: Session) -> PreparedWindow:
         """Phase 1 select, Phase 2 rank, Phase 3 pack, plan and prompt for the next window."""
         cfg = self.config
-        sel = self.ckf.select(session.query_vector, session.min_relevance, PHASE1_LIMIT)
+        sel = self.candidates(session)
+        gate = session.min_relevance
+        if session.expanded_embeddings is not None and cfg.expansion_widens:
+            gate = -1.0  # widened Phase 1 gated already, on the query or an expansion
         counts = session.blacklist.counts
         importance = self.ckf.importance[sel.indices]
         sel_counts = counts[sel.indices] if len(counts) else None
@@ -316,7 +327,7 @@ class Generator:
             ranking = rank(
                 sel.embeddings, sel.relevances, importance=importance, ngram_counts=sel_counts,
                 coverage=session.coverage, residual=session.residual,
-                mode=session.ranking, min_relevance=session.min_relevance,
+                mode=session.ranking, min_relevance=gate,
                 mmr_lambda=cfg.mmr_lambda, rows=sel.indices,
             )
         opts = session.options
