@@ -77,6 +77,17 @@ from quality_tasks import DEFAULT_PAGES, SEP, Task, label_of, make_task, page_of
 
 RESULTS = BENCH / "results"
 INCLUDE = ["*.html"]
+# `--corpus related`: the task pages with the pages nearest them (the language reference, the
+# logging HOWTOs, the asyncio, unittest, concurrency, built-in pages) as distractors — about a
+# quarter of the documentation, for machines where embedding all of it takes too long.
+RELATED = ["reference/*.html", "howto/logging*.html", "library/asyncio*.html",
+           "library/logging*.html", "library/unittest*.html", "library/collections*.html",
+           "library/argparse*.html", "library/datetime*.html", "library/threading*.html",
+           "library/typing*.html", "library/re.html", "library/configparser*.html",
+           "library/dataclasses*.html", "library/subprocess*.html", "library/concurrent*.html",
+           "library/multiprocessing*.html", "library/functions.html", "library/stdtypes.html",
+           "library/exceptions.html"]
+CORPORA = {"full": INCLUDE, "related": RELATED}
 # Generated indexes and tables of contents are lists of links, not documentation.
 EXCLUDE = ["_static", "_sources", "_downloads", "_images", "genindex*.html",
            "py-modindex.html", "search.html", "contents.html"]
@@ -165,8 +176,8 @@ class IngestInfo:
     documents: int = 0
 
 
-def build_ckf(path: Path, progress: Progress, refresh: bool = True
-              ) -> tuple[CKF, Path, IngestInfo]:
+def build_ckf(path: Path, progress: Progress, refresh: bool = True,
+              include: Sequence[str] = tuple(INCLUDE)) -> tuple[CKF, Path, IngestInfo]:
     """The benchmark's CKF: every content page of the Python docs (idempotent re-ingest)."""
     docs = python_docs_dir()
     ckf = CKF.open_or_create(path)
@@ -178,7 +189,7 @@ def build_ckf(path: Path, progress: Progress, refresh: bool = True
         what = "reading pages" if stage == "read" else "embedding new facts"
         progress.update(bar, description=f"ingest: {what}", completed=done, total=total or None)
 
-    report = ingest(ckf, [docs], source_type="official", include=INCLUDE, exclude=EXCLUDE,
+    report = ingest(ckf, [docs], source_type="official", include=list(include), exclude=EXCLUDE,
                     progress=cb)
     progress.update(bar, description=f"ingest: {report.documents} pages, "
                     f"{report.embedded} facts embedded", completed=1, total=1)
@@ -859,7 +870,10 @@ def write_report(path: Path, runs: list[Run], sweep_runs: list[Run], arms: Seque
          f"- Runtime {seconds / 60:.1f} min, of which ingest {ingested.seconds / 60:.1f} min "
          f"({ingested.embedded:,} facts embedded; an unchanged CKF costs no embedding)",
          f"- CKF: {ckf.n_rows:,} facts from {n_pages} pages of the Python 3.11 documentation "
-         f"(Debian `python3.11-doc`; generated indexes left out), model `{ckf.model_id}`",
+         f"(Debian `python3.11-doc`; generated indexes left out"
+         + ("" if args.corpus == "full" else
+            f"; `--corpus {args.corpus}`: the task pages and the pages nearest them, not the "
+            "whole documentation") + f"), model `{ckf.model_id}`",
          f"- Loop defaults (`GenerationConfig()`): gate {gate:.2f}, context {base.context_tokens} "
          f"tokens, generation {base.generation_tokens} tokens, {base.words} words per task, "
          f"residual exit depth {base.residual_exit_depth}, extractive writer",
@@ -979,7 +993,12 @@ def print_headline(heads: Sequence[Headline], windows: int) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--ckf", type=Path, default=cache_dir() / "bench" / "pydocs.ckf")
+    ap.add_argument("--ckf", type=Path, default=None,
+                    help="default: ~/.cache/cdr/bench/pydocs.ckf (pydocs-related.ckf for "
+                         "--corpus related)")
+    ap.add_argument("--corpus", choices=sorted(CORPORA), default="full",
+                    help="full: the whole documentation; related: the task pages and the "
+                         "pages nearest them (faster to build)")
     ap.add_argument("--tasks", type=int, default=len(DEFAULT_PAGES),
                     help="how many of the default pages to use")
     ap.add_argument("--pages", default=None, help="comma-separated pages instead of the default")
@@ -1009,7 +1028,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:
-        ckf, docs, ingested = build_ckf(args.ckf, progress, refresh=not args.no_ingest)
+        if args.ckf is None:
+            name = "pydocs.ckf" if args.corpus == "full" else f"pydocs-{args.corpus}.ckf"
+            args.ckf = cache_dir() / "bench" / name
+        ckf, docs, ingested = build_ckf(args.ckf, progress, refresh=not args.no_ingest,
+                                        include=CORPORA[args.corpus])
         corpus = load_corpus(ckf, docs, pages)
         gate = gate if gate is not None else default_min_relevance(ckf.model_id)
         sweep = [] if args.no_sweep else sweep_arms(base, gate)
