@@ -139,8 +139,10 @@ def sweep_arms(base: GenerationConfig, gate: float) -> list[Arm]:
     """CDR (and relevance) with a few other settings, to back the suggestions in the results
     file with numbers: a smaller and a larger context (so envelope), a lower gate, and CDR
     with a memory of the facts earlier envelopes showed (a proposal, not the spec)."""
-    arms = [Arm("cdr+shown", "CDR, facts of earlier envelopes weighted 0.2 (proposal)",
-                make=_shown)]
+    # The options' variants first (issue 13), so an interrupted run has them soonest.
+    arms = [Arm(n, label, "cdr", overrides=o) for n, label, o in option_sweep_specs()]
+    arms.append(Arm("cdr+shown", "CDR, facts of earlier envelopes weighted 0.2 (proposal)",
+                    make=_shown))
     for ctx in (2048, 8192):
         if ctx != base.context_tokens:
             arms.append(Arm(f"cdr ctx {ctx}", f"CDR, context {ctx} tokens", "cdr",
@@ -162,7 +164,6 @@ def sweep_arms(base: GenerationConfig, gate: float) -> list[Arm]:
                         {"context_tokens": small}))
     arms.append(Arm(f"cdr+shown gate {gate - 0.05:.2f}", "CDR + shown-fact memory, lower gate",
                     make=_shown, overrides={"min_relevance": round(gate - 0.05, 2)}))
-    arms += [Arm(n, label, "cdr", overrides=o) for n, label, o in option_sweep_specs()]
     return arms
 
 
