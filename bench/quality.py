@@ -1007,6 +1007,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--max-windows", type=int, default=10)
     ap.add_argument("--arms", default=",".join(DEFAULT_ARMS))
     ap.add_argument("--no-sweep", action="store_true", help="skip the CDR settings sweep")
+    ap.add_argument("--sweep", choices=("all", "options", "none"), default="all",
+                    help="which settings sweep to run: all, only the options' variants "
+                         "(issue 13), or none (= --no-sweep)")
     ap.add_argument("--no-ingest", action="store_true",
                     help="use the CKF as it is, without re-ingesting the docs (development)")
     ap.add_argument("--out", type=Path, default=RESULTS / "quality.md")
@@ -1036,7 +1039,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                         include=CORPORA[args.corpus])
         corpus = load_corpus(ckf, docs, pages)
         gate = gate if gate is not None else default_min_relevance(ckf.model_id)
-        sweep = [] if args.no_sweep else sweep_arms(base, gate)
+        sweep = [] if args.no_sweep or args.sweep == "none" else sweep_arms(base, gate)
+        if args.sweep == "options":
+            opt_names = {n for n, _, _ in option_sweep_specs()}
+            sweep = [a for a in sweep if a.name in opt_names]
         jobs = [(t, a) for t in corpus.tasks for a in arms]
         jobs += [(t, a) for a in sweep for t in corpus.tasks]
         bar = progress.add_task("runs", total=len(jobs))

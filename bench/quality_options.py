@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cdr.fit import FIT_FACTS_PER_WORD, WORDS_PER_TOKEN
+from cdr.fit import FIT_FACTS_PER_WORD, FIT_MARGIN, WORDS_PER_TOKEN, WORDS_PER_WRITTEN_FACT
 from cdr.memory import MemoryRule
 
 PRESET = "cdr fresh"
@@ -52,6 +52,10 @@ def option_sweep_specs() -> list[tuple[str, str, dict[str, Any]]]:
          {"profile": "fresh", "expansion_facts": 2}),
         ("fresh expand k=10", "preset, expansion from 10 nearest facts",
          {"profile": "fresh", "expansion_facts": 10}),
+        ("fresh no widening", "preset, expansions do not widen Phase 1",
+         {"profile": "fresh", "expansion_widens": False}),
+        ("fresh widen 30", "preset, each expansion adds up to 30 facts to Phase 1",
+         {"profile": "fresh", "expansion_widen_limit": 30}),
         ("fresh -expanded", "preset without expanded sub-queries",
          {"profile": "fresh", "queries": "titles"}),
         ("fresh -fit", "preset without fitted envelopes", {"profile": "fresh",
@@ -168,7 +172,9 @@ def option_analysis(s: Mapping[str, Summary], sweep_names: Sequence[str], window
           f"token and each written fact carries {wpf:.0f} words. So a window of G tokens can "
           f"use about {wpt:.2f}·G / {wpf:.0f} facts. `cdr.fit` packs "
           f"`ceil(ratio × min(planned words, {WORDS_PER_TOKEN:.2f}·G))` facts with ratio = "
-          f"{FIT_FACTS_PER_WORD * 1000:.1f} facts per 1,000 words (1.5 × 1/50: the margin "
-          "covers facts the plan puts under a section the window does not reach); the rows "
+          f"{FIT_FACTS_PER_WORD * 1000:.1f} facts per 1,000 words ({FIT_MARGIN} × "
+          f"1/{WORDS_PER_WRITTEN_FACT}, the constants in `cdr.fit`, from this measurement on a "
+          "previous run; the margin covers facts the plan puts under a section the window "
+          "does not reach); the rows "
           "`fresh fit ×0.67` and `fresh fit ×2` show what a tighter or looser ratio costs.", ""]
     return L

@@ -197,7 +197,7 @@ def test_widened_phase1_is_the_union_of_the_gates_with_query_relevances(types_ck
     wide = widened_selection(types_ckf, s.query_vector, s.expanded_embeddings, gate, 4000)
     union = set(base.indices.tolist())
     for v in s.expanded_embeddings:
-        union |= set(types_ckf.select(v, gate, 4000).indices.tolist())
+        union |= set(types_ckf.select(v, gate, 10).indices.tolist())
     assert set(wide.indices.tolist()) == union and len(union) > len(base)
     emb = np.asarray(types_ckf.embeddings[wide.indices])
     np.testing.assert_allclose(wide.relevances, emb @ s.query_vector, atol=1e-6)

@@ -32,6 +32,9 @@ from cdr.errors import InvalidInputError
 from cdr.vectors import normalize
 
 EXPANSION_FACTS = 5
+# Each expansion adds at most its best this-many facts past the gate to Phase 1: enough to
+# reach a section the query misses, few enough not to crowd out the query's own candidates.
+EXPANSION_WIDEN_LIMIT = 10
 
 
 def expand_sub_queries(title_embeddings: np.ndarray, pool_embeddings: np.ndarray,
@@ -59,12 +62,13 @@ def expand_sub_queries(title_embeddings: np.ndarray, pool_embeddings: np.ndarray
 
 
 def widened_selection(ckf: Any, query: np.ndarray, expanded: np.ndarray, gate: float,
-                      limit: int) -> Any:
+                      limit: int, per_expansion: int = EXPANSION_WIDEN_LIMIT) -> Any:
     """Phase 1 over the union of the query's gate and each expansion's gate: the CKF's
-    `Selection` type, best query relevance first (ties by row), at most `limit` rows from
-    each gate. Relevances are cosines to the query, which may be below `gate`."""
+    `Selection` type, best query relevance first (ties by row); at most `limit` rows from the
+    query's gate and the best `per_expansion` from each expansion's. Relevances are cosines
+    to the query, which may be below `gate`."""
     base = ckf.select(query, gate, limit)
-    parts = [base.indices] + [ckf.select(v, gate, limit).indices for v in expanded]
+    parts = [base.indices] + [ckf.select(v, gate, per_expansion).indices for v in expanded]
     rows = np.unique(np.concatenate(parts)).astype(np.int64)
     if rows.shape[0] == base.indices.shape[0]:
         return base

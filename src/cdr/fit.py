@@ -22,11 +22,13 @@ from cdr.coverage import SubQuery
 from cdr.errors import InvalidInputError
 
 # Measured on the quality benchmark (extractive writer, spec-default CDR, 16 tasks × 5
-# windows): written text runs 0.70 words per cl100k token, and each written fact carries
-# ~50 words (1 fact per 50 words); the margin (×1.5) covers facts the plan puts under a
-# section the window does not reach. See bench/results/quality.md.
+# windows, bench/results/quality.md): the text runs 0.70 words per cl100k completion token
+# and each fact the writer used carries 36.6 words. The margin (×1.1) covers facts the plan
+# puts under a section the window does not reach; × 2/3 and × 2 were measured too.
 WORDS_PER_TOKEN = 0.70
-FIT_FACTS_PER_WORD = 1.5 / 50.0
+WORDS_PER_WRITTEN_FACT = 36.6
+FIT_MARGIN = 1.1
+FIT_FACTS_PER_WORD = FIT_MARGIN / WORDS_PER_WRITTEN_FACT
 FIT_MIN_FACTS = 4
 MIN_SECTION_WORDS = 40  # the loop's plan never asks for fewer words per section
 

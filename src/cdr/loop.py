@@ -41,7 +41,12 @@ from cdr.envelope import (
     residual_anchor,
 )
 from cdr.errors import CdrError, InvalidInputError, UpstreamError
-from cdr.expansion import EXPANSION_FACTS, expand_sub_queries, widened_selection
+from cdr.expansion import (
+    EXPANSION_FACTS,
+    EXPANSION_WIDEN_LIMIT,
+    expand_sub_queries,
+    widened_selection,
+)
 from cdr.fit import FIT_FACTS_PER_WORD, fit_facts, planned_words
 from cdr.headers import SAFETY_ONLY_HEADERS, crp_headers
 from cdr.memory import DEFAULT_MEMORY_RULE, MemoryRule, apply_memory, written_rows
@@ -129,6 +134,7 @@ class GenerationConfig:
     fit_facts_per_word: float = FIT_FACTS_PER_WORD
     expansion_facts: int = EXPANSION_FACTS
     expansion_widens: bool = True  # expanded sub-queries also widen Phase 1 (cdr.expansion)
+    expansion_widen_limit: int = EXPANSION_WIDEN_LIMIT  # facts each expansion may add
 
     def session_options(self) -> SessionOptions:
         """The profile's options with single ones on top; an unknown value is refused."""
@@ -308,7 +314,8 @@ class Generator:
         """Phase 1: the facts past the gate (widened by expanded sub-queries when on)."""
         if session.expanded_embeddings is not None and self.config.expansion_widens:
             return widened_selection(self.ckf, session.query_vector, session.expanded_embeddings,
-                                     session.min_relevance, PHASE1_LIMIT)
+                                     session.min_relevance, PHASE1_LIMIT,
+                                     self.config.expansion_widen_limit)
         return self.ckf.select(session.query_vector, session.min_relevance, PHASE1_LIMIT)
 
     def prepare(self, session: Session) -> PreparedWindow:
