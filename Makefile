@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint bench bench-ranking bench-ingest bench-quality bench-gateway clean-venv
+.PHONY: demo demo-llm llm test-llm test lint bench bench-ranking bench-ingest bench-quality bench-gateway bench-scale clean-venv
 
 $(BIN)/python:
 	@command -v $(PY) >/dev/null 2>&1 || { echo "need $(PY) (or run: make PY=python3)"; exit 1; }
@@ -28,6 +28,18 @@ test: $(STAMP)
 	$(BIN)/python -m ruff check src tests bench
 	$(BIN)/python -m pytest -q
 
+# The reference language model (Qwen2.5-Coder-1.5B-Instruct, llama.cpp): first run builds
+# llama.cpp (~8 min) and fetches ~1.1 GB into ~/.cache/cdr/llm; later runs take seconds.
+llm: $(STAMP)
+	$(BIN)/cdr models install llm
+
+demo-llm: llm
+	$(BIN)/python -m cdr.demo_llm
+
+# End-to-end tier on the real model (a few minutes); skips with a reason when it is absent.
+test-llm: $(STAMP)
+	$(BIN)/python -m pytest -q -m llm -rs tests/test_llm_e2e.py
+
 lint: $(STAMP)
 	$(BIN)/python -m ruff check src tests bench
 
@@ -43,6 +55,9 @@ bench-quality: $(STAMP)
 
 bench-gateway: $(STAMP)
 	$(BIN)/python bench/gateway.py
+
+bench-scale: $(STAMP)
+	$(BIN)/python bench/scale.py
 
 bench: bench-ranking bench-ingest bench-quality bench-gateway
 

@@ -37,9 +37,9 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent / "src"))
 
 from cdr.ckf import CKF, chunk_blocks, ingest  # noqa: E402
-from cdr.ckf.corpus import python_docs_dir  # noqa: E402
 from cdr.ckf.sources import parse_bytes  # noqa: E402
 from cdr.embed import default_embedder  # noqa: E402
+from corpus import python_docs_dir  # noqa: E402  (bench/, the script's own directory)
 
 RESULTS = BENCH / "results" / "ingest.md"
 

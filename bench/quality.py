@@ -54,10 +54,12 @@ sys.path.insert(0, str(BENCH))
 
 from _machine import cpu_name  # noqa: E402
 from cdr.ckf import CKF, ingest  # noqa: E402
-from cdr.ckf.corpus import cache_dir, python_docs_dir  # noqa: E402
 from cdr.envelope import make_budget, residual_anchor  # noqa: E402
+from cdr.factindex import FactIndex  # noqa: E402
 from cdr.loop import GenerationConfig, Generator, default_min_relevance  # noqa: E402
+from cdr.samples import cache_dir  # noqa: E402
 from cdr.writers import get_writer  # noqa: E402
+from corpus import python_docs_dir  # noqa: E402
 from quality_arms import (  # noqa: E402
     ArmRanker,
     CachingEmbedder,
@@ -103,18 +105,18 @@ class Arm:
     name: str
     label: str
     mode: str = "relevance"  # built-in ranking mode when `make` is None
-    make: Callable[[CKF, int], ArmRanker] | None = None
+    make: Callable[[FactIndex, int], ArmRanker] | None = None
     overrides: dict[str, Any] = field(default_factory=dict)  # GenerationConfig fields
 
 
-def _pyv(strategy: str, diversity: float, name: str) -> Callable[[CKF, int], ArmRanker]:
-    def make(ckf: CKF, envelope_tokens: int) -> ArmRanker:
+def _pyv(strategy: str, diversity: float, name: str) -> Callable[[FactIndex, int], ArmRanker]:
+    def make(ckf: FactIndex, envelope_tokens: int) -> ArmRanker:
         return PyversityRanker(envelope_tokens, ckf.token_counts, strategy=strategy,
-                               diversity=diversity, name=name, fact_vectors=ckf.embeddings)
+                               diversity=diversity, name=name, fact_vectors=ckf.vectors)
     return make
 
 
-def _xquad(ckf: CKF, envelope_tokens: int) -> ArmRanker:
+def _xquad(ckf: FactIndex, envelope_tokens: int) -> ArmRanker:
     return XQuADRanker(envelope_tokens, ckf.token_counts, lam=0.5)
 
 
@@ -131,7 +133,7 @@ BASELINES = ("relevance", "mmr-0.5", "mmr-0.3", "ssd", "xquad")
 # Opt-in options beyond the spec (issue 13; bench/quality_options.py): same tasks, same loop.
 ARMS.update({n: Arm(n, label, "cdr", overrides=o) for n, label, o in OPTION_SPECS})
 DEFAULT_ARMS = tuple(ARMS)
-def _shown(ckf: CKF, envelope_tokens: int) -> ArmRanker:
+def _shown(ckf: FactIndex, envelope_tokens: int) -> ArmRanker:
     return ShownMemoryCdrRanker(envelope_tokens, ckf.token_counts)
 
 
@@ -209,7 +211,7 @@ class Corpus:
     tasks: list[Task]
 
 
-def load_corpus(ckf: CKF, docs: Path, pages: Sequence[str]) -> Corpus:
+def load_corpus(ckf: FactIndex, docs: Path, pages: Sequence[str]) -> Corpus:
     rows = np.flatnonzero(ckf.active)
     facts = ckf.facts(rows)
     n = ckf.n_rows
@@ -281,7 +283,7 @@ def envelope_tokens(cfg: GenerationConfig, task: Task) -> int:
     return make_budget(cfg.context_tokens, cfg.system_prompt, text, cfg.generation_tokens).envelope
 
 
-def run_one(ckf: CKF, corpus: Corpus, task: Task, arm: Arm, base: GenerationConfig,
+def run_one(ckf: FactIndex, corpus: Corpus, task: Task, arm: Arm, base: GenerationConfig,
             windows: int, max_windows: int, embedder: CachingEmbedder | None = None) -> Run:
     t0 = time.perf_counter()
     cfg = replace(base, max_windows=max_windows, ranking=arm.mode, **arm.overrides)
@@ -341,7 +343,7 @@ def run_one(ckf: CKF, corpus: Corpus, task: Task, arm: Arm, base: GenerationConf
             j = sq_pos[sec.title]
             for ref in sec.fact_refs:
                 row = int(prows[int(ref[1:]) - 1])
-                far.append(float(ckf.embeddings[row] @ session.target_embeddings[j])
+                far.append(float(ckf.vectors([row])[0] @ session.target_embeddings[j])
                            < threshold)
                 label = labels.get(corpus.ids[row])
                 if label is not None:
@@ -913,7 +915,7 @@ def options_discussion(s: dict[str, Summary]) -> list[str]:
 
 
 def write_report(path: Path, runs: list[Run], sweep_runs: list[Run], arms: Sequence[Arm],
-                 sweep: Sequence[Arm], corpus: Corpus, ckf: CKF, base: GenerationConfig,
+                 sweep: Sequence[Arm], corpus: Corpus, ckf: FactIndex, base: GenerationConfig,
                  args: argparse.Namespace, plots: list[Path], seconds: float,
                  ingested: IngestInfo) -> list[Headline]:
     windows = args.windows

@@ -28,6 +28,7 @@ remaining candidates follow in relevance order so packing can always fill the bu
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,7 +141,8 @@ class PyversityRanker(ArmRanker):
     strategy: str = "mmr"
     diversity: float = 0.5
     name: str = "mmr"
-    fact_vectors: Any = None  # the CKF's embedding matrix (rows), for SSD's recent context
+    # rows -> unit vectors (`FactIndex.vectors`), for SSD's recent context
+    fact_vectors: Callable[[list[int]], np.ndarray] | None = None
 
     def __call__(self, session: Any, selection: Any, importance: np.ndarray,
                  ngram_counts: np.ndarray | None) -> Ranking:
@@ -153,7 +155,9 @@ class PyversityRanker(ArmRanker):
         strategy = Strategy(self.strategy)
         if strategy == Strategy.SSD and self.shown:
             seen = list(dict.fromkeys(self.shown))  # first showing order, oldest first
-            kwargs["recent_embeddings"] = np.asarray(self.fact_vectors[seen], dtype=_F32)
+            if self.fact_vectors is None:
+                raise InvalidInputError("the SSD arm needs fact_vectors (rows -> unit vectors)")
+            kwargs["recent_embeddings"] = np.asarray(self.fact_vectors(seen), dtype=_F32)
         if k == 0:
             order = np.zeros(0, dtype=np.int64)
         else:

@@ -26,7 +26,7 @@ BUILTIN_TYPES_OUTLINE = (
 
 def build_topics_ckf(root: Path, topics: tuple[str, ...]) -> Path:
     from cdr.ckf import CKF, ingest
-    from cdr.ckf.corpus import pydoc_topics_dir
+    from cdr.samples import pydoc_topics_dir
 
     docs = pydoc_topics_dir(root / "docs", topics=list(topics))
     with CKF.create(root / "ckf") as ckf:

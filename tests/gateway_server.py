@@ -189,7 +189,10 @@ def copy_ckf(src: Path, dst: Path) -> Path:
 
 
 def base_env(tmp: Path, **extra: str) -> dict[str, str]:
-    return {"CDR_SIGNING_SECRET": SECRET, "CDR_SESSION_DB": str(tmp / "sessions.sqlite3"),
+    """Dev mode (no API keys, loopback only): these servers test the API, not access control,
+    which tests/test_gateway_hostile.py covers with keys."""
+    return {"CDR_DEV": "1", "CDR_SIGNING_SECRET": SECRET,
+            "CDR_SESSION_DB": str(tmp / "sessions.sqlite3"),
             "CDR_TOKEN_TTL_SECONDS": str(TOKEN_TTL), **extra}
 
 

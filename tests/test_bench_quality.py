@@ -156,7 +156,7 @@ def test_pyversity_ssd_avoids_what_earlier_windows_showed() -> None:
     vectors = unit([1, 0, 0], [0, 1, 0], [0, 0, 1])  # CKF rows 0, 1, 2
     sel = _selection(vectors[[0, 1]], [0.8, 0.8], [0, 1])
     ranker = PyversityRanker(1000, np.full(3, 42), strategy="ssd", diversity=0.5, name="ssd",
-                             fact_vectors=vectors)
+                             fact_vectors=lambda rows: vectors[rows])
     ranker.remember(np.array([0]))  # row 0 was in an earlier envelope
     r = ranker(None, sel, np.ones(2, np.float32), None)
     assert r.indices.tolist() == [1, 0]

@@ -148,3 +148,33 @@ def test_duplicate_paragraphs_in_one_document_kept_once():
 def test_chunk_config_validation():
     with pytest.raises(InvalidInputError, match="chunk sizes"):
         ChunkConfig(min_tokens=50, merge_below=10)
+
+
+# ----------------------------------------------------------------------------- hostile sizes
+
+
+def test_million_character_paragraph_without_sentence_breaks_loses_no_word():
+    # Distinct words so no fact is a duplicate of another; over the token counter's 1M limit.
+    words = [f"w{i}" for i in range(200_000)]
+    text = " ".join(words)
+    assert len(text) > 1_000_000
+    facts = chunk_blocks([Block(text, ("Big",), "line 1")])
+    assert all(f.tokens <= 200 for f in facts) and len(facts) > 100
+    assert " ".join(f.content for f in facts).split() == words
+
+
+def test_a_million_character_word_is_cut_by_characters_within_bounds():
+    import random
+    import string
+
+    word = "".join(random.Random(7).choices(string.ascii_lowercase, k=1_000_001))
+    facts = chunk_blocks([Block(word, (), "line 1")])
+    assert facts and all(10 <= f.tokens <= 2048 for f in facts)
+    assert all(count_tokens(f.content) == f.tokens for f in facts)
+    assert "".join(f.content.replace("\n", "") for f in facts) == word
+
+
+def test_long_code_line_without_spaces_is_split_within_the_hard_bound():
+    line = "x=" + "ab" * 20_000
+    facts = chunk_blocks([Block(f"def f():\n    {line}\n", (), "line 1", is_code=True)])
+    assert facts and all(f.is_code and f.tokens <= 2048 for f in facts)

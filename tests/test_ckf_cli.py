@@ -36,7 +36,7 @@ def _json(result):
 
 def test_ingest_prints_summary_and_skipped_files(built):
     _, _, result = built
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output  # finished, some files skipped
     out = result.stdout
     assert "documents" in out and "2 (2 new, 0 changed, 0 unchanged)" in out
     assert "Skipped files" in out and "broken.txt" in out

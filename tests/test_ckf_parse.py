@@ -195,3 +195,127 @@ def test_html_article_header_keeps_its_title_page_header_is_dropped():
                      "<footer><p>Copyright</p></footer></body>")
     assert [(b.section, b.text) for b in doc.blocks] == [
         (("Vacuum",), "Vacuum reclaims space."), (("Vacuum",), "Posted in maintenance")]
+
+
+# ----------------------------------------------------------------------------- CommonMark
+
+COMMONMARK = """Title
+=====
+
+Intro paragraph with a [link][ref] and an ![diagram](x.png "t") image.
+
+[ref]: https://example.com/secret-url "Ref Title"
+
+Sub part
+--------
+
+- level one item
+  - level two item
+    1. ordered three
+    2. ordered four
+- back to one
+
+  second paragraph of item
+
+| Setting | Meaning |
+| ------- | ------- |
+| `pool_size` | connections kept **open** |
+| timeout | seconds |
+
+<div class="note">
+<p>HTML block text &amp; more</p>
+</div>
+
+<!-- a comment -->
+
+1. Install it:
+
+   ```bash
+   pip install cdr
+   ```
+
+2. Run it.
+
+> quoted text
+> continues here
+"""
+
+
+def test_commonmark_blocks_sections_and_locations():
+    doc = parse_markdown(COMMONMARK)
+    assert doc.title == "Title" and doc.warnings == []
+    assert [(b.section, b.location, b.is_code, b.text) for b in doc.blocks] == [
+        (("Title",), "line 4", False, "Intro paragraph with a link and an diagram image."),
+        (("Title", "Sub part"), "line 11", False,
+         "- level one item\n  - level two item\n    1. ordered three\n    2. ordered four\n"
+         "- back to one\n  second paragraph of item"),
+        (("Title", "Sub part"), "line 19", False,
+         "Setting | Meaning\npool_size | connections kept open\ntimeout | seconds"),
+        (("Title", "Sub part"), "line 24", False, "HTML block text & more"),
+        (("Title", "Sub part"), "line 30", False, "1. Install it:"),
+        (("Title", "Sub part"), "line 32", True, "pip install cdr"),
+        (("Title", "Sub part"), "line 36", False, "2. Run it."),
+        (("Title", "Sub part"), "line 38", False, "quoted text continues here"),
+    ]
+
+
+def test_link_reference_definitions_do_not_leak_into_facts():
+    doc = parse_markdown("# Links\n\nSee [the docs][d] and [x].\n\n[d]: https://secret.example/a\n"
+                         "[x]: <https://secret.example/b> 'Title text'\n")
+    text = "\n".join(b.text for b in doc.blocks)
+    assert text == "See the docs and x."
+    assert "secret" not in text and "Title text" not in text
+
+
+def test_setext_heading_levels_and_a_dash_line_under_a_list_is_not_a_heading():
+    doc = parse_markdown("Top\n===\n\nbody one\n\nSecond\n------\n\nbody two\n\n- item\n---\n\n"
+                         "after rule\n")
+    assert [(b.section, b.text) for b in doc.blocks] == [
+        (("Top",), "body one"), (("Top", "Second"), "body two"),
+        (("Top", "Second"), "- item"), (("Top", "Second"), "after rule")]
+
+
+def test_front_matter_line_numbers_count_from_the_file_top():
+    doc = parse_markdown("---\ntitle: T\n---\n\n# H\n\nfirst para\n")
+    assert doc.meta == {"title": "T"} and doc.title == "T"
+    assert [b.location for b in doc.blocks] == ["line 7"]
+
+
+def test_markdown_nested_2000_deep_is_flattened_with_a_warning_and_nothing_after_is_lost():
+    deep = "\n".join("  " * i + f"- item {i} word" for i in range(2000))
+    doc = parse_markdown(f"# Deep\n\n{deep}\n\n## After\n\nAfter the list paragraph.\n")
+    assert len(doc.warnings) == 1 and "plain text" in doc.warnings[0]
+    words = " ".join(b.text for b in doc.blocks).split()
+    assert [w for w in words if w.isdigit()] == [str(i) for i in range(2000)]
+    assert doc.blocks[-1].section == ("Deep", "After")
+    assert doc.blocks[-1].text == "After the list paragraph."
+    # No line of the rendering carries the full O(depth) indentation.
+    assert max(len(ln) for b in doc.blocks for ln in b.text.splitlines()) < 100
+
+
+@pytest.mark.parametrize("deep", ["> " * 2000 + "quoted\n", "- " * 2000 + "listed\n",
+                                  "1. " * 2000 + "numbered\n"])
+def test_markdown_deep_quotes_and_one_line_lists_keep_their_text(deep):
+    doc = parse_markdown(deep + "\nafter\n")
+    assert doc.warnings and doc.blocks[-1].text == "after"
+    assert deep.split()[-1] in doc.blocks[-2].text
+
+
+def test_html_nested_100k_deep_parses_without_recursion():
+    doc = parse_html("<div>" * 100_000 + "<h2>Deep</h2><p>inner text</p>" + "</div>" * 100_000
+                     + "<p>outer text</p>")
+    assert [(b.section, b.text) for b in doc.blocks] == [
+        (("Deep",), "inner text"), (("Deep",), "outer text")]
+
+
+def test_html_unclosed_and_stray_tags_close_like_a_browser():
+    doc = parse_html("<ul><li>one<li>two</ul></span><p>para one<p>para two<table><tr><td>a"
+                     "<td>b<tr><td>c</table><h3>H</h3>tail")
+    assert [(b.section, b.text) for b in doc.blocks] == [
+        ((), "one"), ((), "two"), ((), "para one"), ((), "para two"), ((), "a | b\nc"),
+        (("H",), "tail")]
+
+
+def test_html_main_is_the_only_content_when_present():
+    doc = parse_html("<p>outside main</p><div role='main'><p>inside</p></div><p>after</p>")
+    assert [b.text for b in doc.blocks] == ["inside"]

@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from cdr.ckf.sources import SkipDocument, decode, discover, glob_match, parse_bytes
+from cdr.ckf.sources import (
+    SkipDocument,
+    decode,
+    decode_text,
+    discover,
+    glob_match,
+    parse_bytes,
+)
 from cdr.errors import NotFoundError
 
 
@@ -100,3 +107,52 @@ def test_decode_boms_and_declared_html_charset():
 def test_parse_bytes_no_text_content():
     with pytest.raises(SkipDocument, match="no text content"):
         parse_bytes(b"<html><script>var x = 1;</script><nav>menu</nav></html>", "html")
+
+
+@pytest.mark.parametrize(
+    ("charset", "warning"),
+    [
+        ("undefined", "charset 'undefined' declared is not a text encoding; decoded as UTF-8"),
+        ("no-such-charset", "unknown charset 'no-such-charset' declared; decoded as UTF-8"),
+        ("punycode", "charset 'punycode' declared is not a text encoding; decoded as UTF-8"),
+        ("idna", "charset 'idna' declared is not a text encoding; decoded as UTF-8"),
+        ("utf-7", "charset 'utf-7' declared is not a text encoding; decoded as UTF-8"),
+        ("rot13", "charset 'rot13' declared is not a text encoding; decoded as UTF-8"),
+    ],
+)
+def test_bogus_html_charset_falls_back_to_utf8_with_a_warning(charset, warning):
+    html = f'<meta charset="{charset}"><p>café au lait</p>'.encode()
+    text, warnings = decode_text(html, "html")
+    assert "café au lait" in text and warnings == [warning]
+    doc = parse_bytes(html, "html")
+    assert doc.warnings == [warning] and doc.blocks[0].text == "café au lait"
+
+
+def test_html_charset_fallback_chain_declared_then_utf8_then_replacement():
+    # Declared and right: no warning.
+    assert decode_text('<meta charset="iso-8859-1"><p>caf\xe9</p>'.encode("latin-1"),
+                       "html")[1] == []
+    # Declared UTF-8 but the bytes are Latin-1: replaced, with the offset of the first bad byte.
+    text, warnings = decode_text(b'<meta charset="utf-8"><p>caf\xe9 cr\xe8me</p>', "html")
+    assert text == '<meta charset="utf-8"><p>caf\ufffd cr\ufffdme</p>'
+    assert warnings == ["not valid UTF-8 (first bad byte at offset 28); bad bytes replaced "
+                        "with U+FFFD"]
+    # Declared ASCII, bytes are UTF-8: the declaration fails, the bytes sniff as UTF-8.
+    text, warnings = decode_text('<meta charset="ascii"><p>café 日本</p>'.encode(), "html")
+    assert "café 日本" in text
+    assert warnings == ["bytes are not valid ascii as declared (UnicodeDecodeError); decoded "
+                        "as UTF-8"]
+    # Markdown and text have no charset declaration: not UTF-8 stays a skip with a reason.
+    with pytest.raises(SkipDocument, match="not valid UTF-8"):
+        decode_text("caf\xe9".encode("latin-1"), "md")
+
+
+def test_a_parser_crash_on_one_file_is_a_skip_with_the_reason(monkeypatch):
+    import cdr.ckf.sources as sources
+
+    def boom(kind, text):
+        raise IndexError("tuple index out of range")
+
+    monkeypatch.setattr(sources, "parse", boom)
+    with pytest.raises(SkipDocument, match=r"could not parse as md: IndexError: tuple index"):
+        parse_bytes(b"# Fine\n\nText.\n", "md")

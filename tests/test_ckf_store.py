@@ -8,6 +8,7 @@ ingested as in-memory documents (sources independent of paths, so copies stay va
 from __future__ import annotations
 
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -24,11 +25,11 @@ from cdr.ckf import (
     ingest,
     ingest_texts,
 )
-from cdr.ckf.corpus import pydoc_topics_dir
 from cdr.ckf.sources import parse_bytes
 from cdr.embed import RemoteEmbedder, default_embedder
 from cdr.errors import EmbeddingModelMismatchError, InvalidInputError, NotFoundError
 from cdr.ngrams import NgramIndex, ngram_hashes
+from cdr.samples import pydoc_topics_dir
 from cdr.tokens import count_tokens_batch
 
 DATA = Path(__file__).parent / "data" / "ckf"
@@ -70,9 +71,7 @@ def _copy(src: Path, tmp_path: Path) -> CKF:
 
 
 def _doc_rows(ckf: CKF, source: str) -> list[int]:
-    doc_id = ckf.document(source)["doc_id"]
-    return [r for (r,) in ckf._conn.execute(
-        "SELECT row FROM occurrences WHERE doc_id=? ORDER BY ordinal", (doc_id,))]
+    return ckf.document_rows(source)
 
 
 def _selectable_everything(ckf: CKF, query: np.ndarray) -> set[int]:
@@ -231,8 +230,8 @@ def test_delete_document_never_selected_again(base, tmp_path):
     ckf = _copy(base[0], tmp_path)
     source = next(d["source"] for d in ckf.documents() if d["source"].endswith("assert.txt"))
     rows = _doc_rows(ckf, source)
-    shared = [r for r in rows if ckf._conn.execute(
-        "SELECT COUNT(*) FROM occurrences WHERE row=?", (r,)).fetchone()[0] > 1]
+    held = Counter(r for d in ckf.documents() for r in ckf.document_rows(d["doc_id"]))
+    shared = [r for r in rows if held[r] > 1]
     removed = ckf.delete_document(source)
     assert removed == len(rows) - len(shared)
     only_here = [r for r in rows if r not in shared]

@@ -1,6 +1,7 @@
 """50 sidecar sessions driven at once from many threads, windows interleaved across sessions,
 with the same window sometimes submitted twice at the same moment: no update is lost or
-applied twice, and every trace is exactly the sequence of accepted windows."""
+applied twice (the duplicate gets the first one's answer), and every trace is exactly the
+sequence of accepted windows."""
 
 from __future__ import annotations
 
@@ -92,11 +93,12 @@ class Driver:
             codes = sorted(r.status_code for r in pair)
             with self.lock:
                 self.duplicates.append((codes[0], codes[1]))
-            won = [r for r in pair if r.status_code == 200]
-            lost = [r for r in pair if r.status_code != 200]
-            assert len(won) == 1 and lost[0].json()["error"]["code"] == "stale_token", \
-                [r.text for r in pair]
-            res = won[0].json()
+            # Identical duplicates: one is applied, the other is its replay (same answer,
+            # current token); the traces below show the window applied once.
+            assert codes == [200, 200], [r.text for r in pair]
+            a, b = (dict(r.json(), token=None, headers=None) for r in pair)
+            assert a == b
+            res = pair[0].json()
         else:
             r = self.post(f"/v1/sessions/{sid}/windows", env["token"], json=body)
             assert r.status_code == 200, r.text
@@ -167,7 +169,7 @@ def test_fifty_interleaved_sessions_lose_no_update(gateway):
     assert len(finished) == SESSIONS
     assert all(code < 500 for code in driver.statuses)
     assert len(driver.duplicates) >= SESSIONS // 5
-    assert set(driver.duplicates) == {(200, 409)}
+    assert set(driver.duplicates) == {(200, 200)}
     assert all(a == b for a, b in driver.envelope_pairs)
 
     http = driver.http()

@@ -45,8 +45,9 @@ def test_serve_refuses_to_start_without_a_signing_secret(tmp_path):
         [sys.executable, "-m", "cdr.cli", "serve", "--ckf", str(tmp_path / "ckf"),
          "--port", str(free_port())],
         env=child_env({}), cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # a configuration error: one line, exit 2
     assert "CDR_SIGNING_SECRET is not set" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_sessions_survive_a_restart(cli_gateway):

@@ -24,7 +24,7 @@ MESSAGES = [{"role": "system", "content": "You are a helpful technical writer."}
 
 
 def token_window(token: str) -> int:
-    head = token.split(".")[0]
+    head = token.split(".")[1]  # a JWT: header.payload.signature
     return json.loads(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)))["w"]
 
 

@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from cdr.gateway.settings import GatewayConfigError, GatewaySettings
+from cdr.gateway.auth import hash_key
+from cdr.gateway.settings import GatewayConfigError, GatewaySettings, load_settings
 from cdr.session_token import InvalidTokenError
 
 SECRET = "0123456789abcdef-secret"
+KEYS = "admin:" + hash_key("cdr_Xq3vT9LmP2wR8sK4nB7yH1cJ6dF0gA5e")
 
 
 @pytest.fixture(autouse=True)
@@ -112,21 +114,78 @@ def test_serving_without_secret_is_refused_outside_dev(tmp_path: Path) -> None:
         GatewaySettings(ckf=tmp_path).validate_for_serving()
     with pytest.raises(GatewayConfigError, match="at least 16"):
         GatewaySettings(ckf=tmp_path, signing_secret="short").validate_for_serving()
-    ok = GatewaySettings(ckf=tmp_path, signing_secret=SECRET).validate_for_serving()
+    with pytest.raises(GatewayConfigError, match="CDR_API_KEYS is not set"):
+        GatewaySettings(ckf=tmp_path, signing_secret=SECRET).validate_for_serving()
+    ok = GatewaySettings(ckf=tmp_path, signing_secret=SECRET,
+                         api_keys=KEYS).validate_for_serving()
     assert ok.session_db == tmp_path / "sessions.sqlite3"
+    assert [k.scope for k in ok.key_ring().keys] == ["admin"]
+
+
+@pytest.mark.parametrize("secret", ["aaaaaaaaaaaaaaaa", "abcabcabcabcabcabcab",
+                                    "abababababababababababababababab"])
+def test_weak_signing_secrets_are_refused(tmp_path: Path, secret: str) -> None:
+    with pytest.raises(GatewayConfigError, match=r"CDR_SIGNING_SECRET .*guessable"):
+        GatewaySettings(ckf=tmp_path, signing_secret=secret,
+                        api_keys=KEYS).validate_for_serving()
+
+
+@pytest.mark.parametrize("keys,match", [
+    ("", "CDR_API_KEYS is not set"),
+    ("root:sha256:" + "0" * 64, "scope one of generate, admin"),
+    ("admin", "scope:key"),
+    ("admin:sha256:abc", "64 hex digits"),
+    ("generate:short", "at least 24"),
+    ("generate:" + "ab" * 20, "guessable"),
+])
+def test_bad_api_keys_are_refused(tmp_path: Path, keys: str, match: str) -> None:
+    with pytest.raises(GatewayConfigError, match=match):
+        GatewaySettings(ckf=tmp_path, signing_secret=SECRET,
+                        api_keys=keys or None).validate_for_serving()
+
+
+def test_plain_keys_are_hashed_on_load(tmp_path: Path) -> None:
+    plain = "cdr_Zr8pQ2mW5tY1uI7oL3kJ9hG4fD6sA0xC"
+    s = GatewaySettings(ckf=tmp_path, signing_secret=SECRET,
+                        api_keys=f"generate:{plain}, {KEYS}").validate_for_serving()
+    ring = s.key_ring()
+    assert ring is not None
+    found = ring.find(plain)
+    assert found is not None and found.scope == "generate"
+    assert found.digest.hex() == hash_key(plain).removeprefix("sha256:")
+    assert ring.find("cdr_Xq3vT9LmP2wR8sK4nB7yH1cJ6dF0gA5e").scope == "admin"
+    assert ring.find(plain + "x") is None
+
+
+def test_dev_mode_needs_no_keys(tmp_path: Path) -> None:
+    assert GatewaySettings(dev=True).validate_for_serving().key_ring() is None
+
+
+@pytest.mark.parametrize("name,value", [("CDR_TOKEN_TTL_SECONDS", "0"),
+                                        ("CDR_TOKEN_TTL_SECONDS", "abc"),
+                                        ("CDR_MAX_BODY_BYTES", "0"),
+                                        ("CDR_READ_TIMEOUT_SECONDS", "-1")])
+def test_load_settings_reports_one_line(monkeypatch: pytest.MonkeyPatch, name: str,
+                                        value: str) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(GatewayConfigError) as info:
+        load_settings()
+    text = str(info.value)
+    assert text.startswith(f"{name}={value!r}: ") and "\n" not in text
 
 
 def test_other_serving_checks(tmp_path: Path) -> None:
     with pytest.raises(GatewayConfigError, match="CDR_SESSION_DB"):
-        GatewaySettings(signing_secret=SECRET).validate_for_serving()
+        GatewaySettings(signing_secret=SECRET, api_keys=KEYS).validate_for_serving()
     with pytest.raises(GatewayConfigError, match="CDR_LLM_MODEL"):
         GatewaySettings(
-            ckf=tmp_path, signing_secret=SECRET, writer="anthropic"
+            ckf=tmp_path, signing_secret=SECRET, writer="anthropic", api_keys=KEYS
         ).validate_for_serving()
     a_file = tmp_path / "file"
     a_file.write_text("x")
     with pytest.raises(GatewayConfigError, match="not a directory"):
-        GatewaySettings(ckf=a_file, signing_secret=SECRET).validate_for_serving()
+        GatewaySettings(ckf=a_file, signing_secret=SECRET,
+                        api_keys=KEYS).validate_for_serving()
 
 
 def test_dev_mode_gets_temp_db_and_a_stable_throwaway_key() -> None:

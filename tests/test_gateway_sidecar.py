@@ -40,7 +40,7 @@ def bearer(token: str) -> dict[str, str]:
 
 
 def payload(token: str) -> dict[str, Any]:
-    head = token.split(".")[0]
+    head = token.split(".")[1]  # a JWT: header.payload.signature
     return json.loads(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)))
 
 

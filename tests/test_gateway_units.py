@@ -103,9 +103,11 @@ def test_library_errors_map_to_statuses(exc, status, code):
     err = from_cdr_error(exc)
     assert (err.status, err.code) == (status, code)
     body = err.body()["error"]
-    assert str(exc) in body["message"]
-    if isinstance(exc, UpstreamError):
-        assert body["upstream_status"] == 529 and "529" in body["message"]
+    if isinstance(exc, UpstreamError):  # summarised: the upstream's own words never pass
+        assert body["upstream_status"] == 529
+        assert body["message"] == "upstream LLM failed: HTTP 529 error"
+    else:
+        assert str(exc) in body["message"]
     if isinstance(exc, EmbeddingModelMismatchError):
         assert (body["expected"], body["got"]) == ("model-a", "model-b")
     if isinstance(exc, EmptyKnowledgeBaseError):
@@ -159,3 +161,113 @@ def test_outline_options_are_checked():
     for bad in ([], [""], ["a\nb"], "\n \n"):
         with pytest.raises(ValueError, match="outline"):
             GenerationOptions(outline=bad)
+
+
+@pytest.mark.parametrize(("message", "status", "summary"), [
+    ("openai writer: http://10.0.0.5:8000/v1/chat/completions answered HTTP 401: "
+     '{"error": "bad key sk-live-abcdefgh12345678"} (check the API key)', 401,
+     'HTTP 401 Unauthorized (check CDR_LLM_API_KEY): {"error": "bad key [redacted]"}'),
+    ("openai writer: no answer from https://llm.internal/v1 within the 60 s timeout "
+     "(ReadTimeout) (gave up after 3 attempts)", None,
+     "no answer within the timeout (after 3 attempts)"),
+    ("openai writer: connection to http://127.0.0.1:9/v1 failed (ConnectError: refused) "
+     "(gave up after 1 attempt)", None, "connection failed (after 1 attempts)"),
+])
+def test_upstream_errors_are_summarised(message: str, status: int | None,
+                                        summary: str) -> None:
+    body = from_cdr_error(UpstreamError(message, status)).body()["error"]
+    assert body["message"] == f"upstream LLM failed: {summary}"
+
+
+def test_redact_masks_secrets_urls_and_hosts() -> None:
+    from cdr.gateway.redact import redact, register_secret
+
+    register_secret("my-very-own-upstream-key")
+    text = redact("sent Authorization: Bearer my-very-own-upstream-key to "
+                  "https://api.example.com/v1?key=zzz from 10.1.2.3:8080, api_key=abcdef")
+    assert "my-very-own" not in text and "api.example.com" not in text
+    assert "10.1.2.3" not in text and "abcdef" not in text
+
+
+def test_public_paths() -> None:
+    from cdr.gateway.paths import public_path, public_sources
+
+    assert public_path("/srv/corpus/guide/intro.md") == "guide/intro.md"
+    assert public_path("upload/a.md") == "upload/a.md"
+    assert public_path("https://x.org/a/b") == "https://x.org/a/b"
+    assert public_path("C:\\data\\docs\\a.md") == "docs/a.md"
+    assert public_sources({"documents": [{"source": "/a/b/c.txt", "n": 1}]}) == \
+        {"documents": [{"source": "b/c.txt", "n": 1}]}
+
+
+def test_metrics_fold_unknown_labels() -> None:
+    from cdr.gateway.metrics import GatewayMetrics
+
+    m = GatewayMetrics()
+    for i in range(50):
+        m.observe_request(None, f"FOO{i}", 405, 0.001)
+    m.observe_request("/healthz", "get", 200, 0.001)
+    samples = {tuple(sorted(s.labels.items())) for metric in m.requests.collect()
+               for s in metric.samples if s.name.endswith("_total")}
+    assert samples == {(("method", "other"), ("route", "other"), ("status", "405")),
+                       (("method", "GET"), ("route", "/healthz"), ("status", "200"))}
+
+
+def _asgi_client(ring, client_host: str):
+    import httpx
+    from starlette.responses import JSONResponse
+
+    from cdr.gateway.auth import AuthMiddleware
+
+    async def app(scope, receive, send):
+        key = scope["state"].get("api_key")
+        await JSONResponse({"scope": key.scope if key else None})(scope, receive, send)
+
+    transport = httpx.ASGITransport(app=AuthMiddleware(app, ring=ring),
+                                    client=(client_host, 5555))
+    return httpx.AsyncClient(transport=transport, base_url="http://gw")
+
+
+@pytest.mark.parametrize(("host", "status"), [("127.0.0.1", 200), ("::1", 200),
+                                              ("10.0.0.7", 403), ("203.0.113.9", 403)])
+def test_dev_mode_answers_loopback_clients_only(host: str, status: int) -> None:
+    import asyncio
+
+    async def go():
+        async with _asgi_client(None, host) as c:
+            return await c.post("/v1/sessions", json={})
+
+    r = asyncio.run(go())
+    assert r.status_code == status
+    if status == 403:
+        assert r.json()["error"]["code"] == "dev_mode_loopback_only"
+
+
+@pytest.mark.parametrize(("method", "path", "key", "status"), [
+    ("POST", "/v1/ckf/documents", "gen", 403),
+    ("DELETE", "/v1/ckf/documents/x", "gen", 403),
+    ("GET", "/v1/ckf/documents", "gen", 200),
+    ("POST", "/v1/ckf/documents", "adm", 200),
+    ("POST", "/v1/chat/completions", "adm", 200),
+    ("POST", "/v1/chat/completions", None, 401),
+    ("GET", "/v1/no/such/route", None, 401),
+    ("GET", "/healthz", None, 200),
+    ("GET", "/metrics", None, 200),
+])
+def test_scopes(method: str, path: str, key: str | None, status: int) -> None:
+    import asyncio
+
+    from cdr.gateway.auth import KeyRing, parse_api_keys
+
+    gen, adm = "cdr_gen_Xq3vT9LmP2wR8sK4nB7yH1cJ6dF0gA5e", "cdr_adm_Zr8pQ2mW5tY1uI7oL3kJ9hG4fD"
+    ring = KeyRing(parse_api_keys(f"generate:{gen},admin:{adm}"))
+    headers = {"Authorization": f"Bearer {gen if key == 'gen' else adm}"} if key else {}
+
+    async def go():
+        async with _asgi_client(ring, "198.51.100.1") as c:
+            return await c.request(method, path, headers=headers)
+
+    r = asyncio.run(go())
+    assert r.status_code == status, r.text
+    if status == 401:
+        assert r.headers["www-authenticate"].startswith("Bearer")

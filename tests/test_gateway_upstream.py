@@ -144,6 +144,20 @@ def test_uploads_are_checked_then_ingested_in_the_background(http, tmp_path):
     assert again["report"]["documents_unchanged"] == 3 and again["report"]["embedded"] == 0
 
 
+def test_an_upload_that_adds_nothing_is_a_failed_job_with_the_reason(http):
+    # Three words pass the upload's checks but make no fact; a bogus charset is no 500.
+    files = [("file", ("three.md", b"Just three words", "text/markdown")),
+             ("file", ("puny.html", b'<meta charset="punycode"><p>caf\xe9 au lait</p>',
+                       "text/html"))]
+    r = http.post("/v1/ckf/documents", files=files)
+    assert r.status_code == 202, r.text
+    done = wait_for(http, r.json()["id"])
+    assert done["status"] == "failed", done
+    assert done["error"] == ("nothing ingested: three.md: no facts: its text is under 10 "
+                             "tokens; puny.html: no facts: its text is under 10 tokens")
+    assert done["report"]["documents"] == 0 and done["documents"][0]["doc_id"] is None
+
+
 def test_an_ingest_by_another_process_is_picked_up(http, llm_gateway):
     from pydoc_data.topics import topics
 

@@ -199,14 +199,14 @@ def test_widened_phase1_is_the_union_of_the_gates_with_query_relevances(types_ck
     for v in s.expanded_embeddings:
         union |= set(types_ckf.select(v, gate, 10).indices.tolist())
     assert set(wide.indices.tolist()) == union and len(union) > len(base)
-    emb = np.asarray(types_ckf.embeddings[wide.indices])
+    emb = np.asarray(types_ckf.vectors(wide.indices))
     np.testing.assert_allclose(wide.relevances, emb @ s.query_vector, atol=1e-6)
     assert (np.diff(wide.relevances) <= 0).all() and wide.relevances.min() < gate
     assert gen.candidates(s).indices.tolist() == wide.indices.tolist()
     # Widened facts keep their query relevance in the ranking, below the gate included.
     r = gen.prepare(s).envelope.ranking
     np.testing.assert_allclose(
-        r.relevance, np.asarray(types_ckf.embeddings[r.indices]) @ s.query_vector, atol=1e-6)
+        r.relevance, np.asarray(types_ckf.vectors(r.indices)) @ s.query_vector, atol=1e-6)
 
 
 # ------------------------------------------------------------------ sessions, loop, trace

@@ -241,3 +241,81 @@ def test_order_is_by_score_and_novelty_in_range(sc, mode):
     assert np.all((r.novelty >= 0.2 - 1e-7) & (r.novelty <= 1.0))
     assert len(set(r.indices.tolist())) == len(r.indices)
     assert np.all(facts[r.indices] @ q >= gate - 1e-6)
+
+
+# -- validation at scan speed: the product validates the matrix ------------------------------
+
+def _scores(f, q, gate=0.55):
+    empty = np.zeros((0, len(q)), np.float32)
+    return cdr_scores(f, q, empty, np.zeros(0), empty, None, None, min_relevance=gate)
+
+
+def _rank_all(f, q, gate=0.55):
+    return rank_all(f, q, min_relevance=gate)
+
+
+@pytest.mark.parametrize("face", [_scores, _rank_all])
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 40), d=st.sampled_from([3, 8, 384]), pos=st.integers(0, 10_000),
+    col=st.integers(0, 10_000), bad=st.sampled_from([np.nan, np.inf, -np.inf]),
+    near=st.booleans(), seed=st.integers(0, 2**32 - 1),
+)
+def test_non_finite_rows_refused_wherever_they_are(face, n, d, pos, col, bad, near, seed):
+    """A NaN/inf anywhere — in a row above the gate or far below it, in a column where the
+    query is 0 or not — is refused, naming the row."""
+    rng = np.random.default_rng(seed)
+    q = basis(d, 0)
+    f = unit(rng.normal(size=(n, d)))
+    if near:
+        f[:, 0] = np.abs(f[:, 0]) + 2.0  # most rows pass the gate
+        f = unit(f)
+    i, j = pos % n, col % d
+    f[i, j] = bad
+    with pytest.raises(InvalidInputError, match=f"row {i} contains NaN or infinite"):
+        face(f, q)
+
+
+@pytest.mark.parametrize("face", [_scores, _rank_all])
+def test_zero_and_non_unit_rows(face):
+    """Zero rows: relevance 0, so they can pass only a gate ≤ 0. Below the gate a zero row
+    is gated out (NaN score / not ranked), not refused; at a gate ≤ 0 it is refused. A row
+    passing the gate must be a unit row."""
+    f = np.stack([basis(3, 0), np.zeros(3, np.float32), basis(3, 1)])
+    q = basis(3, 0)
+    out = face(f, q, 0.55)
+    if face is _scores:
+        assert out[0] == pytest.approx(1.0) and np.isnan(out[1]) and np.isnan(out[2])
+    else:
+        assert out.indices.tolist() == [0]
+    with pytest.raises(InvalidInputError, match="row 1 is a zero vector"):
+        face(f, q, 0.0)
+    f[0] *= 2.0
+    with pytest.raises(InvalidInputError, match="row 0 is not a unit vector"):
+        face(f, q, 0.55)
+    f[0] = np.array([3e38, 3e38, 0], np.float32)  # sum overflows: not a unit row
+    with pytest.raises(InvalidInputError, match="row 0 is not a unit vector"):
+        face(f, unit(np.ones(3, np.float32)), 0.55)
+
+
+@pytest.mark.parametrize("face", [_scores, _rank_all])
+def test_bad_queries_and_ragged_facts(face):
+    f = np.eye(3, dtype=np.float32)
+    with pytest.raises(InvalidInputError, match="query: is a zero vector"):
+        face(f, np.zeros(3, np.float32))
+    with pytest.raises(InvalidInputError, match="query: contains NaN"):
+        face(f, np.array([np.nan, 0, 0], np.float32))
+    with pytest.raises(InvalidInputError, match="facts: not a numeric array"):
+        face([[1.0, 0.0], [1.0]], basis(2, 0))
+    with pytest.raises(InvalidInputError, match="dimension 4 does not match 3"):
+        face(f, np.ones(4, np.float32))
+
+
+def test_float32_input_is_not_copied_and_other_dtypes_are_accepted():
+    """The array face uses a float32 matrix (or memory map) as given; float64 still works."""
+    from cdr.vectors import as_fact_matrix
+
+    f = np.eye(4, dtype=np.float32)
+    assert as_fact_matrix(f, "facts") is f
+    got = _scores(f.astype(np.float64), basis(4, 2))
+    assert got[2] == pytest.approx(1.0) and np.isnan(got[[0, 1, 3]]).all()

@@ -30,6 +30,9 @@ from cdr.gateway.store import (
     VersionConflictError,
     update_with_retry,
 )
+from cdr.gateway.store_postgres import PostgresSessionStore
+
+pytest_plugins = ["tests.pg_server"]
 
 
 class Clock:
@@ -41,11 +44,13 @@ class Clock:
         return self.now
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SessionStore]:
     s: SessionStore
     if request.param == "memory":
         s = MemorySessionStore(clock=Clock())
+    elif request.param == "postgres":  # a real server; skips with the reason when absent
+        s = PostgresSessionStore(request.getfixturevalue("pg_schema_dsn"), clock=Clock())
     else:
         s = SQLiteSessionStore(tmp_path / "s.sqlite3", clock=Clock())
     yield s

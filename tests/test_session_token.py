@@ -1,10 +1,14 @@
-"""Session tokens: round trip, every tamper refused, expiry, replay, model mismatch, rotation."""
+"""Session tokens (standard JWTs): round trip, every tamper refused, expiry, replay, model
+mismatch, rotation, and a stock `jwt.decode` reading what we issue."""
 
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import json
 
+import jwt
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -76,11 +80,16 @@ def test_round_trip_returns_every_field() -> None:
     assert s.verify(token) == p
 
 
+def _b64json(part: str) -> dict:
+    return json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
+
+
 def test_payload_is_readable_json_and_nonces_differ() -> None:
     s = signer()
     t1, t2 = s.issue("s", MODEL, 0, []), s.issue("s", MODEL, 0, [])
-    head = t1.split(".")[0]
-    body = json.loads(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)))
+    header, claims, _ = t1.split(".")
+    assert _b64json(header) == {"alg": "HS256", "typ": "JWT", "kid": "k1"}
+    body = _b64json(claims)
     assert body["sid"] == "s" and body["mid"] == MODEL and body["w"] == 0 and body["r"] == []
     assert t1 != t2
     assert s.verify(t1).nonce != s.verify(t2).nonce
@@ -107,12 +116,60 @@ def test_every_single_character_tamper_is_refused() -> None:
 def test_forged_payload_with_valid_layout_is_refused() -> None:
     s = signer()
     token = s.issue("sess-1", MODEL, 2, [1])
-    head, sig = token.split(".")
-    body = json.loads(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)))
+    header, claims, sig = token.split(".")
+    body = _b64json(claims)
     body["w"] = 7
     forged = base64.urlsafe_b64encode(json.dumps(body).encode()).rstrip(b"=").decode()
     with pytest.raises(InvalidTokenError, match="signature"):
-        s.verify(f"{forged}.{sig}")
+        s.verify(f"{header}.{forged}.{sig}")
+
+
+def _forge(header: dict, claims: dict, key: bytes = b"") -> str:
+    """A token with exactly this header, HMAC-signed by hand (unsigned for alg none), so
+    no library adds or fixes a header field."""
+
+    def enc(raw: bytes) -> str:
+        return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+    head = ".".join(enc(json.dumps(d, separators=(",", ":")).encode()) for d in (header, claims))
+    if header["alg"] == "none":
+        return head + "."
+    digest = {"HS256": hashlib.sha256, "HS512": hashlib.sha512}[header["alg"]]
+    return f"{head}.{enc(hmac.new(key, head.encode(), digest).digest())}"
+
+
+def test_stock_jwt_decode_reads_a_token_with_the_derived_key() -> None:
+    clock = Clock(now=__import__("time").time())
+    s = signer(clock, ttl_seconds=600)
+    token = s.issue("sess-9", MODEL, 4, [1, "intro"])
+    assert jwt.get_unverified_header(token) == {"alg": "HS256", "typ": "JWT", "kid": "k1"}
+    claims = jwt.decode(token, s.session_key("k1", "sess-9"), algorithms=["HS256"])
+    assert (claims["sid"], claims["mid"], claims["w"], claims["r"]) == (
+        "sess-9", MODEL, 4, [1, "intro"])
+    assert claims["exp"] - claims["iat"] == 600 and isinstance(claims["jti"], str)
+    # Another session's key, or the master secret itself, does not verify it.
+    for wrong in (s.session_key("k1", "sess-8"), KEY_A):
+        with pytest.raises(jwt.InvalidSignatureError):
+            jwt.decode(token, wrong, algorithms=["HS256"])
+    with pytest.raises(InvalidInputError, match="not in the key ring"):
+        s.session_key("nope", "sess-9")
+
+
+def test_other_algorithms_and_extra_header_fields_are_refused() -> None:
+    s = signer()
+    good = s.issue("s", MODEL, 0, [])
+    claims = _b64json(good.split(".")[1])
+    key = s.session_key("k1", "s")
+    for header in (
+        {"alg": "none", "typ": "JWT", "kid": "k1"},
+        {"alg": "HS512", "typ": "JWT", "kid": "k1"},
+        {"alg": "HS256", "typ": "JWT", "kid": "k1", "jku": "http://example.invalid/"},
+        {"alg": "HS256", "kid": "k1"},
+    ):
+        with pytest.raises(InvalidTokenError, match=r"header|three base64url parts"):
+            s.verify(_forge(header, claims, key))
+    # The same claims, our header, our key: accepted (the forger is faithful).
+    assert s.verify(_forge({"alg": "HS256", "typ": "JWT", "kid": "k1"}, claims, key)).window == 0
 
 
 @pytest.mark.parametrize("bad", [None, 17, b"abc.def", "a" * 70_000])
@@ -201,7 +258,7 @@ def test_per_session_keys_differ() -> None:
     s = signer()
     a, b = s.issue("a", MODEL, 0, []), s.issue("b", MODEL, 0, [])
     with pytest.raises(InvalidTokenError):
-        s.verify(a.split(".")[0] + "." + b.split(".")[1])
+        s.verify(a.rsplit(".", 1)[0] + "." + b.rsplit(".", 1)[1])
 
 
 @pytest.mark.parametrize(

@@ -110,7 +110,11 @@ def test_openai_max_tokens_param_name(server: ChatServer) -> None:
 @pytest.mark.parametrize("stream", [True, False])
 def test_openai_max_tokens_truncates_with_length(server: ChatServer, stream: bool) -> None:
     result = openai(server, stream=stream).generate(MESSAGES, 4)
-    assert result.text == "".join(pieces(full_reply(server))[:4])
+    # Cut by the limit: the text keeps its complete sentences, the unfinished rest is handed
+    # back separately, and together they are what the server sent.
+    sent = "".join(pieces(full_reply(server))[:4])
+    assert result.text.rstrip() + result.dropped_text == sent
+    assert result.text.rstrip().endswith(".") and result.dropped_text.strip()
     assert result.finish_reason == "length"
     assert result.usage["completion_tokens"] == 4
 
@@ -381,7 +385,8 @@ def test_anthropic_request_wire_format(server: ChatServer) -> None:
 def test_anthropic_max_tokens_maps_to_length(server: ChatServer, stream: bool) -> None:
     result = anthropic(server, stream=stream).generate(MESSAGES, 3)
     assert result.finish_reason == "length"
-    assert result.text == "".join(pieces(full_reply(server))[:3])
+    sent = "".join(pieces(full_reply(server))[:3])
+    assert result.text.rstrip() + result.dropped_text == sent
     assert result.usage["completion_tokens"] == 3
 
 

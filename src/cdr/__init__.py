@@ -31,6 +31,7 @@ __version__ = "0.1.0"
 # Heavier parts, imported on first use so that `import cdr` stays cheap.
 _LAZY = {
     "CKF": "cdr.ckf",
+    "FactIndex": "cdr.factindex",
     "ingest": "cdr.ckf",
     "Generator": "cdr.loop",
     "GenerationConfig": "cdr.loop",
@@ -50,6 +51,7 @@ def __getattr__(name: str) -> object:
 
 __all__ = [  # noqa: RUF022 - grouped: eager names, then the lazy ones
     "CKF",
+    "FactIndex",
     "GenerationConfig",
     "Generator",
     "WindowEvent",

@@ -12,6 +12,8 @@ import typer
 from rich.console import Console
 
 from cdr.cli_ckf import ckf_app, ingest_command
+from cdr.cli_keys import keygen_command
+from cdr.cli_models import models_app
 from cdr.errors import CdrError
 from cdr.ranking import DEFAULT_RANKING, RANKING_MODES
 from cdr.session import (
@@ -42,12 +44,14 @@ def fail(message: str, code: int = 1) -> typer.Exit:
 
 app.command("ingest", help="Ingest documents into a CKF directory.")(ingest_command)
 app.add_typer(ckf_app, name="ckf", help="Inspect and edit a CKF.")
+app.command("keygen", help="Make a gateway API key and its CDR_API_KEYS entry.")(keygen_command)
+app.add_typer(models_app, name="models", help="List and install the models cdr runs on.")
 
 
 def _writer(name: str, base_url: str | None, model: str | None) -> Writer:
     """The `--writer` with its upstream from the options or the `CDR_LLM_*` environment."""
     model = model or os.environ.get("CDR_LLM_MODEL")
-    if name != "extractive" and not model:
+    if name not in ("extractive", "local") and not model:
         raise CdrError(f"the {name} writer needs a model: --llm-model or CDR_LLM_MODEL")
     return build_writer(name, model=model,
                         base_url=base_url or os.environ.get("CDR_LLM_BASE_URL"))
@@ -85,6 +89,7 @@ def generate(
     queries: Annotated[str | None, typer.Option(
         help="titles (spec) | expanded: sub-queries expanded from the CKF at start.")] = None,
     trace: Annotated[Path | None, typer.Option(help="Write the trace JSON here.")] = None,
+    report: Annotated[Path | None, typer.Option(help="Write an HTML run report here.")] = None,
     out_file: Annotated[Path | None, typer.Option("--out", help="Write the Markdown here "
                                                                 "(default: stdout).")] = None,
 ) -> None:
@@ -152,6 +157,10 @@ def generate(
                                  [sq.text for sq in session.sub_queries])
     if trace is not None:
         trace.write_text(json.dumps(build_trace(session, events), indent=2), encoding="utf-8")
+    if report is not None:
+        from cdr.report import render_report
+
+        report.write_text(render_report([build_trace(session, events)]), encoding="utf-8")
     if out_file is not None:
         out_file.write_text(document, encoding="utf-8")
     else:
@@ -164,6 +173,27 @@ def generate(
     )
     if session.status in (UPSTREAM_ERROR, RUN_FAILED):
         raise typer.Exit(1)
+
+
+@app.command("report")
+def report_command(
+    traces: Annotated[list[Path], typer.Argument(help="One trace JSON, or several to compare "
+                                                      "side by side (e.g. CDR vs relevance).")],
+    out: Annotated[Path, typer.Option("--out", help="The HTML file to write.")] = Path(
+        "run.html"),
+    label: Annotated[list[str] | None, typer.Option(
+        help="A name per trace (default: its ranking mode).")] = None,
+) -> None:
+    """Write a self-contained HTML report of one or more traces (`generate --trace`)."""
+    from cdr.report import write_report
+
+    if len(traces) > 4:
+        raise fail(f"at most 4 traces side by side, got {len(traces)}", 2)
+    try:
+        path = write_report(traces, out, label or None)
+    except CdrError as exc:
+        raise fail(str(exc), 2) from None
+    err.print(f"report: {path}")
 
 
 @app.command()
@@ -180,10 +210,13 @@ def serve(
     try:
         run_server(ckf=ckf, host=host, port=port)
     except CdrError as exc:
+        if type(exc).__name__ == "GatewayConfigError":  # one plain line, exit 2 (usage)
+            sys.stderr.write(f"error: {' '.join(str(exc).split())}\n")
+            raise typer.Exit(2) from None
         raise fail(str(exc)) from None
 
 
-BENCHMARKS = ("ranking", "ingest", "quality", "gateway", "calibrate")
+BENCHMARKS = ("ranking", "ingest", "quality", "gateway", "calibrate", "scale")
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

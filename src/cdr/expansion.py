@@ -72,7 +72,7 @@ def widened_selection(ckf: Any, query: np.ndarray, expanded: np.ndarray, gate: f
     rows = np.unique(np.concatenate(parts)).astype(np.int64)
     if rows.shape[0] == base.indices.shape[0]:
         return base
-    emb = np.asarray(ckf.embeddings[rows], dtype=np.float32)
+    emb = np.asarray(ckf.vectors(rows), dtype=np.float32)
     rel = (emb @ np.asarray(query, dtype=np.float32)).astype(np.float32)
     order = np.lexsort((rows, -rel))
     return type(base)(rows[order], rel[order], emb[order])

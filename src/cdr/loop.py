@@ -27,9 +27,8 @@ from cdr.dpe import (
     decompose_from_facts,
     llm_outline_prompt,
     parse_outline,
-    split_paragraphs,
     task_topic,
-    verify_window,
+    verify_text,
 )
 from cdr.envelope import (
     DEFAULT_CONTEXT_TOKENS,
@@ -47,14 +46,16 @@ from cdr.expansion import (
     expand_sub_queries,
     widened_selection,
 )
+from cdr.factindex import FactIndex
 from cdr.fit import FIT_FACTS_PER_WORD, fit_facts, planned_words
 from cdr.headers import SAFETY_ONLY_HEADERS, crp_headers
 from cdr.memory import DEFAULT_MEMORY_RULE, MemoryRule, apply_memory, written_rows
 from cdr.options import SessionOptions, resolve_options
-from cdr.prompt import PlanSection, build_user_prompt
+from cdr.prompt import WORDS_PER_TOKEN, PlanSection, build_user_prompt, fit_plan
 from cdr.ranking import DEFAULT_MMR_LAMBDA, DEFAULT_RANKING, Ranking, rank
 from cdr.session import (
     DEFAULT_MAX_WINDOWS,
+    EXHAUSTION_RATIO,
     IN_PROGRESS,
     MAX_WINDOWS_LIMIT,
     UPSTREAM_ERROR,
@@ -71,6 +72,13 @@ SPEC_GATE = 0.55
 DEFAULT_SUB_QUERIES = 6
 DECOMPOSITION_POOL = 300
 PHASE1_LIMIT = 4000
+
+
+def stale_envelope(envelope: Envelope) -> bool:
+    """Exit 3 read off a prepared envelope: its mean novelty ratio is below the floor, so a
+    window written from it could only repeat (DESIGN.md §3.12)."""
+    ratio = envelope.mean_novelty_ratio
+    return ratio is not None and ratio < EXHAUSTION_RATIO
 
 
 def default_min_relevance(model_id: str) -> float:
@@ -232,7 +240,8 @@ class WindowEvent:
 class Generator:
     """Binds a CKF, its embedder, a writer and the settings; runs windows for a task."""
 
-    def __init__(self, ckf: Any, writer: Writer, config: GenerationConfig | None = None) -> None:
+    def __init__(self, ckf: FactIndex, writer: Writer, config: GenerationConfig | None = None
+                 ) -> None:
         self.ckf = ckf
         self.embedder = ckf.embedder
         self.writer = writer
@@ -358,9 +367,14 @@ class Generator:
         packed_rows = envelope.ranking.indices
         facts = self.ckf.facts(packed_rows)
         plan = self._plan(session, plan_sqs, packed_rows, envelope)
+        if self.writer.name != "extractive":  # it pastes facts: its budget is the facts'
+            plan = fit_plan(plan, round(cfg.generation_tokens * WORDS_PER_TOKEN))
         refs = [(f"F{i + 1}", f.section or f.source, f.content) for i, f in enumerate(facts)]
+        begun = {sq.text for sq in session.sub_queries if session.cumulative_depth[sq.id] > 0}
         user = build_user_prompt(session.task, anchor, plan, refs,
-                                 session.backward_summary() if cfg.backward_summary else "")
+                                 session.backward_summary() if cfg.backward_summary else "",
+                                 continued=[s.title for s in plan if s.title in begun],
+                                 first_window=session.window_count == 0)
         messages = [{"role": "system", "content": cfg.system_prompt},
                     {"role": "user", "content": user}]
         envelope.messages = messages
@@ -375,7 +389,7 @@ class Generator:
         if not len(rows) or not plan_sqs:
             return []
         pos = [session.sub_query_ids.index(sq.id) for sq in plan_sqs]
-        sims = np.asarray(self.ckf.embeddings[rows]) @ session.target_embeddings[pos].T
+        sims = self.ckf.vectors(rows) @ session.target_embeddings[pos].T
         owner = np.argmax(sims, axis=1)
         if self.config.plan_min_similarity is not None:
             owner[sims[np.arange(len(rows)), owner] < self.config.plan_min_similarity] = -1
@@ -391,15 +405,9 @@ class Generator:
 
     def verify(self, session: Session, text: str) -> DpeReport:
         """DPE Stage 8 on a window's text, with the CKF's embedding model."""
-        paragraphs = split_paragraphs(text)
-        emb = (
-            self.embedder.encode([p for _, p in paragraphs])
-            if paragraphs
-            else np.zeros((0, session.dim), np.float32)
-        )
-        fresh = [session.blacklist.fresh_share(p) for _, p in paragraphs]
-        return verify_window(session.sub_queries, session.target_embeddings, emb,
-                             paragraphs, self.config.attribution_threshold, fresh)
+        return verify_text(text, session.sub_queries, session.target_embeddings,
+                           self.embedder.encode, self.config.attribution_threshold,
+                           session.blacklist.fresh_share)
 
     def complete(
         self,
@@ -440,9 +448,10 @@ class Generator:
 
     def close_if_empty(self, session: Session, prepared: PreparedWindow,
                        started: float | None = None) -> WindowEvent | None:
-        """An empty envelope (nothing relevant and novel left) ends the window unwritten:
-        nobody is asked for ungrounded text. None when there is something to write from."""
-        if len(prepared.envelope):
+        """An empty envelope (nothing relevant and novel left), or one Exit 3 already condemns
+        (DESIGN.md §3.12), ends the window unwritten: nobody is asked for ungrounded or stale
+        text. None when there is something fresh to write from."""
+        if len(prepared.envelope) and not stale_envelope(prepared.envelope):
             return None
         return self.complete(session, prepared, "", seconds=_since(started))
 

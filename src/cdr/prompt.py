@@ -13,6 +13,10 @@ from dataclasses import dataclass
 
 _PLAN_HEADER = "Plan for this part (write these sections in order, from the facts listed):"
 _FACTS_HEADER = "Facts:"
+_WRITE_HEADER = "Write this part now:"
+# Words a model writes per generated token in English prose (cl100k / Qwen tokenisers, ~0.75),
+# less a margin for headings and Markdown: what a window's token reserve can hold.
+WORDS_PER_TOKEN = 0.7
 _PLAN_LINE = re.compile(r"^- (?P<title>.+) \(~(?P<words>\d+) words\): (?P<refs>F\d+(?:, F\d+)*)$")
 _FACT_LINE = re.compile(r"^\[(?P<ref>F\d+)\] \((?P<section>.*)\)$")
 
@@ -24,14 +28,47 @@ class PlanSection:
     fact_refs: tuple[str, ...]
 
 
+def fit_plan(plan: Sequence[PlanSection], word_budget: int) -> list[PlanSection]:
+    """The leading sections a window of `word_budget` words can write in depth.
+
+    A small model asked for six sections in 700 words touches all six thinly and the next
+    window writes them again; asked for two, it writes two. Sections are kept in order while
+    their targets fit (the first always, trimmed to the budget); a section that would get less
+    than half its target is left for the next window.
+    """
+    kept: list[PlanSection] = []
+    left = max(int(word_budget), 1)
+    for section in plan:
+        if kept and (left <= 0 or left < section.target_words // 2):
+            break
+        words = min(section.target_words, left)
+        kept.append(PlanSection(section.title, max(words, 1), section.fact_refs))
+        left -= words
+    return kept
+
+
 def build_user_prompt(
     task: str,
     anchor: str,
     plan: Sequence[PlanSection],
     facts: Sequence[tuple[str, str, str]],
     backward_summary: str = "",
+    *,
+    continued: Sequence[str] = (),
+    first_window: bool = True,
+    instructions: bool = True,
 ) -> str:
-    """`facts` are (ref, section, content) in envelope layout order."""
+    """`facts` are (ref, section, content) in envelope layout order; only those the plan cites
+    are listed (the rest would only lengthen the prompt). `continued` names planned sections
+    an earlier window began; `first_window` False says the document is already under way;
+    `instructions` False leaves out the closing lines (the prompt before issue 9, kept so the
+    prompt benchmark can compare).
+
+    The closing lines are what a small instruction model follows best (measured in the README,
+    "Prompts on the reference model"): the exact headings to write, a word count, and a plain
+    "no introduction, no conclusion" — it otherwise opens every window with an introduction.
+    """
+    cited = {ref for s in plan for ref in s.fact_refs} if instructions else set()
     lines = [f"Task: {task}", anchor]
     if backward_summary:
         lines.append(f"Previously covered (for reference only): {backward_summary}")
@@ -40,7 +77,24 @@ def build_user_prompt(
         lines.append(f"- {s.title} (~{s.target_words} words): {', '.join(s.fact_refs)}")
     lines += ["", _FACTS_HEADER]
     for ref, section, content in facts:
-        lines += [f"[{ref}] ({section})", content.strip(), ""]
+        if not cited or ref in cited:
+            lines += [f"[{ref}] ({section})", content.strip(), ""]
+    if plan and instructions:
+        headings = ", ".join(f'"## {s.title}"' for s in plan)
+        total = sum(s.target_words for s in plan)
+        lines += ["", _WRITE_HEADER,
+                  f"- Write exactly these sections, in this order, each under its heading "
+                  f"written exactly as given: {headings}. No other headings.",
+                  f"- About {total} words in all, in full paragraphs that explain the facts in "
+                  "your own words. Use only the facts above.",
+                  "- Start directly with the first heading: no greeting, no introduction, no "
+                  "conclusion, no summary."]
+        if not first_window:
+            lines.append("- This continues a document that is already partly written; do not "
+                         "restate the task or what earlier parts said.")
+        for title in continued:
+            lines.append(f'- "{title}" was begun earlier: add new material to it, do not '
+                         "introduce it again.")
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -54,6 +108,8 @@ def parse_prompt(text: str) -> tuple[list[PlanSection], dict[str, str]]:
             state = "plan"
         elif state in ("head", "plan") and line == _FACTS_HEADER:
             state = "facts"
+        elif state == "facts" and line == _WRITE_HEADER:
+            state = "end"
         elif state == "plan":
             m = _PLAN_LINE.match(line)
             if m:

@@ -22,7 +22,13 @@ import numpy as np
 from cdr.coverage import CoverageSet, ResidualSet, weighted_centroid
 from cdr.errors import InvalidInputError
 from cdr.ngrams import ngram_penalty as _ngram_penalty
-from cdr.vectors import as_matrix, as_vector
+from cdr.vectors import (
+    as_fact_matrix,
+    as_matrix,
+    check_gated_rows,
+    check_query,
+    check_relevance,
+)
 
 CDR_MIN_RELEVANCE = 0.55
 MIN_NOVELTY_FLOOR = 0.20
@@ -265,18 +271,27 @@ def rank_all(
     **kwargs: object,
 ) -> Ranking:
     """Phase 1 + Phase 2 over a whole unit-row matrix: one mat-vec for relevance, then `rank`
-    on the gated rows only (indices are rows of `facts`)."""
-    relevance = facts @ query
+    on the gated rows only (indices are rows of `facts`).
+
+    Validation rides on that mat-vec (`cdr.vectors.check_relevance`): a NaN/inf row anywhere
+    is refused, and rows passing the gate must be unit rows; a float32 matrix (or memory map)
+    is used as it is, never copied or converted."""
+    f = as_fact_matrix(facts, "facts")
+    q = check_query(query, "query", f.shape[1])
+    with np.errstate(invalid="ignore", over="ignore"):  # bad rows are refused just below
+        relevance = f @ q
+    check_relevance(relevance, f, q, "facts")
     min_rel = float(kwargs.get("min_relevance", CDR_MIN_RELEVANCE))  # type: ignore[arg-type]
     gate = np.flatnonzero(relevance >= _F32(min_rel))
     importance = kwargs.pop("importance", None)
     counts = kwargs.pop("ngram_counts", None)
-    if gate.shape[0] == facts.shape[0]:  # everything passes (e.g. Phase 1 output): no copy
-        block, rel = facts, relevance
+    if gate.shape[0] == f.shape[0]:  # everything passes (e.g. Phase 1 output): no copy
+        block, rel = f, relevance
     else:  # np.take gathers the gated rows a little faster than fancy indexing
-        block, rel = np.take(facts, gate, axis=0), relevance[gate]
+        block, rel = np.take(f, gate, axis=0), relevance[gate]
         importance = None if importance is None else np.asarray(importance)[gate]
         counts = None if counts is None else np.asarray(counts)[gate]
+    check_gated_rows(block, gate, "facts")
     return rank(block, rel, importance=importance, ngram_counts=counts, rows=gate,
                 **kwargs)  # type: ignore[arg-type]
 
@@ -294,11 +309,13 @@ def cdr_scores(
     """The array face of the core (DESIGN.md §4): CDR score per fact, NaN where gated.
 
     `facts` (N, d), `query` (d,), `coverage` (C, d), `residual` (R, d) are unit rows (validated
-    here, not re-normalised); C or R may be 0.
+    here, not re-normalised); C or R may be 0. The fact matrix is validated at scan speed
+    (`cdr.vectors`, "validation at scan speed"): NaN/inf rows are refused wherever they are,
+    zero or non-unit rows when they pass the gate; a zero row below the gate scores NaN.
     """
-    f = as_matrix(facts, "facts", allow_empty=False)
+    f = as_fact_matrix(facts, "facts", allow_empty=False)
     d = f.shape[1]
-    q = as_vector(query, "query", d)
+    q = check_query(query, "query", d)
     cov = as_matrix(coverage, "coverage", d)
     w = np.asarray(coverage_weights, dtype=np.float64).reshape(-1)
     if w.shape[0] != cov.shape[0]:
@@ -307,15 +324,28 @@ def cdr_scores(
         raise InvalidInputError("coverage_weights must be finite and within [0, 1]")
     res = as_matrix(residual, "residual", d)
     n = f.shape[0]
-    imp = np.ones(n, _F32) if importance is None else np.asarray(importance, _F32).reshape(-1)
-    if imp.shape[0] != n:
-        raise InvalidInputError(f"importance has {imp.shape[0]} values for {n} facts")
-    rel = f @ q
+    if importance is not None:
+        importance = np.asarray(importance, _F32).reshape(-1)
+        if importance.shape[0] != n:
+            raise InvalidInputError(f"importance has {importance.shape[0]} values for {n} facts")
+    if ngram_counts is not None:
+        ngram_counts = np.asarray(ngram_counts).reshape(-1)
+        if ngram_counts.shape[0] != n:
+            raise InvalidInputError(
+                f"ngram_counts has {ngram_counts.shape[0]} values for {n} facts")
+    with np.errstate(invalid="ignore", over="ignore"):  # bad rows are refused just below
+        rel = f @ q
+    check_relevance(rel, f, q, "facts")
     gate = np.flatnonzero(rel >= _F32(min_relevance))
+    block = np.take(f, gate, axis=0)
+    check_gated_rows(block, gate, "facts")
+    imp = np.ones(len(gate), _F32) if importance is None else importance[gate]
+    if not np.isfinite(imp).all():
+        raise InvalidInputError("importance must be finite")
     centroid = weighted_centroid(cov, w)
-    counts = None if ngram_counts is None else np.asarray(ngram_counts).reshape(-1)[gate]
+    counts = None if ngram_counts is None else ngram_counts[gate]
     score, *_ = cdr_components(
-        f[gate], rel[gate], imp[gate], counts, centroid, res, cov.shape[0] > 0
+        block, rel[gate], imp, counts, centroid, res, cov.shape[0] > 0
     )
     out = np.full(n, np.nan, dtype=_F32)
     out[gate] = score

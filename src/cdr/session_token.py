@@ -1,14 +1,19 @@
-"""Signed session tokens (SPEC-007 style), carried in `CRP-Set-Session`.
+"""Signed session tokens (SPEC-007 style), carried in `CRP-Set-Session`: standard JWTs.
 
-A token is `base64url(JSON payload) "." base64url(HMAC-SHA256(key, payload part))`, both parts
-unpadded. The token lets a stateless replica check, before touching the session store, that
-the caller holds a token we issued, for this session, not expired, for the current window and
-for the CKF's embedding model (SPEC-024 §2.5). The payload is signed, not encrypted: it holds
-nothing secret (ids, counters), so clients may read it.
+A token is a compact JWS (RFC 7519): `header.payload.signature`, HS256, with the key id in the
+header's `kid` and the registered `iat`/`exp` claims beside ours (`sid` session id, `mid`
+embedding model id, `w` window, `r` open sub-query ids, `jti` nonce, `v` layout version). Any
+client can read one with a stock JWT library; PyJWT does the encoding and the signature check
+here, so no hand-written token format remains. The token lets a stateless replica check, before
+touching the session store, that the caller holds a token we issued, for this session, not
+expired, for the current window and for the CKF's embedding model (SPEC-024 §2.5). The payload
+is signed, not encrypted: it holds nothing secret (ids, counters).
 
-Why a key per session: the MAC key is HKDF-SHA256(master secret, info = session id), so a
-token is only ever valid for the session it names, and a verifier that knows which session it
-serves derives that session's key, making cross-session reuse fail the signature check itself.
+Why a key per session: the HMAC key is HKDF-SHA256(master secret, info = session id)
+(`cryptography`'s HKDF), so a token is only ever valid for the session it names, and a verifier
+that knows which session it serves derives that session's key, making cross-session reuse fail
+the signature check itself. A client that wants to verify a token itself derives the same key
+(`TokenSigner.session_key`) and calls `jwt.decode(token, key, algorithms=["HS256"])`.
 
 Why a key id: the master secret can rotate. `TokenSigner` signs with the active key and
 verifies with any key still in the ring, so tokens issued before a rotation keep working until
@@ -20,14 +25,16 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
-import hmac
 import json
 import re
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+
+import jwt
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from cdr.errors import CdrError, EmbeddingModelMismatchError, InvalidInputError
 
@@ -45,13 +52,15 @@ __all__ = [
     "parse_signing_secret",
 ]
 
-TOKEN_VERSION = 1
+TOKEN_VERSION = 2  # 1 was the hand-written two-part format
+ALGORITHM = "HS256"
 DEFAULT_KID = "default"
 MIN_SECRET_CHARS = 16
 MAX_TOKEN_CHARS = 65_536
 _HKDF_SALT = b"cdr-session-token-v1"
 _KID_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-_PAYLOAD_KEYS = frozenset({"v", "sid", "mid", "w", "r", "iat", "exp", "n", "kid"})
+_PAYLOAD_KEYS = frozenset({"v", "sid", "mid", "w", "r", "iat", "exp", "jti"})
+_HEADER_KEYS = frozenset({"alg", "typ", "kid"})
 
 
 class TokenError(CdrError):
@@ -122,6 +131,7 @@ class TokenPayload:
     kid: str
 
     def to_json(self) -> dict[str, object]:
+        """The JWT claims (the key id travels in the header, not here)."""
         return {
             "v": TOKEN_VERSION,
             "sid": self.session_id,
@@ -130,16 +140,15 @@ class TokenPayload:
             "r": list(self.residual_ids),
             "iat": self.issued_at,
             "exp": self.expires_at,
-            "n": self.nonce,
-            "kid": self.kid,
+            "jti": self.nonce,
         }
 
     @classmethod
-    def from_json(cls, obj: object) -> TokenPayload:
+    def from_json(cls, obj: object, kid: str) -> TokenPayload:
         """Strict: any unexpected key or type is an invalid token, never a silent default."""
         if not isinstance(obj, dict) or set(obj) != _PAYLOAD_KEYS or obj["v"] != TOKEN_VERSION:
             raise InvalidTokenError("session token payload has an unknown layout or version")
-        strs = ("sid", "mid", "n", "kid")
+        strs = ("sid", "mid", "jti")
         ints = ("w", "iat", "exp")
         if not all(isinstance(obj[k], str) for k in strs) or not all(
             type(obj[k]) is int for k in ints
@@ -157,21 +166,18 @@ class TokenPayload:
             residual_ids=tuple(residual),
             issued_at=obj["iat"],
             expires_at=obj["exp"],
-            nonce=obj["n"],
-            kid=obj["kid"],
+            nonce=obj["jti"],
+            kid=kid,
         )
 
 
 def hkdf_sha256(ikm: bytes, *, salt: bytes, info: bytes, length: int = 32) -> bytes:
-    """RFC 5869 HKDF with SHA-256 (extract, then expand)."""
+    """RFC 5869 HKDF with SHA-256 (extract, then expand), by `cryptography`."""
     if not 0 < length <= 255 * 32:
         raise InvalidInputError(f"HKDF length must be in 1..{255 * 32}, got {length}")
-    prk = hmac.new(salt or bytes(32), ikm, hashlib.sha256).digest()
-    okm, block = b"", b""
-    for counter in range(1, -(-length // 32) + 1):
-        block = hmac.new(prk, block + info + bytes([counter]), hashlib.sha256).digest()
-        okm += block
-    return okm[:length]
+    return HKDF(algorithm=hashes.SHA256(), length=length, salt=salt or None, info=info).derive(
+        ikm
+    )
 
 
 def _b64encode(raw: bytes) -> str:
@@ -180,8 +186,8 @@ def _b64encode(raw: bytes) -> str:
 
 def _b64decode(text: str) -> bytes:
     """Decode strictly: only the canonical unpadded encoding of some bytes is accepted, so no
-    two token strings carry the same bytes (otherwise an edited last character could still
-    verify)."""
+    two token strings carry the same bytes (a lenient decoder ignores the spare low bits of the
+    last character, so an edited last character could otherwise still verify)."""
     try:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     except (binascii.Error, ValueError) as exc:
@@ -259,7 +265,12 @@ class TokenSigner:
     def kids(self) -> tuple[str, ...]:
         return tuple(self._keys)
 
-    def _session_key(self, kid: str, session_id: str) -> bytes:
+    def session_key(self, kid: str, session_id: str) -> bytes:
+        """The HS256 key of one session's tokens: HKDF(master secret of `kid`, session id).
+        Public so a trusted client holding the secret can verify tokens with a stock JWT
+        library."""
+        if kid not in self._keys:
+            raise InvalidInputError(f"key id {kid!r} is not in the key ring")
         return hkdf_sha256(self._keys[kid], salt=_HKDF_SALT, info=session_id.encode("utf-8"))
 
     def issue(
@@ -289,10 +300,14 @@ class TokenSigner:
             nonce=secrets.token_urlsafe(12),
             kid=self.active_kid,
         )
-        body = json.dumps(payload.to_json(), separators=(",", ":"), ensure_ascii=False)
-        head = _b64encode(body.encode("utf-8"))
-        mac = hmac.new(self._session_key(self.active_kid, session_id), head.encode(), "sha256")
-        return f"{head}.{_b64encode(mac.digest())}"
+        key = self.session_key(self.active_kid, session_id)
+        return jwt.encode(
+            payload.to_json(),
+            key,
+            algorithm=ALGORITHM,
+            headers={"kid": self.active_kid, "typ": "JWT"},
+            json_encoder=_Utf8Json,
+        )
 
     def verify(
         self,
@@ -306,26 +321,48 @@ class TokenSigner:
         `model_id` and the session's `current_window` (each only when given).
 
         With `session_id` given, the key is derived from it rather than from the payload, so
-        a token of another session fails as a bad signature.
+        a token of another session fails as a bad signature. Expiry is checked here against
+        the signer's clock (not PyJWT's), so a token is refused at exactly `exp`.
         """
         if not isinstance(token, str) or not token or len(token) > MAX_TOKEN_CHARS:
             raise InvalidTokenError("session token is missing, not a string, or too long")
-        head, sep, sig = token.partition(".")
-        if not sep or not head or not sig or "." in sig:
-            raise InvalidTokenError("session token must be two base64url parts joined by '.'")
+        parts = token.split(".")
+        if len(parts) != 3 or not all(parts):
+            raise InvalidTokenError("session token must be a JWT: three base64url parts "
+                                    "joined by '.'")
+        raw = [_b64decode(part) for part in parts]
         try:
-            payload = TokenPayload.from_json(json.loads(_b64decode(head).decode("utf-8")))
+            header = json.loads(raw[0].decode("utf-8"))
+            claims = json.loads(raw[1].decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-            raise InvalidTokenError("session token payload is not JSON") from exc
-        if payload.kid not in self._keys:
+            raise InvalidTokenError("session token header or payload is not JSON") from exc
+        if (not isinstance(header, dict) or set(header) != _HEADER_KEYS
+                or header["alg"] != ALGORITHM or header["typ"] != "JWT"
+                or not isinstance(header["kid"], str)):
+            raise InvalidTokenError(f"session token header must be exactly alg {ALGORITHM}, "
+                                    "typ JWT and a kid")
+        kid = header["kid"]
+        if kid not in self._keys:
             raise InvalidTokenError(
-                f"session token was signed with key id {payload.kid!r}, which is not (or no "
+                f"session token was signed with key id {kid!r}, which is not (or no "
                 "longer) in the key ring"
             )
-        key_session = payload.session_id if session_id is None else session_id
-        expected = hmac.new(self._session_key(payload.kid, key_session), head.encode(), "sha256")
-        if not hmac.compare_digest(expected.digest(), _b64decode(sig)):
-            raise InvalidTokenError("session token signature does not match")
+        claimed = claims.get("sid") if isinstance(claims, dict) else None
+        key_session = claimed if session_id is None else session_id
+        if not isinstance(key_session, str):
+            raise InvalidTokenError("session token payload has an unknown layout or version")
+        try:
+            decoded = jwt.decode(
+                token,
+                self.session_key(kid, key_session),
+                algorithms=[ALGORITHM],
+                options={"verify_exp": False, "verify_iat": False, "verify_nbf": False},
+            )
+        except jwt.InvalidSignatureError as exc:
+            raise InvalidTokenError("session token signature does not match") from exc
+        except jwt.PyJWTError as exc:
+            raise InvalidTokenError(f"session token is not a valid JWT ({exc})") from exc
+        payload = TokenPayload.from_json(decoded, kid)
         if session_id is not None and payload.session_id != session_id:
             raise InvalidTokenError("session token belongs to another session")
         now = self._clock()
@@ -336,3 +373,11 @@ class TokenSigner:
         if current_window is not None and payload.window != current_window:
             raise StaleTokenError(payload.window, current_window)
         return payload
+
+
+class _Utf8Json(json.JSONEncoder):
+    """Compact JSON that keeps non-ASCII ids as UTF-8 (shorter tokens than \\u escapes)."""
+
+    def __init__(self, **kwargs: object) -> None:
+        kwargs["ensure_ascii"] = False
+        super().__init__(**kwargs)  # type: ignore[arg-type]

@@ -51,6 +51,9 @@ def window_record(event: WindowEvent) -> dict[str, Any]:
         "completeness": round(event.completeness, 4),
         "residual": list(event.residual),
         "headers": dict(event.headers),
+        # Optional (readers must not require it): the sub-query Stage 8 credited with each
+        # paragraph of `output` (as `cdr.dpe.split_paragraphs` cuts it), or null for none.
+        "attribution": list(event.report.attribution),
     }
     if event.error:
         record["error"] = event.error
@@ -121,6 +124,8 @@ TRACE_SCHEMA: dict[str, Any] = {
                                          "CRP-Context-NGram-Guard-Activations",
                                          "CRP-Context-Continuation-Status"]},
                 "error": {"type": "string"},
+                "attribution": {"type": "array",
+                                "items": {"type": ["string", "null"]}},
             }}},
         "status": {"enum": list(RUN_STATUSES)},
         "options": {"type": "object", "additionalProperties": False, "properties": {

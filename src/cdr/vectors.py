@@ -111,3 +111,84 @@ def unit_matrix(x: object, name: str, dim: int | None = None) -> np.ndarray:
 def unit_vector(x: object, name: str, dim: int | None = None) -> np.ndarray:
     """Validated, normalised float32 vector."""
     return normalize(as_vector(x, name, dim), name)
+
+
+# -- validation at scan speed ------------------------------------------------------------------
+#
+# A fact matrix is scanned once anyway (relevance = F @ q). Checking it separately with
+# `isfinite` reads every byte a second time (for 1M × 384 float32 that doubled the cost), so
+# the array face validates through the product instead:
+# - a NaN or ±inf anywhere in a row makes that row's product with a finite query NaN or ±inf
+#   (IEEE: NaN·x = NaN, inf·0 = NaN, inf·x = ±inf), so `isfinite(relevance)` (N floats, not
+#   N × d) finds every non-finite row, wherever it is, gated or not;
+# - the norm (zero, not unit) is checked only for rows that pass the gate, the only rows
+#   whose vectors are used further. A zero row has relevance 0, so it can pass only a gate
+#   ≤ 0; below the gate it is simply gated out (score NaN), not refused — it is finite, and
+#   its relevance (0) is exact. A zero or non-unit row that passes the gate is refused.
+
+UNIT_NORM_TOLERANCE = 1e-3  # the store's own check on appended rows (CKF.append_raw)
+
+
+def as_fact_matrix(x: object, name: str, *, allow_empty: bool = True) -> np.ndarray:
+    """`x` as a 2-D float32 array, without a copy when it already is one (a memory map too).
+
+    Values are not checked here: `check_relevance` and `check_gated_rows` do that on the
+    product the caller computes anyway. Ragged and non-numeric input is refused by name."""
+    if isinstance(x, np.ndarray) and x.dtype == np.float32:
+        arr = x
+    else:
+        try:
+            arr = np.asarray(x, dtype=np.float32)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputError(f"{name}: not a numeric array ({exc})") from None
+    if arr.ndim == 1 and arr.size == 0:
+        arr = arr.reshape(0, 0)
+    if arr.ndim != 2:
+        raise InvalidInputError(f"{name}: expected a 2-D array (n, d), got shape {arr.shape}")
+    if not allow_empty and arr.shape[0] == 0:
+        raise InvalidInputError(f"{name}: is empty")
+    return arr
+
+
+def check_query(x: object, name: str, dim: int) -> np.ndarray:
+    """A finite, non-zero float32 query of width `dim` (a zero query has no cosine)."""
+    q = as_vector(x, name, dim)
+    if not np.any(q):
+        raise InvalidInputError(f"{name}: is a zero vector (cosine undefined)")
+    return q
+
+
+def check_relevance(relevance: np.ndarray, facts: np.ndarray, query: np.ndarray,
+                    name: str) -> None:
+    """Refuse a matrix with a NaN/inf row, seen through its product with a finite query.
+
+    Costs one pass over N floats. IEEE makes NaN·0 and inf·0 NaN, but a BLAS may skip a zero
+    query component altogether (the reference gemv does), so the columns where the query is
+    exactly 0 — none for real embeddings — are checked directly. A finite row whose product
+    still overflows float32 is not a unit row either; it is refused with that reason."""
+    bad_rows = np.flatnonzero(~np.isfinite(relevance))
+    zero_cols = np.flatnonzero(query == 0)
+    if zero_cols.size and facts.shape[0]:
+        bad_cols = ~np.isfinite(facts[:, zero_cols]).all(axis=1)
+        bad_rows = np.union1d(bad_rows, np.flatnonzero(bad_cols))
+    if not bad_rows.size:
+        return
+    i = int(bad_rows[0])
+    if not np.isfinite(facts[i]).all():
+        raise InvalidInputError(f"{name}: row {i} contains NaN or infinite values")
+    raise InvalidInputError(f"{name}: row {i} is not a unit vector (its cosine overflows)")
+
+
+def check_gated_rows(block: np.ndarray, rows: np.ndarray, name: str) -> None:
+    """Refuse zero or non-unit rows among those that passed the gate (`block` = facts[rows])."""
+    if not block.shape[0]:
+        return
+    sq = np.einsum("ij,ij->i", block, block)
+    bad = np.flatnonzero(np.abs(sq - 1.0) > 2 * UNIT_NORM_TOLERANCE)
+    if bad.size:
+        i = int(rows[bad[0]])
+        if sq[bad[0]] <= _ZERO_NORM**2:
+            raise InvalidInputError(f"{name}: row {i} is a zero vector (cosine undefined)")
+        raise InvalidInputError(
+            f"{name}: row {i} is not a unit vector (norm {float(np.sqrt(sq[bad[0]])):.4g})"
+        )

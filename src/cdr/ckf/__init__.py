@@ -4,6 +4,10 @@
     report = ingest(ckf, ["handbook/"], source_type="official", include=["*.md"])
     sel = ckf.select(ckf.encode_query("partial indexes"), min_relevance=0.4, limit=50)
     facts = ckf.facts(sel.indices)
+
+`CKFSnapshot` is the read side (the local `cdr.factindex.FactIndex`), `CKFWriter` the writer
+side (file lifecycle, locking, all changes); `CKF` is a snapshot that refreshes itself and
+forwards administration to its writer.
 """
 
 from cdr.ckf.chunk import DEFAULT_CHUNKING, ChunkConfig, chunk_blocks, fact_id, split_sentences
@@ -30,7 +34,9 @@ from cdr.ckf.model import (
     normalize_source_type,
 )
 from cdr.ckf.parse import parse, parse_html, parse_markdown, parse_pdf, parse_text
-from cdr.ckf.store import CKF, CKFBusyError
+from cdr.ckf.snapshot import CKFSnapshot
+from cdr.ckf.store import CKF
+from cdr.ckf.writer import CKFBusyError, CKFWriter
 
 __all__ = [
     "CKF",
@@ -41,6 +47,8 @@ __all__ = [
     "SOURCE_TYPE_IMPORTANCE",
     "Block",
     "CKFBusyError",
+    "CKFSnapshot",
+    "CKFWriter",
     "ChunkConfig",
     "DocumentInput",
     "Fact",

@@ -81,22 +81,93 @@ class _Piece:
     location: str
 
 
-def _hard_split(text: str, limit: int) -> list[str]:
-    """Word windows of at most `limit` tokens, for text with no usable sentence breaks."""
-    words = text.split(" ")
-    counts = count_tokens_batch([" " + w for w in words])
+# The token counter refuses texts of ≥ 1M characters, and no fact is near this size: longer
+# blocks are cut (at a line, sentence or word end when there is one) before anything counts
+# them, so a one-paragraph 1 MB file costs a pass over its text like any other.
+MAX_COUNT_CHARS = 100_000
+
+
+def _cut_long(text: str, limit: int = MAX_COUNT_CHARS) -> list[str]:
+    """`text` in pieces of at most `limit` characters, each ending at the last newline,
+    sentence end or space of its window where there is one in its second half."""
     parts: list[str] = []
-    cur: list[str] = []
-    cur_t = 0
-    for w, t in zip(words, counts.tolist(), strict=True):
-        if cur and cur_t + t > limit:
-            parts.append(" ".join(cur))
-            cur, cur_t = [], 0
-        cur.append(w)
-        cur_t += t
-    if cur:
-        parts.append(" ".join(cur))
+    start, n = 0, len(text)
+    while n - start > limit:
+        window = text[start : start + limit]
+        cut = -1
+        for sep in ("\n", ". ", " "):
+            k = window.rfind(sep)
+            if k >= limit // 2:
+                cut = k + len(sep)
+                break
+        if cut <= 0:
+            cut = limit
+        parts.append(text[start : start + cut])
+        start += cut
+    parts.append(text[start:])
     return [p for p in parts if p.strip()]
+
+
+def _char_split(word: str, limit: int) -> list[str]:
+    """A run without spaces (a base64 blob, a 1 MB 'word') in pieces of ≤ `limit` tokens:
+    `limit` characters first (most are fewer tokens), halving any piece still over."""
+    todo = [word[i : i + limit] for i in range(0, len(word), limit)]
+    out: list[str] = []
+    while todo:
+        counts = count_tokens_batch(todo).tolist()
+        over = []
+        for piece, t in zip(todo, counts, strict=True):
+            if t <= limit or len(piece) <= 1:
+                out.append(piece)
+            else:
+                half = len(piece) // 2
+                over += [piece[:half], piece[half:]]
+        todo = over
+    return out  # pieces of one word, order kept except across halvings (rare, tokens > chars)
+
+
+def _hard_split(text: str, limit: int) -> list[str]:
+    """Word windows of at most `limit` tokens, for text with no usable sentence breaks.
+
+    Windows are first cut by characters (about 4 per token, as in English prose), then
+    counted in one batch; a window over the limit is halved by words until it fits, and a
+    single word over it is cut by `_char_split`. So a 1 MB paragraph costs a few thousand
+    counts, not one per word.
+    """
+    words = text.split(" ")
+    budget = 4 * limit
+    windows: list[list[str]] = []
+    cur: list[str] = []
+    size = 0
+    for w in words:
+        if cur and size + len(w) + 1 > budget:
+            windows.append(cur)
+            cur, size = [], 0
+        cur.append(w)
+        size += len(w) + 1
+    if cur:
+        windows.append(cur)
+    # (text, done) in reading order; each round counts the undone ones in one batch.
+    items: list[tuple[str, bool]] = [(" ".join(win), False) for win in windows]
+    while not all(done for _, done in items):
+        todo = [text for text, done in items if not done]
+        counts = iter(count_tokens_batch(todo).tolist())
+        nxt: list[tuple[str, bool]] = []
+        for text, done in items:
+            if done:
+                nxt.append((text, True))
+                continue
+            t = next(counts)
+            win = text.split(" ")
+            if t <= limit:
+                nxt.append((text, True))
+            elif len(win) > 1:
+                half = len(win) // 2
+                nxt += [(" ".join(win[:half]), False), (" ".join(win[half:]), False)]
+            else:
+                nxt += [(piece, True) for piece in _char_split(text, limit)]
+        items = nxt
+    return [text for text, _ in items if text.strip()]
 
 
 def _pack(units: Sequence[str], counts: Sequence[int], limit: int, joiner: str) -> list[str]:
@@ -218,8 +289,13 @@ def _section_pieces(blocks: Sequence[Block], counts: Sequence[int],
 
 def chunk_blocks(blocks: Sequence[Block],
                  config: ChunkConfig = DEFAULT_CHUNKING) -> list[FactDraft]:
-    """Facts of one document in reading order; duplicates within the document kept once."""
-    blocks = [b for b in blocks if b.text.strip()]
+    """Facts of one document in reading order; duplicates within the document kept once.
+    Every fact is within `config.max_tokens`, however long a paragraph, line or word is."""
+    blocks = [
+        Block(part, b.section, b.location, b.is_code) if len(b.text) > MAX_COUNT_CHARS else b
+        for b in blocks if b.text.strip()
+        for part in (_cut_long(b.text) if len(b.text) > MAX_COUNT_CHARS else [b.text])
+    ]
     if not blocks:
         return []
     counts = count_tokens_batch([b.text for b in blocks]).tolist()

@@ -9,6 +9,7 @@ its hash. Embedding runs outside the store's write lock; readers are never block
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import time
@@ -26,10 +27,19 @@ from cdr.ckf.model import (
     check_importance,
     normalize_source_type,
 )
-from cdr.ckf.parse import KIND_BY_SUFFIX, KINDS, PARSER_VERSION, _front_matter
-from cdr.ckf.sources import SkipDocument, decode, discover, kind_of, parse_bytes, read_file
+from cdr.ckf.parse import KIND_BY_SUFFIX, KINDS, PARSER_VERSION, front_matter
+from cdr.ckf.sources import (
+    SkipDocument,
+    decode_text,
+    discover,
+    kind_of,
+    parse_bytes,
+    read_file,
+)
 from cdr.ckf.store import CKF
 from cdr.errors import InvalidInputError
+
+log = logging.getLogger("cdr.ckf")
 
 # progress(stage, done, total): stage "read" (documents) or "embed" (texts).
 IngestProgress = Callable[[str, int, int], None]
@@ -57,12 +67,14 @@ class IngestReport:
     facts_removed: int = 0  # facts changed documents no longer hold
     embedded: int = 0  # texts sent to the embedding model
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
+    warnings: list[tuple[str, str]] = field(default_factory=list)  # (path, what was worked around)
     stale: list[str] = field(default_factory=list)  # sources gone from re-ingested directories
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["skipped"] = [{"path": p, "reason": r} for p, r in self.skipped]
+        d["warnings"] = [{"path": p, "warning": w} for p, w in self.warnings]
         return d
 
 
@@ -77,6 +89,7 @@ class _Planned:
     importance: float
     drafts: list[FactDraft] | None  # None: unchanged, only touch
     doc_id: str | None = None
+    warnings: list[str] = field(default_factory=list)
 
 
 _HTML_META = {
@@ -91,7 +104,7 @@ def declared_settings(kind: str, text: str) -> dict[str, str]:
     (`source_type:`, `importance:`) or HTML `<meta name="cdr-source-type|cdr-importance">`.
     Read without a full parse, so an unchanged document costs no parsing."""
     if kind == "md":
-        meta, _ = _front_matter(text[:20000].splitlines())
+        meta, _ = front_matter(text[:20000].splitlines())
         return {k: meta[k] for k in ("source_type", "importance") if k in meta}
     if kind == "html":
         head = text[:50000]
@@ -128,7 +141,7 @@ def _plan(ckf: CKF, doc: DocumentInput, source_type: str, importance: float | No
     # The bytes plus how they are cut into facts: a new chunking re-chunks unchanged files.
     recipe = f"cdr-ckf parser {PARSER_VERSION} {chunking!r}\0".encode()
     content_hash = hashlib.sha256(recipe + data).hexdigest()
-    text = decode(data, kind) if kind != "pdf" else ""
+    text = decode_text(data, kind)[0] if kind != "pdf" else ""
     try:
         st, imp = _settings(declared_settings(kind, text), doc, source_type, importance)
     except InvalidInputError as e:
@@ -138,10 +151,14 @@ def _plan(ckf: CKF, doc: DocumentInput, source_type: str, importance: float | No
         return _Planned(doc.source, kind, state["title"], content_hash, len(data), st, imp,
                         None, state["doc_id"])
     parsed = parse_bytes(data, kind)
-    drafts = chunk_blocks(parsed.blocks, chunking)
+    try:
+        drafts = chunk_blocks(parsed.blocks, chunking)
+    except Exception as exc:  # one hostile file must not end the ingest of the others
+        raise SkipDocument(f"could not cut into facts: {type(exc).__name__}: {exc}") from None
     if not drafts:
         raise SkipDocument(f"no facts: its text is under {chunking.min_tokens} tokens")
-    return _Planned(doc.source, kind, parsed.title, content_hash, len(data), st, imp, drafts)
+    return _Planned(doc.source, kind, parsed.title, content_hash, len(data), st, imp, drafts,
+                    warnings=list(parsed.warnings))
 
 
 def _batches(plans: list[_Planned], new_first: dict[str, int], commit_every: int
@@ -194,6 +211,10 @@ def ingest_documents(
             plans.append(_plan(ckf, doc, source_type, importance, chunking))
         except SkipDocument as e:
             rep.skipped.append((doc.source, str(e)))
+            continue
+        for w in plans[-1].warnings:
+            log.warning("%s: %s", doc.source, w)
+            rep.warnings.append((doc.source, w))
     if progress:
         progress("read", len(seen_sources), len(seen_sources))
 
@@ -234,9 +255,7 @@ def ingest_documents(
                     txn.touch_document(p.doc_id, source_type=p.source_type,
                                        importance=p.importance)
                     rep.documents_unchanged += 1
-                    (n,) = txn.conn.execute("SELECT n_facts FROM documents WHERE doc_id=?",
-                                            (p.doc_id,)).fetchone()
-                    rep.facts_kept += int(n)
+                    rep.facts_kept += txn.document_fact_count(p.doc_id)
                     continue
                 existed = ckf.document_state(p.source) is not None
                 change = txn.put_document(

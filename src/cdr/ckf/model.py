@@ -9,9 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-import numpy as np
-
 from cdr.errors import InvalidInputError
+from cdr.factindex import Selection as Selection  # re-export: it belongs to the protocol
 
 # SPEC-009 fact size bounds, in cl100k tokens.
 MIN_FACT_TOKENS = 10
@@ -104,6 +103,8 @@ class ParsedDocument:
     blocks: list[Block]
     title: str | None = None
     meta: dict[str, str] = field(default_factory=dict)
+    # What the parser had to work around (bad charset, nesting cut off), for the ingest report.
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,15 +136,3 @@ class Fact:
     doc_id: str
     created_at: str = ""
     updated_at: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Selection:
-    """Phase 1 output: rows that pass the relevance gate, best first, with their vectors."""
-
-    indices: np.ndarray  # int64 (k,)
-    relevances: np.ndarray  # float32 (k,)
-    embeddings: np.ndarray  # float32 (k, dim)
-
-    def __len__(self) -> int:
-        return int(self.indices.shape[0])

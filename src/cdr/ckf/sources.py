@@ -7,6 +7,8 @@ of the ingest carries on.
 
 from __future__ import annotations
 
+import codecs
+import logging
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -17,6 +19,8 @@ from pathlib import Path
 from cdr.ckf.model import ParsedDocument
 from cdr.ckf.parse import KIND_BY_SUFFIX, parse, parse_pdf, pdf_available
 from cdr.errors import InvalidInputError, NotFoundError
+
+log = logging.getLogger("cdr.ckf")
 
 
 class SkipDocument(Exception):
@@ -162,10 +166,44 @@ def kind_of(name: str, default: str | None = None) -> str:
     return kind
 
 
-def decode(data: bytes, kind: str) -> str:
-    """Bytes → text, or SkipDocument naming what is wrong (empty, binary, bad encoding)."""
+# Codecs Python knows that are not character sets a page can be written in: a `<meta charset>`
+# naming one is ignored (decoding HTML as punycode either raises something odd or yields junk).
+_NOT_CHARSETS = frozenset({
+    "punycode", "idna", "unicode_escape", "raw_unicode_escape", "utf_7", "undefined",
+    "mbcs", "oem", "cp65001", "rot_13", "base64_codec", "hex_codec", "zlib_codec",
+    "bz2_codec", "quopri_codec", "uu_codec",
+})
+
+
+def _declared_charset(data: bytes) -> tuple[str | None, str | None]:
+    """(usable codec name, warning) for an HTML `<meta charset>` in the first 4 KB."""
+    m = _CHARSET.search(data[:4096])
+    if not m:
+        return None, None
+    label = m.group(1).decode("ascii", "replace")
+    try:
+        info = codecs.lookup(label)
+    except LookupError:
+        return None, f"unknown charset {label!r} declared; decoded as UTF-8"
+    if info.name.replace("-", "_") in _NOT_CHARSETS or not getattr(
+            info, "_is_text_encoding", True):
+        return None, f"charset {label!r} declared is not a text encoding; decoded as UTF-8"
+    return info.name, None
+
+
+def decode_text(data: bytes, kind: str) -> tuple[str, list[str]]:
+    """Bytes → (text, warnings), or SkipDocument naming what is wrong (empty, binary, bad
+    encoding).
+
+    HTML never fails on its charset: the declared one is used if it is a real text encoding
+    that decodes the bytes, else UTF-8 if the bytes are valid UTF-8 (sniffed), else UTF-8 with
+    U+FFFD for the bad bytes — each fallback with a warning. Markdown and text files have no
+    way to declare a charset, so bytes that are not UTF-8 are refused with the offset of the
+    first bad byte (a person can convert the file; guessing would ingest mojibake silently).
+    """
     if not data:
         raise SkipDocument("empty file")
+    warnings: list[str] = []
     if data.startswith(b"\xef\xbb\xbf"):
         encoding = "utf-8-sig"
     elif data.startswith((b"\xff\xfe", b"\xfe\xff")):
@@ -174,33 +212,53 @@ def decode(data: bytes, kind: str) -> str:
         if b"\x00" in data[:8192]:
             raise SkipDocument("binary file (contains NUL bytes)")
         encoding = "utf-8"
-        if kind == "html":
-            m = _CHARSET.search(data[:4096])
-            if m:
-                declared = m.group(1).decode("ascii").lower()
-                try:
-                    "".encode(declared)
-                    encoding = declared
-                except LookupError:
-                    pass
-    try:
-        text = data.decode(encoding)
-    except UnicodeDecodeError as e:
-        bad = data[e.start : e.start + 1].hex()
-        raise SkipDocument(
-            f"not valid {encoding.upper()} text (byte 0x{bad} at offset {e.start}); "
-            "convert it to UTF-8"
-        ) from None
+    text: str | None = None
+    if kind == "html" and encoding == "utf-8":
+        declared, why = _declared_charset(data)
+        if why:
+            warnings.append(why)
+        if declared:
+            try:
+                text = data.decode(declared)
+            except (UnicodeError, ValueError, LookupError) as e:
+                if declared != "utf-8":  # else the UTF-8 attempt below says it
+                    warnings.append(f"bytes are not valid {declared} as declared "
+                                    f"({type(e).__name__}); decoded as UTF-8")
+        if text is None:
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError as e:
+                text = data.decode("utf-8", errors="replace")
+                warnings.append(f"not valid UTF-8 (first bad byte at offset {e.start}); bad "
+                                "bytes replaced with U+FFFD")
+    else:
+        try:
+            text = data.decode(encoding)
+        except UnicodeDecodeError as e:
+            bad = data[e.start : e.start + 1].hex()
+            raise SkipDocument(
+                f"not valid {encoding.upper()} text (byte 0x{bad} at offset {e.start}); "
+                "convert it to UTF-8"
+            ) from None
     if not text.strip():
         raise SkipDocument("empty file (whitespace only)")
     controls = sum(1 for ch in text[:4096] if ord(ch) < 32 and ch not in "\t\n\r\f\v")
     if controls > 0.05 * min(len(text), 4096):
         raise SkipDocument("binary file (mostly control characters)")
+    return text, warnings
+
+
+def decode(data: bytes, kind: str) -> str:
+    """`decode_text` without the warnings (they are logged)."""
+    text, warnings = decode_text(data, kind)
+    for w in warnings:
+        log.warning("%s", w)
     return text
 
 
 def parse_bytes(data: bytes, kind: str) -> ParsedDocument:
-    """Decode and parse; every failure is a SkipDocument with the reason."""
+    """Decode and parse; every failure is a SkipDocument with the reason. Warnings of the
+    decoding and of the parser are in the document's `warnings`."""
     if kind == "pdf":
         if not data:
             raise SkipDocument("empty file")
@@ -217,11 +275,16 @@ def parse_bytes(data: bytes, kind: str) -> ParsedDocument:
         if not doc.blocks:
             raise SkipDocument("PDF has no extractable text (scanned images?)")
         return doc
-    text = decode(data, kind)
+    text, warnings = decode_text(data, kind)
     try:
         doc = parse(kind, text)
     except RecursionError:
         raise SkipDocument("document nesting too deep to parse") from None
+    except (SkipDocument, InvalidInputError):
+        raise
+    except Exception as exc:  # a parser bug on one hostile file must not end the ingest
+        raise SkipDocument(f"could not parse as {kind}: {type(exc).__name__}: {exc}") from None
+    doc.warnings[:0] = warnings
     if not doc.blocks:
         raise SkipDocument("no text content")
     return doc

@@ -135,6 +135,25 @@ class WriteTxn:
         self.importance = np.concatenate(
             [self.importance, np.full(n, importance, np.float32)])
 
+    def append_raw_document(self, source: str, importance: float, contents: Sequence[str],
+                            vectors: np.ndarray, tokens: np.ndarray,
+                            hash_lists: Sequence[np.ndarray], ids: Sequence[str]) -> None:
+        """`add_raw_rows` as (more of) one document of kind `raw`, created on first use."""
+        doc_id = doc_id_for(source)
+        self.conn.execute(
+            "INSERT INTO documents(doc_id, source, kind, title, content_hash, size,"
+            " source_type, importance, status, n_facts, created_at, updated_at)"
+            " VALUES (?,?,'raw',NULL,'',0,'user',?,'ACTIVE',0,?,?)"
+            " ON CONFLICT(doc_id) DO NOTHING",
+            (doc_id, source, importance, self.ts, self.ts))
+        (base,) = self.conn.execute(
+            "SELECT COALESCE(MAX(ordinal) + 1, 0) FROM occurrences WHERE doc_id=?",
+            (doc_id,)).fetchone()
+        self.add_raw_rows(contents, vectors, tokens, hash_lists, doc_id, source, importance,
+                          ids, ordinal_base=int(base))
+        self.conn.execute("UPDATE documents SET n_facts = n_facts + ? WHERE doc_id=?",
+                          (len(contents), doc_id))
+
     # ------------------------------------------------------------------ documents
 
     def put_document(
@@ -212,6 +231,14 @@ class WriteTxn:
             "UPDATE documents SET status='ACTIVE', importance=?, source_type=?, updated_at=?"
             " WHERE doc_id=?", (importance, source_type, self.ts, doc_id))
         self.refresh_rows(self.rows_of(doc_id))
+
+    def document_fact_count(self, doc_id: str) -> int:
+        """How many facts a document holds (as recorded with it)."""
+        row = self.conn.execute("SELECT n_facts FROM documents WHERE doc_id=?",
+                                (doc_id,)).fetchone()
+        if row is None:
+            raise InvalidInputError(f"no document {doc_id}")
+        return int(row[0])
 
     def set_document_status(self, doc_id: str, status: str) -> None:
         self.conn.execute("UPDATE documents SET status=?, updated_at=? WHERE doc_id=?",

@@ -12,6 +12,7 @@ Endpoints (OpenAPI at `/openapi.json`, docs at `/docs`):
     GET    /v1/ckf/jobs/{id}, GET /v1/ckf/stats, GET /v1/ckf/documents,
     DELETE /v1/ckf/documents/{id}
     GET    /healthz, GET /metrics
+    GET    /ui/, /ui/sessions/{id}    run inspector pages (see `routes_ui.py`)
 
 Errors are `{"error": {"type", "message", "param", "code", ...}}` (see `errors.py`).
 """
@@ -22,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -32,13 +34,21 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cdr.errors import CdrError
-from cdr.gateway import routes_chat, routes_ckf, routes_sessions
+from cdr.gateway import routes_chat, routes_ckf, routes_sessions, routes_ui
+from cdr.gateway.auth import AuthMiddleware, is_loopback
 from cdr.gateway.errors import ApiError, from_cdr_error, from_validation_errors
 from cdr.gateway.metrics import render_metrics
 from cdr.gateway.middleware import GatewayMiddleware
+from cdr.gateway.paths import public_path
+from cdr.gateway.redact import register_path, register_secret
 from cdr.gateway.runtime import Gateway
 from cdr.gateway.schemas import Health
-from cdr.gateway.settings import SESSION_DB_NAME, GatewayConfigError, GatewaySettings
+from cdr.gateway.settings import (
+    SESSION_DB_NAME,
+    GatewayConfigError,
+    GatewaySettings,
+    load_settings,
+)
 from cdr.writers import Writer
 
 __all__ = ["create_app", "serve"]
@@ -54,13 +64,18 @@ def create_app(
 ) -> FastAPI:
     """Build the app. `settings` default to the environment (`CDR_*`); `ckf` (a `CKF` or a
     directory) and `writer` override what the settings name. Refuses insecure or unusable
-    settings (no signing secret outside dev mode, no session store)."""
-    settings = settings or GatewaySettings()
+    settings (no signing secret or API keys outside dev mode, no session store)."""
+    settings = settings or load_settings()
     if ckf is not None:
         path = Path(ckf) if isinstance(ckf, str | Path) else Path(ckf.path)
         settings = settings.model_copy(update={
             "ckf": path, "session_db": settings.session_db or path / SESSION_DB_NAME})
     settings.validate_for_serving()
+    ring = settings.key_ring()
+    for path in (settings.ckf, settings.session_db, Path.cwd(), tempfile.gettempdir()):
+        register_path(path)
+    if settings.llm_api_key is not None:
+        register_secret(settings.llm_api_key.get_secret_value())
     blas_threads = _blas_threads()
     gw = Gateway(settings, ckf=ckf, writer=writer)
 
@@ -87,17 +102,22 @@ def create_app(
     app.include_router(routes_chat.router)
     app.include_router(routes_sessions.router)
     app.include_router(routes_ckf.router)
+    app.include_router(routes_ui.router)
     _install_error_handlers(app)
+    # Added last = outermost: refusals by the key check are counted and get JSON bodies.
+    app.add_middleware(AuthMiddleware, ring=ring)
     app.add_middleware(GatewayMiddleware, metrics=gw.metrics,
                        max_body_bytes=settings.max_body_bytes,
-                       default_headers=gw.context_mode_headers)
+                       default_headers=gw.context_mode_headers,
+                       read_timeout=settings.read_timeout_seconds,
+                       max_header_bytes=settings.max_header_bytes)
 
     @app.get("/healthz", response_model=Health, tags=["ops"], summary="Liveness and readiness")
     def healthz() -> dict[str, Any]:
         snap = gw.kb.current()
         info = None
         if snap is not None:
-            info = {"path": str(snap.path), "model_id": snap.model_id,
+            info = {"path": public_path(str(snap.path)), "model_id": snap.model_id,
                     "generation": snap.generation, "active_facts": int(snap.active.sum())}
         return {"status": "ok", "writer": gw.writer.name, "ckf": info}
 
@@ -167,17 +187,31 @@ def _install_error_handlers(app: FastAPI) -> None:
             message = f"no endpoint {request.url.path!r}; see /openapi.json"
         elif exc.status_code == 405:
             message = f"method {request.method} is not allowed on {request.url.path!r}"
-        return ApiError(exc.status_code, message, headers=dict(exc.headers or {})).response()
+        return ApiError(exc.status_code, message, code=getattr(exc, "code", None),
+                        headers=dict(exc.headers or {})).response()
 
 
 def serve(ckf: Path | None, host: str = "127.0.0.1", port: int = 8088) -> None:
-    """`cdr serve`: settings from the environment, `--ckf` over `CDR_CKF`; blocks."""
+    """`cdr serve`: settings from the environment, `--ckf` over `CDR_CKF`; blocks.
+
+    Raises `GatewayConfigError` (one line, naming the variable) on a bad configuration, and
+    for dev mode on a non-loopback `host`. Uses the guarded HTTP protocol
+    (`cdr.gateway.protocol`): a header deadline and JSON bodies for connection-level errors.
+    """
     import uvicorn
 
+    from cdr.gateway.protocol import guarded_h11
+
     overrides: dict[str, Any] = {} if ckf is None else {"ckf": Path(ckf)}
-    settings = GatewaySettings(**overrides)
+    settings = load_settings(**overrides)
+    if settings.dev and not is_loopback(host):
+        raise GatewayConfigError(
+            f"CDR_DEV=1 serves on loopback only (127.0.0.1, ::1, localhost), not {host!r}: "
+            "dev mode has no API keys and may have a throwaway signing secret")
     app = create_app(settings)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     log.info("cdr gateway on http://%s:%d (CKF %s, writer %s)", host, port,
              settings.ckf or "none", settings.writer)
-    uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5)
+    uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5,
+                http=guarded_h11(settings.read_timeout_seconds),
+                h11_max_incomplete_event_size=settings.max_header_bytes)

@@ -9,6 +9,8 @@ that help a caller act (`upstream_status` on a 502, `expected`/`got` on a model 
 from __future__ import annotations
 
 import json
+import logging
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,15 +24,19 @@ from cdr.errors import (
     NotFoundError,
     UpstreamError,
 )
+from cdr.gateway.redact import redact, scrub_paths, summarize_upstream
 
 __all__ = [
     "ERROR_TYPES",
     "ApiError",
+    "BodyReadTimeoutError",
     "BodyTooLargeError",
     "error_response",
     "from_cdr_error",
     "from_validation_errors",
 ]
+
+log = logging.getLogger("cdr.gateway")
 
 # HTTP status -> the `type` our bodies carry for it (OpenAI's words where it has one).
 ERROR_TYPES = {
@@ -39,9 +45,11 @@ ERROR_TYPES = {
     403: "permission_error",
     404: "not_found_error",
     405: "method_not_allowed",
+    408: "request_timeout",
     409: "conflict_error",
     413: "payload_too_large",
     415: "unsupported_media_type",
+    431: "request_header_fields_too_large",
     422: "invalid_request_error",
     500: "internal_error",
     502: "upstream_error",
@@ -74,7 +82,8 @@ class ApiError(Exception):
 
     def body(self) -> dict[str, Any]:
         err: dict[str, Any] = {
-            "type": self.type, "message": self.message, "param": self.param, "code": self.code,
+            "type": self.type, "message": scrub_paths(self.message), "param": self.param,
+            "code": self.code,
         }
         err.update(self.extra)
         return {"error": err}
@@ -87,10 +96,22 @@ class BodyTooLargeError(HTTPException):
     """Raised from the body-size guard while a handler reads the body. An `HTTPException`
     so that FastAPI's body parsing re-raises it instead of turning it into a generic 400."""
 
+    code = "body_too_large"
+
     def __init__(self, limit: int) -> None:
         super().__init__(413, f"request body exceeds the limit of {limit} bytes "
                               "(CDR_MAX_BODY_BYTES)")
         self.limit = limit
+
+
+class BodyReadTimeoutError(HTTPException):
+    """The body's read deadline passed (an `HTTPException` for the same reason as above)."""
+
+    code = "request_timeout"
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(408, f"the request body did not arrive within {seconds:g} s "
+                              "(CDR_READ_TIMEOUT_SECONDS)", headers={"Connection": "close"})
 
 
 def error_response(status: int, message: str, **kwargs: Any) -> JSONResponse:
@@ -102,10 +123,10 @@ def from_cdr_error(exc: CdrError) -> ApiError:
     headers = dict(getattr(exc, "headers", None) or {})
     status = getattr(exc, "http_status", None)
     if isinstance(exc, UpstreamError):
-        up = exc.status
-        return ApiError(502, f"upstream LLM failed (status {up}): {exc}" if up else
-                        f"upstream LLM failed: {exc}", code="upstream_failed",
-                        upstream_status=up, headers=headers)
+        # Never the upstream's own words: they carry its URL and may echo our API key.
+        log.warning("upstream failure: %s", redact(str(exc)))
+        return ApiError(502, f"upstream LLM failed: {summarize_upstream(exc.status, str(exc))}",
+                        code="upstream_failed", upstream_status=exc.status, headers=headers)
     if isinstance(exc, EmbeddingModelMismatchError):
         return ApiError(409, str(exc), code="embedding_model_mismatch",
                         expected=exc.expected, got=exc.got, headers=headers)
@@ -127,9 +148,14 @@ def _code(exc: Exception) -> str:
     return out or "error"
 
 
+# Union members and validator wrappers pydantic puts in an error's location: not fields.
+_TAG = re.compile(r"^(str|int|float|bool|list\[.*\]|dict\[.*\]|[a-z-]+\[.*\]|[A-Z]\w*)$")
+
+
 def _loc(loc: Sequence[Any]) -> str:
     parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
-    return ".".join(parts) if parts else ".".join(str(p) for p in loc)
+    parts = [p for p in parts if not _TAG.match(p)]
+    return ".".join(parts)
 
 
 def from_validation_errors(errors: Sequence[Mapping[str, Any]]) -> ApiError:
@@ -142,16 +168,20 @@ def from_validation_errors(errors: Sequence[Mapping[str, Any]]) -> ApiError:
             return ApiError(400, f"request body is not valid JSON{where}: "
                                  f"{ctx.get('error', 'parse error')}", code="invalid_json")
     details = [
-        {"field": _loc(e.get("loc", ())), "message": str(e.get("msg", "")),
-         "type": str(e.get("type", ""))}
+        {"field": str((e.get("ctx") or {}).get("field") or _loc(e.get("loc", ()))),
+         "message": str(e.get("msg", "")), "type": str(e.get("type", ""))}
         for e in errors
     ]
+    code = "invalid_unicode" if any(d["type"] == "invalid_unicode" for d in details) \
+        else "invalid_fields"
+    if code == "invalid_unicode":
+        details = [d for d in details if d["type"] == "invalid_unicode"]
     summary = "; ".join(f"{d['field'] or 'body'}: {d['message']}" for d in details[:10])
     if len(details) > 10:
         summary += f"; and {len(details) - 10} more"
     first = details[0]["field"] if details else None
     return ApiError(422, f"invalid request: {summary}", param=first or None,
-                    code="invalid_fields", details=_jsonable(details))
+                    code=code, details=_jsonable(details))
 
 
 def _jsonable(value: Any) -> Any:

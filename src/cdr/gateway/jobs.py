@@ -3,8 +3,10 @@
 An upload is checked (type, decodable, has text) while the client waits, so a bad file gets a
 4xx naming the problem; the accepted files go to a staging directory and a job embeds and
 commits them on the CKF's single writer thread. Embedding 100 facts takes seconds, which a
-request should not wait for. Jobs live in memory: after a restart their status is gone, but
-what they committed is in the CKF.
+request should not wait for. A job runs on the replica that accepted the upload (its files are
+there); its status is written to the job store (`job_store.py`) at each step, so any replica
+sharing that store answers for it, and it survives a restart. A replica killed mid-job leaves
+that job `running` in the store; what it committed is in the CKF.
 
 Uploaded documents get the source `upload/<file name>`, so uploading a file of the same name
 again updates that document (unchanged content costs nothing) instead of adding a copy.
@@ -12,19 +14,19 @@ again updates that document (unchanged content costs nothing) instead of adding 
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import tempfile
-import threading
 import time
 import uuid
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cdr.errors import NotFoundError
 from cdr.gateway.knowledge import KnowledgeBase
+from cdr.gateway.store import MemorySessionStore, SessionStore, update_with_retry
 
 log = logging.getLogger("cdr.gateway")
 UPLOAD_PREFIX = "upload/"
@@ -60,13 +62,42 @@ class IngestJob:
         }
 
 
+def _outcome(documents: int, skipped: list[tuple[str, str]]) -> tuple[str, str | None]:
+    """A job that left no document in the CKF failed, whatever the reason (every file
+    skipped: too short, no text, unreadable): a client polling for `succeeded` must not be told
+    its 3-word upload worked. Some files skipped beside ingested ones is a success whose
+    report lists the skipped."""
+    if documents > 0:
+        return "succeeded", None
+    reasons = "; ".join(f"{name.removeprefix(UPLOAD_PREFIX)}: {why}" for name, why in skipped)
+    return "failed", f"nothing ingested: {reasons or 'no documents'}"
+
+
+@dataclass(frozen=True)
+class StoredJob:
+    """A job's status as stored (possibly written by another replica)."""
+
+    data: dict[str, Any]
+
+    @property
+    def id(self) -> str:
+        return str(self.data["id"])
+
+    @property
+    def status(self) -> str:
+        return str(self.data["status"])
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.data)
+
+
 class IngestJobs:
-    def __init__(self, kb: KnowledgeBase, staging_root: Path | None = None) -> None:
+    def __init__(self, kb: KnowledgeBase, staging_root: Path | None = None,
+                 store: SessionStore | None = None) -> None:
         self.kb = kb
+        self.store: SessionStore = store if store is not None else MemorySessionStore()
         # Not inside the CKF directory: `CKF.create` wants that empty on the first upload.
         self.staging_root = staging_root
-        self._jobs: OrderedDict[str, IngestJob] = OrderedDict()
-        self._lock = threading.Lock()
 
     def staging_dir(self) -> Path:
         """A fresh directory for one upload's files (removed when its job ends)."""
@@ -77,20 +108,33 @@ class IngestJobs:
     def submit(self, files: list[StagedFile], source_type: str,
                importance: float | None) -> IngestJob:
         job = IngestJob(uuid.uuid4().hex, files, source_type, importance)
-        with self._lock:
-            self._jobs[job.id] = job
-            while len(self._jobs) > MAX_JOBS_KEPT:
-                self._jobs.popitem(last=False)
+        self.store.create(job.id, json.dumps(job.to_json()))
+        self._prune()
         self.kb.submit(lambda: self._run(job))
         return job
 
-    def get(self, job_id: str) -> IngestJob:
-        with self._lock:
-            job = self._jobs.get(job_id)
-        if job is None:
-            raise NotFoundError(f"no ingest job {job_id!r} (jobs are kept in memory, up to "
-                                f"{MAX_JOBS_KEPT}, until the gateway restarts)")
-        return job
+    def get(self, job_id: str) -> StoredJob:
+        stored = self.store.get(job_id)
+        if stored is None:
+            raise NotFoundError(f"no ingest job {job_id!r} (the newest {MAX_JOBS_KEPT} jobs "
+                                "are kept)")
+        return StoredJob(json.loads(stored.data))
+
+    def _save(self, job: IngestJob) -> None:
+        """Write the job's status through to the store (only this replica writes it)."""
+        data = json.dumps(job.to_json())
+        update_with_retry(self.store, job.id, lambda _old: data)
+
+    def _prune(self) -> None:
+        """Keep the newest MAX_JOBS_KEPT jobs; runs when there are 10% more, so a list of
+        ids and one read per job happen once per ~100 uploads, not on each."""
+        ids = self.store.list_ids()
+        if len(ids) <= MAX_JOBS_KEPT * 11 // 10:
+            return
+        rows = [r for r in (self.store.get(i) for i in ids) if r is not None]
+        rows.sort(key=lambda r: (r.created, r.id))
+        for row in rows[: len(rows) - MAX_JOBS_KEPT]:
+            self.store.delete(row.id)
 
     def _run(self, job: IngestJob) -> None:
         """On the writer thread; every failure ends up in the job, never lost in a future."""
@@ -98,6 +142,7 @@ class IngestJobs:
 
         job.status, job.started = "running", time.time()
         try:
+            self._save(job)
             ckf = self.kb.writer()
             docs = [DocumentInput(UPLOAD_PREFIX + f.name, f.path.read_bytes(), f.kind)
                     for f in job.files]
@@ -113,11 +158,15 @@ class IngestJobs:
                     "status": state["status"] if state else None,
                 })
             self.kb.reload()  # readers see the new facts before the job says it is done
-            job.status = "succeeded"
+            job.status, job.error = _outcome(report.documents, report.skipped)
         except Exception as exc:
             log.exception("ingest job %s failed", job.id)
             job.status, job.error = "failed", f"{type(exc).__name__}: {exc}"
         finally:
             job.finished = time.time()
+            try:
+                self._save(job)
+            except Exception:
+                log.exception("could not store the status of ingest job %s", job.id)
             if job.files:
                 shutil.rmtree(job.files[0].path.parent, ignore_errors=True)

@@ -11,6 +11,10 @@ request holding them ends.
 
 Writes (uploads, deletes) go through one single-thread executor and a separate `CKF` object,
 so there is only ever one writer in this process; the CKF's file lock guards against others.
+
+This module is the local-directory backend's adapter: it opens, watches and writes CKF
+directories, so it knows their concrete types. What it hands to request handlers is a
+`FactIndex`; the loop, sessions and routes downstream depend on that protocol only.
 """
 
 from __future__ import annotations
@@ -20,32 +24,38 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from cdr.errors import NotFoundError
+
+if TYPE_CHECKING:
+    from cdr.ckf.snapshot import CKFSnapshot
+    from cdr.ckf.store import CKF
+    from cdr.factindex import FactIndex
 
 log = logging.getLogger("cdr.gateway")
 _T = TypeVar("_T")
 WATCH_SECONDS = 1.0
 
 
-def _open(path: Path) -> Any:
-    from cdr.ckf.store import CKF
+def _open(path: Path) -> CKFSnapshot:
+    """A read-only snapshot: request threads never write through it."""
+    from cdr.ckf.snapshot import CKFSnapshot
 
-    return CKF.open(path)
+    return CKFSnapshot.open(path)
 
 
 class KnowledgeBase:
     """Holds the current CKF snapshot for `path` (None while no CKF exists there)."""
 
-    def __init__(self, path: Path | None, initial: Any = None,
+    def __init__(self, path: Path | None, initial: CKFSnapshot | None = None,
                  watch_seconds: float = WATCH_SECONDS) -> None:
         self.path = Path(initial.path) if initial is not None else path
         self._lock = threading.Lock()
-        self._current: Any = initial
-        self._empty_of: tuple[Any, bool] | None = None
-        self._writer: Any = None
-        self._probe: Any = None
+        self._current: CKFSnapshot | None = initial
+        self._empty_of: tuple[CKFSnapshot | None, bool] | None = None
+        self._writer: CKF | None = None
+        self._probe: CKFSnapshot | None = None
         self._probe_lock = threading.Lock()
         self._writes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdr-ckf-writer")
         self._stop = threading.Event()
@@ -59,11 +69,11 @@ class KnowledgeBase:
 
     # ------------------------------------------------------------------ readers
 
-    def current(self) -> Any:
+    def current(self) -> CKFSnapshot | None:
         """The snapshot to use for a whole request (None: no CKF yet)."""
         return self._current
 
-    def latest(self) -> Any:
+    def latest(self) -> CKFSnapshot | None:
         """`current()`, after catching up with the disk now rather than at the watcher's next
         tick: views of the CKF itself (stats, documents) must agree with what they list."""
         if self._changed():
@@ -71,7 +81,7 @@ class KnowledgeBase:
         return self._current
 
     @staticmethod
-    def is_empty(snapshot: Any) -> bool:
+    def is_empty(snapshot: FactIndex | None) -> bool:
         return snapshot is None or not bool(snapshot.active.any())
 
     def current_is_empty(self) -> bool:
@@ -130,7 +140,7 @@ class KnowledgeBase:
                 log.exception("CKF watcher: could not check %s", self.path)
 
     def _changed(self) -> bool:
-        """Cheap check: a probe object's `refresh()` reads one meta row."""
+        """Cheap check: a probe snapshot reads the committed generation (one meta row)."""
         if self.path is None:
             return False
         with self._probe_lock:  # the watcher and request threads share the probe
@@ -142,15 +152,12 @@ class KnowledgeBase:
                 self._probe = _open(self.path)  # type: ignore[arg-type]
             except NotFoundError:
                 return False
-            cur = self._current
-            return cur is None or self._probe.generation != cur.generation
-        changed = self._probe.refresh()
         cur = self._current
-        return changed or cur is None or self._probe.generation != cur.generation
+        return cur is None or self._probe.latest_generation() != cur.generation
 
     # ------------------------------------------------------------------ writers
 
-    def writer(self) -> Any:
+    def writer(self) -> CKF:
         """The CKF object writes go through (created on first use); writer thread only."""
         if self.path is None:
             raise NotFoundError("no CKF directory is configured: set CDR_CKF or pass --ckf")
@@ -171,7 +178,7 @@ class KnowledgeBase:
 
         return self._writes.submit(run)
 
-    def submit_write(self, fn: Callable[[Any], _T]) -> Future[_T]:
+    def submit_write(self, fn: Callable[[CKF], _T]) -> Future[_T]:
         """Run `fn(writer_ckf)` on the single writer thread, then swap in the new state."""
         return self.submit(lambda: fn(self.writer()))
 

@@ -19,6 +19,9 @@ from prometheus_client import (
 
 __all__ = ["LATENCY_BUCKETS", "GatewayMetrics", "render_metrics"]
 
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+OTHER = "other"
+
 # Envelope requests take ~1-50 ms; chat completions with an upstream LLM take seconds.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -58,9 +61,16 @@ class GatewayMetrics:
             registry=self.registry,
         )
 
-    def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
-        self.requests.labels(route=route, method=method.upper(), status=str(status)).inc()
-        self.latency.labels(route=route, method=method.upper()).observe(seconds)
+    def observe_request(self, route: str | None, method: str, status: int,
+                        seconds: float) -> None:
+        """Count a request. `route` must be a registered route template or None (no route
+        matched: `other`); a method outside the standard ones is `other`, and a status
+        outside 100-599 is `other`: a client cannot make up a label value."""
+        m = method.upper() if method.upper() in METHODS else OTHER
+        r = route or OTHER
+        code = str(status) if 100 <= status <= 599 else OTHER
+        self.requests.labels(route=r, method=m, status=code).inc()
+        self.latency.labels(route=r, method=m).observe(seconds)
 
     def window_done(self, ngram_activations: int = 0) -> None:
         self.windows.inc()

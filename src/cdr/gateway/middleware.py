@@ -1,5 +1,12 @@
-"""The ASGI layer around every request: body-size limit, metrics, default CRP headers, and
-the last line of defence that turns an unexpected exception into a JSON 500.
+"""The ASGI layer around every request: body-size limit, body read deadline, JSON content
+type, metrics, default CRP headers, and the last line of defence that turns an unexpected
+exception into a JSON 500.
+
+The read deadline: a client that promises a body and sends it slowly (or never) would hold a
+worker and its buffers for ever. Once the headers are in, the whole body must arrive within
+`read_timeout` seconds (`CDR_READ_TIMEOUT_SECONDS`); else the answer is a JSON 408 with
+`Connection: close`, and the connection is closed. The headers' own deadline lives in the
+HTTP protocol (`cdr.gateway.protocol`), where they are read.
 
 Pure ASGI rather than Starlette's `BaseHTTPMiddleware`, so that streamed responses pass
 through untouched and the request latency covers the whole stream.
@@ -7,6 +14,7 @@ through untouched and the request latency covers the whole stream.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -14,7 +22,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from cdr.gateway.errors import ApiError, BodyTooLargeError
+from cdr.gateway.errors import ApiError, BodyReadTimeoutError, BodyTooLargeError
+from cdr.gateway.limits import expects_json, is_json_content_type
 from cdr.gateway.metrics import GatewayMetrics
 
 log = logging.getLogger("cdr.gateway")
@@ -28,8 +37,12 @@ class GatewayMiddleware:
         metrics: GatewayMetrics,
         max_body_bytes: int,
         default_headers: Callable[[], dict[str, str]],
+        read_timeout: float = 15.0,
+        max_header_bytes: int = 32_768,
     ) -> None:
         self.app = app
+        self.max_header_bytes = max_header_bytes
+        self.read_timeout = read_timeout
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
         self.default_headers = default_headers
@@ -46,7 +59,7 @@ class GatewayMiddleware:
             if not state["observed"]:
                 state["observed"] = True
                 route = scope.get("route")
-                template = getattr(route, "path", None) or "unmatched"
+                template = getattr(route, "path", None)
                 self.metrics.observe_request(template, scope.get("method", "GET"),
                                              state["status"], time.perf_counter() - t0)
 
@@ -73,15 +86,41 @@ class GatewayMiddleware:
             await send_error(ApiError(413, BodyTooLargeError(limit).detail,
                                       code="body_too_large", limit=limit))
             return
+        # The HTTP layer only measures headers that arrive in pieces; a block sent at once
+        # is measured here.
+        header_bytes = sum(len(k) + len(v) + 4 for k, v in scope.get("headers", []))
+        if header_bytes > self.max_header_bytes:
+            await send_error(ApiError(
+                431, f"the request headers are {header_bytes} bytes; the limit is "
+                f"{self.max_header_bytes} (CDR_MAX_HEADER_BYTES)", code="headers_too_large",
+                headers={"Connection": "close"}))
+            return
+        method, path = scope.get("method", "GET"), scope.get("path", "")
+        ctype = _header(scope, b"content-type")
+        has_body = (length or 0) > 0 or _header(scope, b"transfer-encoding") is not None
+        if has_body and expects_json(method, path) and ctype is not None \
+                and not is_json_content_type(ctype):
+            await send_error(ApiError(
+                415, f"{method} {path} takes a JSON body: send Content-Type: application/json "
+                f"(got {ctype[:100]!r})", code="unsupported_media_type"))
+            return
         received = 0
+        deadline = time.monotonic() + self.read_timeout
+        body_done = False
 
         async def limited_receive() -> Message:
-            nonlocal received
-            message = await receive()
+            nonlocal received, body_done
+            if body_done:  # waiting for a disconnect: no deadline
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                raise BodyReadTimeoutError(self.read_timeout) from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
                     raise BodyTooLargeError(limit)
+                body_done = not message.get("more_body", False)
             return message
 
         try:
@@ -90,6 +129,10 @@ class GatewayMiddleware:
             if not state["started"]:
                 await send_error(ApiError(413, str(exc.detail), code="body_too_large",
                                           limit=limit))
+        except BodyReadTimeoutError as exc:
+            if not state["started"]:
+                await send_error(ApiError(408, str(exc.detail), code=exc.code,
+                                          headers=dict(exc.headers or {})))
         except Exception:
             log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
             if not state["started"]:
@@ -98,6 +141,13 @@ class GatewayMiddleware:
                 raise
         finally:
             observe()
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for k, v in scope.get("headers", []):
+        if k == name:
+            return v.decode("latin-1")
+    return None
 
 
 def _content_length(scope: Scope) -> int | None:

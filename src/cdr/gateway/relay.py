@@ -29,6 +29,7 @@ from cdr.envelope import DEFAULT_GENERATION_TOKENS
 from cdr.errors import UpstreamError
 from cdr.gateway.errors import ApiError, from_cdr_error
 from cdr.gateway.records import SessionRecord
+from cdr.gateway.redact import upstream_summary
 from cdr.gateway.runtime import Gateway, session_headers
 from cdr.gateway.schemas import ChatCompletionRequest
 from cdr.headers import SAFETY_ONLY_HEADERS
@@ -147,7 +148,10 @@ class ChatRun:
         while not (cancelled is not None and cancelled.is_set()):
             event = gen.step(session, on_delta)
             self.events.append(event)
-            self.record.windows.append(window_record(event))
+            record = window_record(event)
+            if event.upstream is not None:  # the trace gets the summary, not the upstream text
+                record["error"] = upstream_summary(event.upstream)
+            self.record.windows.append(record)
             self._save()
             self.gw.window_finished(event)
             if event.upstream is not None:

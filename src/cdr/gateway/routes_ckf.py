@@ -11,6 +11,8 @@ from fastapi.responses import JSONResponse
 
 from cdr.gateway.errors import ApiError
 from cdr.gateway.jobs import StagedFile
+from cdr.gateway.paths import public_path, public_sources
+from cdr.gateway.redact import scrub_paths
 from cdr.gateway.runtime import Gateway
 from cdr.gateway.schemas import Deleted, ErrorResponse, Job
 
@@ -96,7 +98,7 @@ async def upload_documents(
         path.write_bytes(data)
         staged.append(StagedFile(name, path, kind))
     job = gw.jobs.submit(staged, stype, importance)
-    return JSONResponse(job.to_json(), status_code=202,
+    return JSONResponse(_public_job(job.to_json()), status_code=202,
                         headers={"Location": f"/v1/ckf/jobs/{job.id}"})
 
 
@@ -104,7 +106,15 @@ async def upload_documents(
             summary="An ingest job's status and report")
 def get_job(request: Request,
             job_id: Annotated[str, Path(min_length=1, max_length=64)]) -> JSONResponse:
-    return JSONResponse(_gw(request).jobs.get(job_id).to_json())
+    return JSONResponse(_public_job(_gw(request).jobs.get(job_id).to_json()))
+
+
+def _public_job(job: dict[str, Any]) -> dict[str, Any]:
+    """A job as clients see it: sources and error text without server paths."""
+    out = public_sources(job)
+    if isinstance(out.get("error"), str):
+        out["error"] = scrub_paths(out["error"])
+    return out
 
 
 @router.get("/stats", summary="Facts, documents and storage of the CKF")
@@ -112,15 +122,16 @@ def stats(request: Request) -> JSONResponse:
     gw = _gw(request)
     snap = gw.kb.latest()
     if snap is None:
-        return JSONResponse({"path": str(gw.kb.path) if gw.kb.path else None, "exists": False,
-                             "active_facts": 0, "documents": 0})
-    return JSONResponse({"exists": True, **snap.stats()})
+        return JSONResponse({"path": public_path(str(gw.kb.path)) if gw.kb.path else None,
+                             "exists": False, "active_facts": 0, "documents": 0})
+    return JSONResponse({"exists": True, **public_sources(snap.stats())})
 
 
 @router.get("/documents", summary="Documents in the CKF")
 def documents(request: Request) -> JSONResponse:
     snap = _gw(request).kb.latest()
-    return JSONResponse({"documents": snap.documents() if snap is not None else []})
+    return JSONResponse({"documents": public_sources(snap.documents()) if snap is not None
+                         else []})
 
 
 @router.delete("/documents/{doc_id}", response_model=Deleted, responses=_errors(404, 409, 422),

@@ -9,7 +9,8 @@ from fastapi.responses import JSONResponse
 from fastapi.security import APIKeyHeader, HTTPBearer
 
 from cdr.gateway import sidecar
-from cdr.gateway.runtime import TOKEN_HEADER, Gateway, token_from_headers
+from cdr.gateway.errors import ApiError
+from cdr.gateway.runtime import SET_TOKEN_HEADER, TOKEN_HEADER, Gateway, token_from_headers
 from cdr.gateway.schemas import (
     Deleted,
     EnvelopeResponse,
@@ -31,7 +32,16 @@ _crp_header = APIKeyHeader(name=TOKEN_HEADER, auto_error=False,
 
 def session_token(request: Request, _b: Any = Depends(_bearer),
                   _h: Any = Depends(_crp_header)) -> str:
-    return token_from_headers(request.headers)
+    """The session token. With API keys configured, `Authorization` carries the key, so the
+    token comes from `CRP-Session` only; without (dev mode), from either header."""
+    if getattr(request.state, "api_key", None) is None:
+        return token_from_headers(request.headers)
+    value = request.headers.get(TOKEN_HEADER, "").strip()
+    if not value:
+        raise ApiError(401, f"missing session token: send `{TOKEN_HEADER}: <token>` with the "
+                       f"token from the last `{SET_TOKEN_HEADER}` (Authorization carries the "
+                       "API key)", code="missing_token")
+    return value
 
 
 Token = Annotated[str, Depends(session_token)]

@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from cdr.errors import EmbeddingModelMismatchError, NotFoundError
+from cdr.factindex import FactIndex
 from cdr.gateway.errors import ApiError
+from cdr.gateway.job_store import job_store_for
 from cdr.gateway.jobs import IngestJobs
 from cdr.gateway.knowledge import KnowledgeBase
 from cdr.gateway.metrics import GatewayMetrics
@@ -40,7 +42,7 @@ def writer_for(settings: GatewaySettings) -> Writer:
                         api_key=None if key is None else key.get_secret_value())
 
 
-def empty_kb_error(snapshot: Any, path: Path | None) -> EmptyKnowledgeBaseError:
+def empty_kb_error(snapshot: FactIndex | None, path: Path | None) -> EmptyKnowledgeBaseError:
     if path is None:
         where = "no CKF is configured (set CDR_CKF or pass --ckf)"
     elif snapshot is None:
@@ -101,7 +103,7 @@ class Gateway:
         self.signer = signer if signer is not None else settings.token_signer()
         self.store = store if store is not None else settings.session_store()
         self.metrics = GatewayMetrics()
-        self.jobs = IngestJobs(self.kb)
+        self.jobs = IngestJobs(self.kb, store=job_store_for(self.store))
         self.sessions = SessionCache()
         self.executor = ThreadPoolExecutor(max_workers=CHAT_THREADS,
                                            thread_name_prefix="cdr-chat")
@@ -109,11 +111,12 @@ class Gateway:
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.kb.close()
+        self.jobs.store.close()
         self.store.close()
 
     # ------------------------------------------------------------------ CKF
 
-    def snapshot(self, *, require_facts: bool = True) -> Any:
+    def snapshot(self, *, require_facts: bool = True) -> FactIndex:
         """The CKF snapshot for this request. Starting a session needs active facts; going on
         with one needs a CKF (an emptied CKF then exhausts it, as Exit 3 intends)."""
         snap = self.kb.current()
@@ -151,7 +154,7 @@ class Gateway:
                 out[name] = getattr(o, name)
         return out
 
-    def generator(self, snapshot: Any, options: Mapping[str, Any]) -> Generator:
+    def generator(self, snapshot: FactIndex, options: Mapping[str, Any]) -> Generator:
         cfg = GenerationConfig(min_relevance=self.settings.min_relevance, **options)
         return Generator(snapshot, self.writer, cfg)
 
@@ -165,12 +168,12 @@ class Gateway:
         return self.signer.issue(session_id, session.model_id, session.window_count,
                                  session.residual_ids)
 
-    def verify(self, token: str, session_id: str, snapshot: Any) -> TokenPayload:
+    def verify(self, token: str, session_id: str, snapshot: FactIndex | None) -> TokenPayload:
         """Signature, expiry, session binding and embedding model (401 / 409)."""
         model = snapshot.model_id if snapshot is not None else None
         return self.signer.verify(token, session_id=session_id, model_id=model)
 
-    def load(self, session_id: str, snapshot: Any, *, fresh: bool = False
+    def load(self, session_id: str, snapshot: FactIndex | None, *, fresh: bool = False
              ) -> tuple[StoredSession, SessionRecord]:
         """The stored row and its parsed record. Without `fresh` the record may be shared
         with other requests (read it, never change it); with `fresh` it is a private copy."""
@@ -190,8 +193,8 @@ class Gateway:
                 self.sessions.put(session_id, stored.version, snapshot, record)
         return stored, record
 
-    def authorize(self, session_id: str, token: str, snapshot: Any, *, fresh: bool = False
-                  ) -> tuple[StoredSession, SessionRecord]:
+    def authorize(self, session_id: str, token: str, snapshot: FactIndex | None, *,
+                  fresh: bool = False) -> tuple[StoredSession, SessionRecord]:
         """Every check a session call needs: token (signature, expiry, model), the session
         exists, and the token is for its current window (else a replay: 409)."""
         payload = self.verify(token, session_id, snapshot)

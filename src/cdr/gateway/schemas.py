@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
+from cdr.gateway.limits import check_text
 from cdr.options import EnvelopeMode, MemoryMode, ProfileName, QueriesMode
 from cdr.ranking import RankingMode
 from cdr.session import MAX_WINDOWS_LIMIT
@@ -20,10 +22,30 @@ MAX_OUTLINE_CHARS = 20_000
 MAX_WINDOW_TEXT_CHARS = 400_000
 MAX_WORDS = 100_000
 MAX_SUB_QUERIES = 20
+MAX_MESSAGE_CHARS = 100_000
+MAX_MESSAGES_CHARS = 400_000
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Unknown fields refused; no coercion (`true` is not 1, `"300"` is not 300)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class _CleanText:
+    """Top-level request bodies: every string in the raw JSON is checked for invalid Unicode
+    (`limits.check_text`) before any field is validated."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _clean(cls, data: Any) -> Any:
+        return check_text(data)
+
+
+def _too_long(length: int, limit: int, what: str = "text") -> PydanticCustomError:
+    return PydanticCustomError("string_too_long",
+                               "{what} has {length} characters; the limit is {limit}",
+                               {"what": what, "length": length, "limit": limit})
 
 
 class GenerationOptions(_Strict):
@@ -86,15 +108,26 @@ class GenerationOptions(_Strict):
 
 
 class ContentPart(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
     type: str = Field(..., max_length=64)
-    text: str | None = Field(None, max_length=MAX_TASK_CHARS)
+    text: str | None = Field(None, max_length=MAX_MESSAGE_CHARS)
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[ContentPart] | None = None
+    content: str | list[ContentPart] | None = Field(
+        None, description=f"At most {MAX_MESSAGE_CHARS} characters per message; the task "
+        f"(the last user message) at most {MAX_TASK_CHARS}.")
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _content_length(cls, v: Any) -> Any:
+        if isinstance(v, str) and len(v) > MAX_MESSAGE_CHARS:
+            raise _too_long(len(v), MAX_MESSAGE_CHARS, "message content")
+        if isinstance(v, list) and len(v) > 256:
+            raise PydanticCustomError("too_long", "at most 256 content parts", {})
+        return v
 
     def text(self) -> str:
         if self.content is None:
@@ -105,21 +138,40 @@ class ChatMessage(BaseModel):
 
 
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
     include_usage: bool = False
 
 
-class ChatCompletionRequest(BaseModel):
+class ChatCompletionRequest(_CleanText, BaseModel):
     """OpenAI's request. Sampling fields (`temperature`, `max_tokens`...) are accepted and
     ignored: each window's budget comes from the envelope (SPEC-003), not from the client."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
     model: str = Field("cdr", max_length=256)
     messages: list[ChatMessage] = Field(..., min_length=1, max_length=256)
     stream: bool = False
     stream_options: StreamOptions | None = None
     crp: GenerationOptions | None = Field(
         None, description="CDR options (OpenAI clients send them with `extra_body`).")
+
+    @model_validator(mode="after")
+    def _bounded(self) -> ChatCompletionRequest:
+        """The whole conversation and the task have their own limits (the task is embedded
+        and planned from, like a session's `task`)."""
+        total = sum(len(m.text()) for m in self.messages)
+        if total > MAX_MESSAGES_CHARS:
+            raise _too_long(total, MAX_MESSAGES_CHARS, "messages together")
+        for i in range(len(self.messages) - 1, -1, -1):
+            if self.messages[i].role == "user":
+                n = len(self.messages[i].text())
+                if n > MAX_TASK_CHARS:
+                    raise PydanticCustomError(
+                        "string_too_long", "the task (last user message) has {length} "
+                        "characters; the limit is {limit}",
+                        {"field": f"messages.{i}.content", "length": n,
+                         "limit": MAX_TASK_CHARS})
+                break
+        return self
 
     def task(self) -> str | None:
         """The last user message's text: what to write."""
@@ -171,7 +223,7 @@ class ChatCompletion(BaseModel):
 # ------------------------------------------------------------------ sidecar
 
 
-class SessionCreate(GenerationOptions):
+class SessionCreate(_CleanText, GenerationOptions):
     task: str = Field(..., min_length=1, max_length=MAX_TASK_CHARS, description="What to write.")
 
     @field_validator("task")
@@ -244,7 +296,7 @@ class EnvelopeResponse(BaseModel):
     headers: dict[str, str]
 
 
-class WindowSubmit(_Strict):
+class WindowSubmit(_CleanText, _Strict):
     text: str = Field(..., max_length=MAX_WINDOW_TEXT_CHARS,
                       description="The window your LLM wrote from the envelope's messages.")
     etag: str | None = Field(None, max_length=128, description="The envelope's etag; when "

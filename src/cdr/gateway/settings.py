@@ -14,20 +14,37 @@ import uuid
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, PrivateAttr, SecretStr, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cdr.errors import InvalidInputError
-from cdr.gateway.store import SQLiteSessionStore
+from cdr.gateway.auth import KeyConfigError, KeyRing, parse_api_keys, weak_secret_reason
+from cdr.gateway.store import SessionStore, SQLiteSessionStore
+from cdr.gateway.store_postgres import is_postgres_url
 from cdr.session_token import DEFAULT_KID, TokenSigner, parse_signing_secret
 
-__all__ = ["GatewayConfigError", "GatewaySettings"]
+__all__ = ["GatewayConfigError", "GatewaySettings", "load_settings"]
 
 SESSION_DB_NAME = "sessions.sqlite3"
 
 
 class GatewayConfigError(InvalidInputError):
     """The gateway cannot serve with this configuration; the message names the variable."""
+
+
+class PostgresUrl(str):
+    """`CDR_SESSION_DB` when it is a postgresql:// URL (kept verbatim, never a Path)."""
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        from pydantic_core import core_schema
+
+        def check(value: Any) -> PostgresUrl:
+            if isinstance(value, str) and is_postgres_url(value):
+                return cls(value)
+            raise ValueError("not a postgresql:// URL")
+
+        return core_schema.no_info_plain_validator_function(check)
 
 
 class GatewaySettings(BaseSettings):
@@ -40,19 +57,26 @@ class GatewaySettings(BaseSettings):
     )
 
     ckf: Path | None = None
-    writer: Literal["extractive", "openai", "anthropic"] = "extractive"
+    writer: Literal["extractive", "openai", "anthropic", "local"] = "extractive"
     llm_base_url: str | None = None
     llm_model: str | None = None
     llm_api_key: SecretStr | None = None
     signing_secret: SecretStr | None = None
     dev: bool = False
-    session_db: Path | None = None
+    # A file path (SQLite) or a postgresql:// URL (shared by gateway replicas).
+    session_db: PostgresUrl | Path | None = None
     # NORMAL survives process crashes; FULL also power cuts, at one fsync per session write.
     session_db_synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
     token_ttl_seconds: int = Field(3600, gt=0)
     max_body_bytes: int = Field(10_000_000, gt=0)
     max_windows_cap: int = Field(20, ge=1)
     min_relevance: float | None = Field(None, ge=-1.0, le=1.0)
+    # `scope:key` entries (see cdr.gateway.auth); required unless CDR_DEV=1.
+    api_keys: SecretStr | None = None
+    # Deadline for a request's headers, and for its whole body once the headers are in.
+    read_timeout_seconds: float = Field(15.0, gt=0, le=3600)
+    # Request line plus headers; larger is answered 431.
+    max_header_bytes: int = Field(32_768, ge=1024, le=1 << 20)
 
     _dev_secret: str | None = PrivateAttr(default=None)
 
@@ -89,21 +113,41 @@ class GatewaySettings(BaseSettings):
                 )
         else:
             try:
-                parse_signing_secret(self.signing_secret.get_secret_value())
+                ring, _ = parse_signing_secret(self.signing_secret.get_secret_value())
             except InvalidInputError as exc:
                 raise GatewayConfigError(str(exc)) from exc
+            for kid, secret in ring.items():
+                reason = weak_secret_reason(secret.decode("utf-8", "replace"))
+                if reason is not None:
+                    raise GatewayConfigError(f"CDR_SIGNING_SECRET (key {kid!r}) {reason}")
+        self.key_ring()  # raises on a bad CDR_API_KEYS, or on none outside dev mode
         if self.session_db is None:
             raise GatewayConfigError(
                 "no session store: set CDR_CKF (sessions go to <ckf>/sessions.sqlite3) or "
                 "CDR_SESSION_DB"
             )
-        if self.writer != "extractive" and not self.llm_model:
+        if self.writer not in ("extractive", "local") and not self.llm_model:
             raise GatewayConfigError(
                 f"CDR_WRITER={self.writer} needs CDR_LLM_MODEL (the upstream model name)"
             )
         if self.ckf is not None and self.ckf.exists() and not self.ckf.is_dir():
             raise GatewayConfigError(f"CDR_CKF={self.ckf} exists but is not a directory")
         return self
+
+    def key_ring(self) -> KeyRing | None:
+        """The API keys; None means no authentication, which only dev mode allows."""
+        raw = self.api_keys.get_secret_value() if self.api_keys is not None else ""
+        if not raw.strip():
+            if self.dev:
+                return None
+            raise GatewayConfigError(
+                "CDR_API_KEYS is not set: outside dev mode every call needs an API key. Run "
+                "`cdr keygen --scope admin` and set CDR_API_KEYS to the entry it prints, or "
+                "set CDR_DEV=1 for an unauthenticated gateway on loopback only")
+        try:
+            return KeyRing(parse_api_keys(raw))
+        except KeyConfigError as exc:
+            raise GatewayConfigError(str(exc)) from None
 
     def signing_ring(self) -> tuple[dict[str, bytes], str]:
         """The key ring and active key id; in dev without a secret, a random one made once
@@ -120,8 +164,30 @@ class GatewaySettings(BaseSettings):
         keys, active = self.signing_ring()
         return TokenSigner(keys, active, ttl_seconds=self.token_ttl_seconds, **kwargs)
 
-    def session_store(self) -> SQLiteSessionStore:
-        """Open the configured SQLite session store (call after `validate_for_serving`)."""
+    def session_store(self) -> SessionStore:
+        """Open the configured session store (call after `validate_for_serving`): PostgreSQL
+        for a postgresql:// URL, else the SQLite file."""
         if self.session_db is None:
             raise GatewayConfigError("no session store: set CDR_CKF or CDR_SESSION_DB")
+        if isinstance(self.session_db, PostgresUrl):
+            from cdr.gateway.store_postgres import PostgresSessionStore
+
+            return PostgresSessionStore(str(self.session_db))
         return SQLiteSessionStore(self.session_db, synchronous=self.session_db_synchronous)
+
+
+def load_settings(**overrides: Any) -> GatewaySettings:
+    """`GatewaySettings` from the environment, with a bad value reported as one
+    `GatewayConfigError` line naming the variable (not pydantic's multi-line report)."""
+    try:
+        return GatewaySettings(**overrides)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = str(first["loc"][0]) if first.get("loc") else ""
+        name = f"CDR_{field.upper()}" if field else "configuration"
+        value = os.environ.get(name)
+        # Never echo a value that may hold a credential (keys, secrets, a database URL).
+        private = any(w in field for w in ("secret", "key", "db", "url"))
+        shown = "" if value is None or private else f"={value!r}"
+        more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+        raise GatewayConfigError(f"{name}{shown}: {first['msg']}{more}") from None

@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdr.gateway.errors import ApiError
+from cdr.gateway.paths import public_sources
 from cdr.gateway.records import SessionRecord, derive, with_pending
+from cdr.gateway.replay import replay_submission, with_submission
 from cdr.gateway.runtime import (
     SESSION_ID_HEADER,
     SET_TOKEN_HEADER,
@@ -32,6 +34,7 @@ from cdr.gateway.runtime import (
 from cdr.gateway.schemas import SessionCreate, WindowSubmit
 from cdr.gateway.store import StoredSession, VersionConflictError
 from cdr.loop import PreparedWindow, WindowEvent
+from cdr.session_token import StaleTokenError
 from cdr.trace import packed_facts, window_record
 
 MAX_ATTEMPTS = 25
@@ -64,7 +67,7 @@ def create_session(gw: Gateway, req: SessionCreate) -> Response:
 def _facts_out(prepared: PreparedWindow) -> list[dict[str, Any]]:
     """The trace's view of the packed facts, plus what the client's LLM needs: the prompt's
     reference (F1, F2, …) and the fact text."""
-    return [{"ref": f"F{i + 1}", **item, "content": fact.content}
+    return [{"ref": f"F{i + 1}", **public_sources(item), "content": fact.content}
             for i, (item, fact) in enumerate(zip(packed_facts(prepared), prepared.facts,
                                                  strict=True))]
 
@@ -146,7 +149,11 @@ def envelope(gw: Gateway, sid: str, token: str) -> Response:
 
 
 def submit_window(gw: Gateway, sid: str, token: str, req: WindowSubmit) -> Response:
-    """Verify the window's text (DPE Stage 8), update the session, apply the exit rules."""
+    """Verify the window's text (DPE Stage 8), update the session, apply the exit rules.
+    A repeat of the last accepted submission with its (now stale) token gets the original
+    answer and a current token (`cdr.gateway.replay`)."""
+    bodies: list[dict[str, Any]] = []
+
     def compute(snap: Any, stored: StoredSession, rec: SessionRecord) -> _Change:
         session = rec.session  # a private copy: changed below
         pending = rec.pending
@@ -164,26 +171,41 @@ def submit_window(gw: Gateway, sid: str, token: str, req: WindowSubmit) -> Respo
         event = gw.generator(snap, rec.options).complete(session, prepared, req.text)
         rec.windows.append(window_record(event))
         rec.pending = None
-        return _Change(rec, rec.to_json(), prepared, event)
+        body = _window_body(sid, event, session_headers(session, sid, None, event.headers))
+        bodies.append(body)
+        return _Change(rec, with_submission(rec.to_json(), event.number, req, body), prepared,
+                       event)
 
-    change = _change(gw, sid, token, True, compute)
+    try:
+        change = _change(gw, sid, token, True, compute)
+    except StaleTokenError as exc:
+        done = replay_submission(gw, sid, exc, req, gw.snapshot(require_facts=False))
+        if done is not None:
+            return done
+        raise
     session, event = change.record.session, change.event
     assert event is not None
     gw.window_finished(event)
     new_token = gw.issue(sid, session)
-    headers = session_headers(session, sid, new_token, event.headers)
+    body = bodies[-1]  # the attempt whose compare-and-set won
+    headers = {**body["headers"], SET_TOKEN_HEADER: new_token}
+    body.update(token=new_token, headers=headers)
+    return body, headers
+
+
+def _window_body(sid: str, event: WindowEvent, headers: dict[str, str]) -> dict[str, Any]:
+    """The response to an accepted window, without its token (stored for replays)."""
     report = event.report
-    body = {
+    return {
         "session_id": sid, "window": event.number,
         "report": {"addressed": report.addressed_sub_queries, "words": dict(report.words),
                    "paragraphs": report.paragraphs,
                    "unattributed_words": report.unattributed_words},
         "completeness": round(event.completeness, 4), "residual": list(event.residual),
         "status": event.status, "done": event.done,
-        "exit_reason": event.status if event.done else None, "token": new_token,
+        "exit_reason": event.status if event.done else None, "token": None,
         "headers": headers,
     }
-    return body, headers
 
 
 def trace(gw: Gateway, sid: str, token: str) -> Response:
@@ -191,7 +213,7 @@ def trace(gw: Gateway, sid: str, token: str) -> Response:
     _, rec = gw.authorize(sid, token, snap)
     last = rec.windows[-1]["headers"] if rec.windows else None
     headers = session_headers(rec.session, sid, gw.issue(sid, rec.session), last)
-    return rec.trace(sid), headers
+    return public_sources(rec.trace(sid)), headers
 
 
 def delete(gw: Gateway, sid: str, token: str) -> Response:

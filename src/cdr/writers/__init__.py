@@ -33,6 +33,7 @@ _REGISTRY = {
     "extractive": ("cdr.writers.extractive", "ExtractiveWriter"),
     "openai": ("cdr.writers.openai_writer", "OpenAIWriter"),
     "anthropic": ("cdr.writers.anthropic_writer", "AnthropicWriter"),
+    "local": ("cdr.writers.local", "LocalWriter"),
 }
 WRITER_NAMES = tuple(_REGISTRY)
 _LAZY = {cls: module for module, cls in _REGISTRY.values()}
@@ -62,8 +63,8 @@ def build_writer(name: str, *, model: str | None = None, base_url: str | None = 
     """The writer `name` pointed at its upstream: the extractive writer needs nothing; the
     OpenAI writer defaults to api.openai.com; an unset key is left to the writer (it reads
     its environment variable)."""
-    if name == "extractive":
-        return get_writer("extractive")
+    if name in ("extractive", "local"):  # local: the GGUF from CDR_LOCAL_MODEL (cdr.models)
+        return get_writer(name)
     settings: dict[str, Any] = {"model": model}
     if api_key is not None:
         settings["api_key"] = api_key

@@ -44,6 +44,19 @@ class WriterResult:
     text: str
     finish_reason: str
     usage: dict[str, int]
+    # With finish_reason "length": the unfinished last paragraph, cut from `text` so that the
+    # window keeps (and Stage 8 credits) only complete paragraphs; the next window continues.
+    dropped_text: str = ""
+
+
+def trim_truncated(result: WriterResult) -> WriterResult:
+    """Cut a token-limited text back to its last complete paragraph (`cdr.markdown`)."""
+    if result.finish_reason != "length" or result.dropped_text:
+        return result
+    from cdr.markdown import keep_complete
+
+    result.text, result.dropped_text = keep_complete(result.text)
+    return result
 
 
 @runtime_checkable
@@ -294,7 +307,7 @@ class HttpChatWriter:
                     self._sleep(self._delay(attempt, err.retry_after))
                 continue
             result.usage = complete_usage(result.usage, messages, result.text)
-            return result
+            return trim_truncated(result)
         assert last is not None
         raise UpstreamError(
             f"{self.name} writer: {last.message} (gave up after {attempts} attempt"

@@ -1,52 +1,25 @@
-"""Real documentation corpora available offline, for tests, the demo and benchmarks.
+"""The benchmarks' real corpus: the whole Python 3.11 HTML documentation.
 
-- `pydoc_topics_dir`: the Python language reference topics that ship with the standard
-  library (`pydoc_data.topics`), written out as text files. Zero install.
-- `python_docs_dir`: the whole Python 3.11 HTML documentation from Debian's `python3.11-doc`
-  package, fetched once with `apt-get download` and unpacked into a cache directory.
+Fetched once from Debian's `python3.11-doc` package with `apt-get download` and unpacked into
+a cache directory. It lives with the benchmarks, not in the library: installing `cdr` must
+never run a package manager. (The zero-install pydoc topics for tests and the demo are
+`cdr.samples`.)
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
 from cdr.errors import NotFoundError
+from cdr.samples import cache_dir
 
 DEBIAN_PACKAGE = "python3.11-doc"
 _HTML_SUBDIR = Path("usr/share/doc/python3.11/html")
 _SYSTEM_HTML = Path("/usr/share/doc/python3.11/html")
-
-
-def cache_dir() -> Path:
-    base = os.environ.get("CDR_CACHE_DIR")
-    if base:
-        return Path(base).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "cdr"
-
-
-def pydoc_topics_dir(dest: str | os.PathLike[str], *, topics: list[str] | None = None,
-                     suffix: str = ".txt") -> Path:
-    """Write the stdlib's pydoc topics (or the named subset) as `<topic><suffix>` files.
-
-    The topics are reStructuredText rendered to plain text: underlined headings, indented
-    examples. Returns `dest`."""
-    from pydoc_data.topics import topics as all_topics
-
-    out = Path(dest)
-    out.mkdir(parents=True, exist_ok=True)
-    names = sorted(all_topics) if topics is None else topics
-    for name in names:
-        if name not in all_topics:
-            raise NotFoundError(f"no pydoc topic {name!r}")
-        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
-        (out / f"{safe}{suffix}").write_text(all_topics[name], encoding="utf-8")
-    return out
 
 
 def python_docs_dir(cache: str | os.PathLike[str] | None = None) -> Path:

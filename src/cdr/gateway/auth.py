@@ -1,0 +1,237 @@
+"""API keys for the gateway: who may call it, and with which scope.
+
+`CDR_API_KEYS` is a comma-separated list of `scope:key` entries. `scope` is `generate` (chat
+completions, sidecar sessions, reading the CKF) or `admin` (everything, including CKF writes
+and deletes). `key` is either the key's hash, `sha256:<64 hex digits>` (what to put in a
+config file: a leaked config then does not leak the keys), or a plain key, which is hashed on
+load. `cdr keygen` prints a fresh key and its entry.
+
+Why SHA-256 and not a slow password hash: keys are generated, 256-bit random strings, so
+brute force over their hashes is hopeless; a slow hash would only cost every request time.
+Plain keys given in the environment must look random (see `weak_secret_reason`).
+
+Clients send `Authorization: Bearer <key>`, which is what the official OpenAI clients do with
+their `api_key`. A missing or unknown key is 401 (with `WWW-Authenticate: Bearer`); a known
+key without the scope the call needs is 403.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import math
+import re
+import secrets
+from collections import Counter
+from dataclasses import dataclass
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from cdr.gateway.errors import ApiError
+
+__all__ = [
+    "SCOPES",
+    "ApiKey",
+    "AuthMiddleware",
+    "KeyRing",
+    "hash_key",
+    "new_key",
+    "parse_api_keys",
+    "required_scope",
+    "weak_secret_reason",
+]
+
+SCOPES = ("generate", "admin")
+MIN_KEY_CHARS = 24
+MIN_SECRET_BITS = 64.0
+# Paths anyone may call: liveness, Prometheus scraping and the API description.
+OPEN_PATHS = frozenset({"/healthz", "/metrics", "/openapi.json", "/docs", "/redoc",
+                        "/docs/oauth2-redirect"})
+_HASH = re.compile(r"^sha256:([0-9a-f]{64})$")
+
+
+class KeyConfigError(ValueError):
+    """`CDR_API_KEYS` cannot be used; the message says which entry and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    """One configured key: its scope and the SHA-256 of the key. `id` (the first 8 hex digits
+    of the hash) names it in logs without revealing it."""
+
+    scope: str
+    digest: bytes
+
+    @property
+    def id(self) -> str:
+        return self.digest.hex()[:8]
+
+    def allows(self, scope: str) -> bool:
+        return self.scope == "admin" or self.scope == scope
+
+
+def hash_key(key: str) -> str:
+    """`sha256:<hex>`: the form of a key to store in `CDR_API_KEYS`."""
+    return "sha256:" + hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def new_key() -> str:
+    """A fresh random key (256 bits), recognisable by its `cdr_` prefix."""
+    return "cdr_" + secrets.token_urlsafe(32)
+
+
+def weak_secret_reason(value: str, min_chars: int = 16) -> str | None:
+    """Why `value` is too weak to be a secret, or None.
+
+    The estimate is the string's length times the Shannon entropy of its own characters, a
+    crude upper bound on its randomness that still catches what people actually type:
+    `aaaaaaaaaaaaaaaa` (0 bits), `abcabcabcabcabcabc` (~29 bits), `password1234567890` (~60).
+    A random 32-character URL-safe string scores ~150 bits, a four-word passphrase ~100.
+    """
+    if len(value) < min_chars:
+        return f"is {len(value)} characters; use at least {min_chars}"
+    counts = Counter(value)
+    per_char = abs(sum(c / len(value) * math.log2(c / len(value)) for c in counts.values()))
+    bits = per_char * len(value)
+    if bits < MIN_SECRET_BITS:
+        return (f"looks guessable (about {bits:.0f} bits of entropy, {len(counts)} distinct "
+                f"characters); use at least {MIN_SECRET_BITS:.0f} bits, e.g. "
+                "python -c 'import secrets; print(secrets.token_urlsafe(32))'")
+    return None
+
+
+def parse_api_keys(raw: str) -> list[ApiKey]:
+    """The keys in a `CDR_API_KEYS` value; `KeyConfigError` names the first bad entry."""
+    keys: list[ApiKey] = []
+    entries = [e.strip() for e in raw.replace("\n", ",").split(",") if e.strip()]
+    if not entries:
+        raise KeyConfigError("CDR_API_KEYS is empty: give scope:key entries, e.g. "
+                             "admin:sha256:<hex> (cdr keygen prints one)")
+    for n, entry in enumerate(entries, 1):
+        scope, sep, value = entry.partition(":")
+        scope = scope.strip().lower()
+        if not sep or scope not in SCOPES:
+            raise KeyConfigError(f"CDR_API_KEYS entry {n} must be scope:key with scope one of "
+                                 f"{', '.join(SCOPES)} (got scope {scope!r})")
+        value = value.strip()
+        if value.startswith("sha256:"):
+            m = _HASH.match(value.lower())
+            if m is None:
+                raise KeyConfigError(f"CDR_API_KEYS entry {n}: a hash must be sha256: and "
+                                     "64 hex digits")
+            keys.append(ApiKey(scope, bytes.fromhex(m.group(1))))
+            continue
+        reason = weak_secret_reason(value, MIN_KEY_CHARS)
+        if reason is not None:
+            raise KeyConfigError(f"CDR_API_KEYS entry {n}: the key {reason}")
+        keys.append(ApiKey(scope, hashlib.sha256(value.encode("utf-8")).digest()))
+    return keys
+
+
+class KeyRing:
+    """The configured keys; `find` compares a presented key against every one of them in
+    constant time (no early exit that would time which key matched)."""
+
+    def __init__(self, keys: list[ApiKey]) -> None:
+        self.keys = list(keys)
+
+    def find(self, presented: str) -> ApiKey | None:
+        digest = hashlib.sha256(presented.encode("utf-8", "replace")).digest()
+        found = None
+        for key in self.keys:
+            if hmac.compare_digest(key.digest, digest):
+                found = key
+        return found
+
+
+def required_scope(method: str, path: str) -> str | None:
+    """The scope a call needs: None for the open paths, `admin` for any change to the CKF,
+    `generate` for everything else (including unknown paths, so that a caller without a key
+    learns nothing about which routes exist)."""
+    if path in OPEN_PATHS:
+        return None
+    if path.startswith("/v1/ckf/") and method.upper() not in ("GET", "HEAD", "OPTIONS"):
+        return "admin"
+    return "generate"
+
+
+def is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def bearer(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """The credential of an `Authorization: Bearer` header, if any."""
+    for k, v in headers:
+        if k == b"authorization":
+            scheme, _, value = v.decode("latin-1").strip().partition(" ")
+            if scheme.lower() == "bearer" and value.strip():
+                return value.strip()
+            return None
+    return None
+
+
+class AuthMiddleware:
+    """Checks the API key before any route runs (so a refused request never reaches a body
+    parser, a store or the CKF) and records the key in `request.state.api_key`.
+
+    Without a key ring (dev mode), requests are only served to loopback clients: a dev
+    gateway exposed by mistake on a public interface refuses everyone else.
+    """
+
+    def __init__(self, app: ASGIApp, *, ring: KeyRing | None) -> None:
+        self.app = app
+        self.ring = ring
+
+    @staticmethod
+    async def on_refusal(scope: Scope, err: ApiError, receive: Receive, send: Send) -> None:
+        await err.response()(scope, receive, send)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        scope.setdefault("state", {})
+        need = required_scope(scope.get("method", "GET"), scope.get("path", ""))
+        if self.ring is None:
+            client = scope.get("client")
+            if need is not None and not is_loopback(client[0] if client else None):
+                await self.on_refusal(scope, ApiError(
+                    403, "this gateway runs in dev mode (CDR_DEV=1, no API keys) and serves "
+                    "loopback clients only", code="dev_mode_loopback_only"), receive, send)
+                return
+            scope["state"]["api_key"] = None
+            await self.app(scope, receive, send)
+            return
+        if need is None:
+            await self.app(scope, receive, send)
+            return
+        presented = bearer(scope.get("headers", []))
+        challenge = {"WWW-Authenticate": 'Bearer realm="cdr"'}
+        if presented is None:
+            await self.on_refusal(scope, ApiError(
+                401, "missing API key: send `Authorization: Bearer <key>` (the OpenAI "
+                "clients' api_key)", code="missing_api_key", headers=challenge), receive, send)
+            return
+        key = self.ring.find(presented)
+        if key is None:
+            await self.on_refusal(scope, ApiError(
+                401, "invalid API key", code="invalid_api_key",
+                headers={"WWW-Authenticate": 'Bearer realm="cdr", error="invalid_token"'}),
+                receive, send)
+            return
+        if not key.allows(need):
+            await self.on_refusal(scope, ApiError(
+                403, f"this API key has scope {key.scope!r}; {scope.get('method')} "
+                f"{scope.get('path')} needs {need!r}", code="insufficient_scope"),
+                receive, send)
+            return
+        scope["state"]["api_key"] = key
+        await self.app(scope, receive, send)

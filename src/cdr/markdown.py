@@ -1,0 +1,150 @@
+"""The structure of Markdown a language model wrote: headings with levels, paragraphs, lists,
+code blocks — read with markdown-it-py (CommonMark), not with regular expressions.
+
+Small instruction models add headings, lists and fenced code unasked and stop mid-sentence
+when the token limit hits. Stage 8 needs to know which words are prose under which heading,
+which are code (not prose: they earn no depth) and where the last complete block ends, and a
+CommonMark parser gets the edge cases (fences containing '#', setext headings, lazy list
+continuation) right where line regexes do not.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from markdown_it import MarkdownIt
+
+_PARSER = MarkdownIt("commonmark")
+_SENTENCE_END = re.compile(r"[.!?:][\"')\]]*(?=\s|$)")
+# A line that is only a bold or title-cased label ("**Introduction**", "Introduction") is a
+# heading the model forgot to mark: Stage 8 must not take it for prose.
+_BOLD_LINE = re.compile(r"^\s*(?:\*\*|__)(?P<t>[^*_\n]{1,80})(?:\*\*|__)\s*:?\s*$")
+
+
+@dataclass
+class Block:
+    """One top-level block. `kind`: heading | paragraph | list | code | quote | table | rule.
+
+    `headings` is the path of headings above it (outermost first); `text` is its plain text
+    (list items joined by newlines, code without fences); `start`/`end` are 0-based source
+    line numbers, `end` exclusive.
+    """
+
+    kind: str
+    text: str
+    start: int
+    end: int
+    level: int = 0
+    headings: list[str] = field(default_factory=list)
+
+    @property
+    def heading(self) -> str | None:
+        return self.headings[-1] if self.headings else None
+
+
+def _inline_text(tokens: list, i: int) -> str:
+    tok = tokens[i]
+    return tok.content if tok.type == "inline" else ""
+
+
+def parse_blocks(text: str) -> list[Block]:
+    """Top-level blocks of `text` in order, each with its heading path."""
+    tokens = _PARSER.parse(text)
+    lines = text.splitlines()
+    blocks: list[Block] = []
+    path: list[tuple[int, str]] = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok.level != 0 or tok.map is None:
+            i += 1
+            continue
+        start, end = tok.map
+        kind: str | None = None
+        content = ""
+        level = 0
+        if tok.type == "heading_open":
+            level = int(tok.tag[1])
+            content = _strip_inline(_inline_text(tokens, i + 1))
+            kind = "heading"
+        elif tok.type == "paragraph_open":
+            content = _inline_text(tokens, i + 1)
+            bold = _BOLD_LINE.match(content)
+            if bold and "\n" not in content.strip():
+                kind, level, content = "heading", 7, bold["t"].strip()
+            elif _is_label(content) and _has_next_block(tokens, i):
+                kind, level, content = "heading", 7, content.strip()
+            else:
+                kind = "paragraph"
+        elif tok.type in ("bullet_list_open", "ordered_list_open"):
+            kind = "list"
+            content = "\n".join(line.strip() for line in lines[start:end] if line.strip())
+        elif tok.type in ("fence", "code_block"):
+            kind, content = "code", tok.content
+        elif tok.type == "blockquote_open":
+            kind = "quote"
+            content = "\n".join(line.lstrip("> ").strip() for line in lines[start:end])
+        elif tok.type == "hr":
+            kind = "rule"
+        elif tok.type == "html_block":
+            kind, content = "paragraph", tok.content
+        if kind == "heading":
+            # Level 7: a bold label line, nested below any real heading.
+            while path and path[-1][0] >= level:
+                path.pop()
+            path.append((level, content))
+            blocks.append(Block("heading", content, start, end, level,
+                                [t for _, t in path[:-1]]))
+        elif kind is not None:
+            blocks.append(Block(kind, content.strip(), start, end, 0, [t for _, t in path]))
+        i += 1
+    return blocks
+
+
+def _is_label(content: str) -> bool:
+    """A short one-line paragraph without closing punctuation ("Introduction") is a heading
+    the model did not mark up."""
+    line = content.strip()
+    return ("\n" not in line and 0 < len(line.split()) <= 8 and line[-1:].isalnum()
+            and line[:1].isupper())
+
+
+def _has_next_block(tokens: list, i: int) -> bool:
+    return any(t.level == 0 and t.map is not None for t in tokens[i + 3:])
+
+
+def _strip_inline(text: str) -> str:
+    return re.sub(r"[*_`]+", "", text).strip().rstrip(":").strip()
+
+
+def keep_complete(text: str) -> tuple[str, str]:
+    """Split text cut off by a token limit into (complete part, unfinished tail).
+
+    The last top-level block is unfinished (the limit hit inside it) unless the text ends
+    with a blank line; it goes to the tail, and so do headings left with nothing under them.
+    When that would keep nothing, the cut falls after the last complete sentence instead, so
+    a window that is one long paragraph still keeps what it finished.
+    """
+    if not text.strip():
+        return "", text
+    if text.endswith("\n\n") and not _open_fence(text):
+        return text, ""
+    blocks = parse_blocks(text)
+    lines = text.splitlines(keepends=True)
+    keep = blocks[:-1] if blocks else []
+    while keep and keep[-1].kind == "heading":
+        keep.pop()
+    if keep:
+        cut = sum(len(line) for line in lines[: keep[-1].end])
+        kept = text[:cut].rstrip() + "\n"
+        return kept, text[cut:].lstrip("\n")
+    ends = list(_SENTENCE_END.finditer(text))
+    if not ends:
+        return "", text
+    cut = ends[-1].end()
+    return text[:cut].rstrip() + "\n", text[cut:]
+
+
+def _open_fence(text: str) -> bool:
+    return sum(1 for line in text.splitlines() if line.lstrip().startswith("```")) % 2 == 1

@@ -1,0 +1,151 @@
+"""The `local` writer: a GGUF model run in-process by llama.cpp (llama-cpp-python).
+
+In-process rather than a managed `llama_cpp.server` child: there is no port to pick, no child
+to health-check or to leave behind when cdr is killed, and no HTTP hop; pieces stream straight
+from the generator to `on_delta`. The model is loaded once per (path, context size) and shared
+by every writer in the process under a lock, because llama.cpp runs one request at a time
+anyway (a second concurrent request would only thrash the two cores). Anyone who wants a
+server can run `python -m llama_cpp.server` and use the `openai` writer — tested the same way.
+
+Defaults are the reference model's (temperature 0, seed 42: deterministic; ../shared/MEASURED.md).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from cdr.errors import InvalidInputError, UpstreamError
+from cdr.writers.base import (
+    DeltaCallback,
+    StreamInterruptedError,
+    WriterResult,
+    check_request,
+    complete_usage,
+    trim_truncated,
+)
+
+DEFAULT_N_CTX = 8192
+_MODELS: dict[tuple[str, int, int], Any] = {}
+_MODELS_LOCK = threading.Lock()
+_RUN_LOCK = threading.Lock()
+
+
+def default_threads() -> int:
+    """`CDR_LOCAL_THREADS`, else one per available core (at most 8) — or a single thread when
+    the machine is already busy (1-minute load ≥ cores): llama.cpp's threads spin at barriers
+    waiting for each other, and a descheduled peer stalls them all. Measured on 2 cores at load
+    ~15: 1 thread generated 30 tokens in 19 s, 2 threads took 87 s."""
+    env = os.environ.get("CDR_LOCAL_THREADS")
+    if env:
+        return max(1, int(env))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+    busy = hasattr(os, "getloadavg") and os.getloadavg()[0] >= cores
+    return 1 if busy else max(1, min(cores, 8))
+
+
+def load_model(path: Path, n_ctx: int, n_threads: int) -> Any:
+    """The llama.cpp model for `path`, loaded once per process."""
+    key = (str(path), n_ctx, n_threads)
+    with _MODELS_LOCK:
+        if key not in _MODELS:
+            from llama_cpp import Llama
+
+            try:
+                _MODELS[key] = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads,
+                                     verbose=False)
+            except (ValueError, RuntimeError) as exc:
+                raise InvalidInputError(
+                    f"local writer: llama.cpp could not load {path}: {exc}") from None
+        return _MODELS[key]
+
+
+class LocalWriter:
+    """Writes with a local GGUF chat model. `model_path` defaults to `CDR_LOCAL_MODEL`, else the
+    reference model installed by `make llm`; `n_ctx` to `CDR_LOCAL_N_CTX`, else 8192."""
+
+    name = "local"
+
+    def __init__(
+        self,
+        model_path: str | None = None,
+        n_ctx: int | None = None,
+        temperature: float = 0.0,
+        seed: int = 42,
+        stop: list[str] | None = None,
+        n_threads: int | None = None,
+    ) -> None:
+        from cdr.models import require_local_llm
+
+        if model_path is not None:
+            path = Path(model_path).expanduser()
+            if not path.is_file():
+                raise InvalidInputError(f"local writer: model file {path} does not exist")
+        else:
+            path = require_local_llm()
+        env_ctx = os.environ.get("CDR_LOCAL_N_CTX")
+        self.n_ctx = int(n_ctx or (int(env_ctx) if env_ctx else DEFAULT_N_CTX))
+        if self.n_ctx < 256:
+            raise InvalidInputError(f"local writer: n_ctx must be >= 256, got {self.n_ctx}")
+        self.model_path = path
+        self.model = path.stem
+        self.temperature = float(temperature)
+        self.seed = int(seed)
+        self.stop = list(stop or [])
+        self._llm = load_model(path, self.n_ctx, n_threads or default_threads())
+
+    def generate(
+        self,
+        messages: list[dict[str, str]],
+        max_tokens: int,
+        *,
+        on_delta: DeltaCallback | None = None,
+    ) -> WriterResult:
+        check_request(messages, max_tokens)
+        pieces: list[str] = []
+        finish = "stop"
+        usage: dict[str, int] = {}
+        with _RUN_LOCK:
+            try:
+                prompt_tokens = self._prompt_tokens(messages)
+                room = self.n_ctx - prompt_tokens
+                if room < 16:
+                    raise InvalidInputError(
+                        f"local writer: the prompt takes {prompt_tokens} of the model's "
+                        f"{self.n_ctx}-token context; raise CDR_LOCAL_N_CTX or lower "
+                        "--context-tokens")
+                limit = min(max_tokens, room)
+                stream = self._llm.create_chat_completion(
+                    messages=messages, max_tokens=limit, temperature=self.temperature,
+                    seed=self.seed, stop=self.stop or None, stream=True)
+                for chunk in stream:
+                    choice = (chunk.get("choices") or [{}])[0]
+                    piece = (choice.get("delta") or {}).get("content")
+                    if piece:
+                        pieces.append(piece)
+                        if on_delta is not None:
+                            on_delta(piece)
+                    if choice.get("finish_reason"):
+                        finish = choice["finish_reason"]
+                completion = len(self._llm.tokenize("".join(pieces).encode(), add_bos=False))
+                usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
+                         "total_tokens": prompt_tokens + completion}
+            except (InvalidInputError, KeyboardInterrupt):
+                raise
+            except Exception as exc:  # llama.cpp raises plain RuntimeError/ValueError
+                text = "".join(pieces)
+                if text:
+                    raise StreamInterruptedError(f"local writer failed mid-generation: {exc}",
+                                                 None, text) from None
+                raise UpstreamError(f"local writer failed: {exc}") from None
+        result = WriterResult("".join(pieces), finish, complete_usage(usage, messages, ""))
+        return trim_truncated(result)
+
+    def _prompt_tokens(self, messages: list[dict[str, str]]) -> int:
+        # The chat template adds a few tokens per message; count content plus that framing.
+        body = sum(len(self._llm.tokenize(m["content"].encode(), add_bos=False))
+                   for m in messages)
+        return body + 5 * len(messages) + 3
