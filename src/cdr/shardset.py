@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 from cdr.errors import EmbeddingModelMismatchError, InvalidInputError, NotFoundError
 
 if TYPE_CHECKING:
+    from cdr.ckf.handle import CKF
     from cdr.ckf.ingest import IngestProgress, IngestReport
-    from cdr.ckf.store import CKF
     from cdr.embed import Embedder
 
 MANIFEST = "shards.json"
@@ -203,7 +203,7 @@ def ingest_sharded(
     """`cdr ingest --shards S`: each document goes to `shard_of(source, S)` and is ingested
     there exactly as into a single CKF (same batching, same crash safety: every shard commits
     its own batches). `embedder` may be a Ray-parallel one (`cdr.ray_ingest`)."""
-    from cdr.ckf.ingest import DocumentInput, IngestReport, ingest_documents
+    from cdr.ckf.ingest import DocumentInput, IngestReport, ingest_documents, mark_vanished
     from cdr.ckf.parse import KIND_BY_SUFFIX
     from cdr.ckf.sources import SkipDocument, discover, read_file
     from cdr.embed import default_embedder
@@ -237,22 +237,16 @@ def ingest_sharded(
                              commit_every=commit_every, total_hint=len(by_shard[i]),
                              report=rep)
             bar.shard_done()
-            rep.stale.extend(_mark_vanished(store, roots))
+            rep.stale.extend(mark_vanished(store, roots))
         finally:
             store.close()
     return rep
 
 
 def _open_shard(path: Path, embedder: Embedder | None) -> CKF:
-    from cdr.ckf.store import CKF
+    from cdr.ckf.handle import CKF
 
     return CKF.open(path, embedder)
-
-
-def _mark_vanished(store: CKF, roots: Sequence[Path]) -> list[str]:
-    from cdr.ckf.ingest import _mark_vanished as mark
-
-    return mark(store, roots)
 
 
 def delete_document(root: str | os.PathLike[str], doc: str) -> tuple[int, str, int]:

@@ -21,13 +21,14 @@ from typing import Any
 import numpy as np
 
 from cdr.ckf.chunk import DEFAULT_CHUNKING, ChunkConfig, chunk_blocks
-from cdr.ckf.model import (
+from cdr.ckf.handle import CKF
+from cdr.ckf.parse import KIND_BY_SUFFIX, KINDS, PARSER_VERSION, front_matter
+from cdr.ckf.records import (
     SOURCE_TYPE_IMPORTANCE,
     FactDraft,
     check_importance,
     normalize_source_type,
 )
-from cdr.ckf.parse import KIND_BY_SUFFIX, KINDS, PARSER_VERSION, front_matter
 from cdr.ckf.sources import (
     SkipDocument,
     decode_text,
@@ -36,7 +37,6 @@ from cdr.ckf.sources import (
     parse_bytes,
     read_file,
 )
-from cdr.ckf.store import CKF
 from cdr.errors import InvalidInputError
 
 log = logging.getLogger("cdr.ckf")
@@ -314,12 +314,12 @@ def ingest(
     ingest_documents(ckf, inputs(), source_type=source_type, importance=importance,
                      progress=progress, chunking=chunking, batch_size=batch_size,
                      commit_every=commit_every, total_hint=len(candidates), report=rep)
-    rep.stale = _mark_vanished(ckf, roots)
+    rep.stale = mark_vanished(ckf, roots)
     rep.seconds = time.perf_counter() - started
     return rep
 
 
-def _mark_vanished(ckf: CKF, roots: Sequence[Path]) -> list[str]:
+def mark_vanished(ckf: CKF, roots: Sequence[Path]) -> list[str]:
     gone: list[str] = []
     for root in roots:
         prefix = str(root).rstrip(os.sep) + os.sep
