@@ -17,7 +17,14 @@ it changed) and returns the envelope (~45 facts with text, the prompt messages).
 Clients are threads of this process: on a 2-core machine they compete with the server for
 CPU, so the numbers are a lower bound for a server on its own cores.
 
+`--baseline REV` runs a second server from git revision REV's `src/` (extracted to a temp
+directory) on the same CKF, and measures the two side by side, alternating per client level,
+so both see the same machine load: the before/after of a change in one run. Each level also
+reports the server process's CPU time per request (from /proc), which other processes on a
+loaded machine disturb far less than wall time.
+
 Usage: python bench/gateway.py [--facts 100000] [--seconds 10] [--clients 1,8,32]
+       [--baseline main]
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import json
 import os
 import platform
 import re
+import subprocess
 import sys
 import tempfile
 import threading
@@ -51,6 +59,7 @@ except ImportError:  # a checkout without `pip install -e .`
 from tests.gateway_server import GatewayServer, base_env  # noqa: E402
 
 RESULTS = BENCH / "results" / "gateway.md"
+PROFILE_SECTION = "## Where the time goes"
 CACHE = BENCH / "data"
 TASK = "Write a guide to Python exception handling"
 OUTLINE = ["The try statement and its except clauses", "Raising exceptions",
@@ -81,7 +90,7 @@ def token_counts(texts_words: list[np.ndarray], vocab: np.ndarray) -> np.ndarray
 
 
 def build_ckf(path: Path, n: int, seed: int = 0) -> Path:
-    from cdr.ckf.store import CKF
+    from cdr.ckf.handle import CKF
     from cdr.dpe import task_topic
     from cdr.embed import default_embedder
     from cdr.vectors import normalize
@@ -138,6 +147,19 @@ class Run:
     seconds: float
     latencies: np.ndarray
     errors: int
+    server_cpu: float = float("nan")  # seconds of the server process's CPU during the run
+    label: str = ""
+    client_cpu: float = float("nan")  # seconds of this (client) process's CPU during the run
+
+    @property
+    def cpu_ms(self) -> float:
+        """Server CPU time per request, ms."""
+        return self.server_cpu / max(self.requests, 1) * 1000
+
+    @property
+    def client_cpu_ms(self) -> float:
+        """Client (httpx threads of this process) CPU time per request, ms."""
+        return self.client_cpu / max(self.requests, 1) * 1000
 
     @property
     def rps(self) -> float:
@@ -170,7 +192,17 @@ def prepare_sessions(url: str, k: int) -> list[tuple[str, str]]:
     return out
 
 
-def measure(url: str, sessions: list[tuple[str, str]], seconds: float) -> Run:
+def process_cpu(pid: int | None) -> float:
+    """User + system CPU seconds of a process so far (NaN where /proc is not there)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(url: str, sessions: list[tuple[str, str]], seconds: float,
+            pid: int | None = None) -> Run:
     stop = threading.Event()
     start = threading.Barrier(len(sessions) + 1)
     lat: list[list[float]] = [[] for _ in sessions]
@@ -193,14 +225,28 @@ def measure(url: str, sessions: list[tuple[str, str]], seconds: float) -> Run:
     for t in threads:
         t.start()
     start.wait()
-    t0 = time.perf_counter()
+    t0, c0, own0 = time.perf_counter(), process_cpu(pid), time.process_time()
     time.sleep(seconds)
     stop.set()
     for t in threads:
         t.join()
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, process_cpu(pid) - c0
     all_lat = np.array([x for per in lat for x in per])
-    return Run(len(sessions), len(all_lat), wall, all_lat, errors[0])
+    return Run(len(sessions), len(all_lat), wall, all_lat, errors[0], cpu,
+               client_cpu=time.process_time() - own0)
+
+
+def baseline_src(rev: str, into: Path) -> Path:
+    """`src/` of git revision `rev`, extracted under `into` (for the side-by-side run)."""
+    out = into / f"baseline-{re.sub(r'[^A-Za-z0-9_.-]', '_', rev)}"
+    out.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src"],
+                             check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(out)], input=archive, check=True)
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev], check=True,
+                            capture_output=True, text=True).stdout.strip()
+    (out / "COMMIT").write_text(commit)
+    return out / "src"
 
 
 # ------------------------------------------------------------------------------- report
@@ -221,34 +267,78 @@ def main() -> None:
     ap.add_argument("--ckf", type=Path, default=None, help="where to build/cache the CKF")
     ap.add_argument("--no-write", action="store_true", help="do not write the results file")
     ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for the server")
+    ap.add_argument("--baseline", default=None, metavar="REV",
+                    help="also run git revision REV's src/ side by side (before/after)")
     args = ap.parse_args()
     levels = [int(x) for x in args.clients.split(",")]
     ckf = build_ckf(args.ckf or CACHE / f"gateway-{args.facts // 1000}k.ckf", args.facts)
     env_machine = machine()
     tmp = Path(tempfile.mkdtemp(prefix="cdr-bench-gw-"))
+    extra = dict(x.split("=", 1) for x in args.env)
+    arms: list[tuple[str, dict[str, str]]] = []
+    if args.baseline:
+        src = baseline_src(args.baseline, tmp)
+        commit = (src.parent / "COMMIT").read_text()
+        arms.append((f"before ({args.baseline} {commit})", {"PYTHONPATH": str(src)}))
+    arms.append(("after (this tree)" if args.baseline else "", {}))
     runs: list[Run] = []
-    with GatewayServer(base_env(tmp, **dict(x.split("=", 1) for x in args.env)), ckf=ckf,
-                       workdir=tmp) as server:
-        sessions = prepare_sessions(server.url, max(levels))
-        facts = httpx.post(f"{server.url}/v1/sessions/{sessions[0][0]}/envelope",
-                           headers={"Authorization": f"Bearer {sessions[0][1]}"}, timeout=60)
-        n_facts = len(facts.json()["facts"])
-        size_kb = len(facts.content) / 1024
+    servers = []
+    try:
+        prepared = []
+        for i, (label, env) in enumerate(arms):
+            work = tmp / f"arm{i}"
+            work.mkdir()
+            server = GatewayServer(base_env(work, **extra, **env), ckf=ckf, workdir=work)
+            servers.append(server.start())
+            sessions = prepare_sessions(server.url, max(levels))
+            first = httpx.post(f"{server.url}/v1/sessions/{sessions[0][0]}/envelope",
+                               headers={"Authorization": f"Bearer {sessions[0][1]}"},
+                               timeout=60)
+            prepared.append((label, server, sessions, first.json()))
+        etags = {body["etag"] for *_, body in prepared}
+        if len(etags) != 1:
+            console.print(f"[red]the arms' envelopes differ: etags {sorted(etags)}[/red]")
+        body0 = prepared[-1][3]
+        n_facts = len(body0["facts"])
+        size_kb = len(json.dumps(body0)) / 1024
         for k in levels:
-            console.print(f"{k} client(s), {args.seconds:.0f} s ...")
-            runs.append(measure(server.url, sessions[:k], args.seconds))
+            for label, server, sessions, _ in prepared:
+                console.print(f"{label or 'server'}: {k} client(s), {args.seconds:.0f} s ...")
+                pid = server.proc.pid if server.proc is not None else None
+                run = measure(server.url, sessions[:k], args.seconds, pid)
+                run.label = label
+                runs.append(run)
+    finally:
+        for server in servers:
+            server.stop()
+    cols = (["server"] if args.baseline else []) + [
+        "clients", "requests", "req/s", "p50 ms", "p99 ms", "server CPU ms/req",
+        "client CPU ms/req", "errors"]
     table = Table(title=f"Envelope requests, {args.facts:,}-fact CKF (loopback, "
                         f"{n_facts} facts/envelope, {size_kb:.0f} KB responses)")
-    for col in ("clients", "requests", "req/s", "p50 ms", "p99 ms", "errors"):
+    for col in cols:
         table.add_column(col, justify="right")
     rows = []
     for r in runs:
-        row = (str(r.clients), f"{r.requests:,}", f"{r.rps:.1f}", f"{r.pct(50):.1f}",
-               f"{r.pct(99):.1f}", str(r.errors))
+        row = (([r.label] if args.baseline else [])
+               + [str(r.clients), f"{r.requests:,}", f"{r.rps:.1f}", f"{r.pct(50):.1f}",
+                  f"{r.pct(99):.1f}", f"{r.cpu_ms:.1f}", f"{r.client_cpu_ms:.1f}",
+                  str(r.errors)])
         rows.append(row)
         table.add_row(*row)
     console.print(table)
+    ratio_lines = []
+    if args.baseline:
+        for k in levels:
+            b, a = [r for r in runs if r.clients == k]
+            ratio_lines.append(
+                f"| {k} | {b.pct(50) / a.pct(50):.2f}× | {a.rps / b.rps:.2f}× | "
+                f"{b.cpu_ms / a.cpu_ms:.2f}× |")
+        console.print("after vs before (p50 faster, req/s higher, CPU/req lower):")
+        for line in ratio_lines:
+            console.print(line)
     console.print(env_machine)
+    console.print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     if args.no_write:
         return
     md = [
@@ -263,22 +353,38 @@ def main() -> None:
         f"{args.seconds:.0f} s per level. Clients run on the same cores as the server. A "
         "client asking again for the same window's envelope finds its parsed session in the "
         "gateway's cache and its pending envelope unchanged, so no store write happens; the "
-        "first envelope of each window (after `/windows`) also hits the cache, which "
-        "`/windows` fills.",
+        "first envelope of each window (after `/windows`) also hits the session cache, which "
+        "`/windows` fills. Since issue 15 the gateway also keeps each session's Phase 1 "
+        "selection (its query vector is fixed, so every window of it selects the same rows "
+        "from a snapshot): only a session's first envelope on a CKF snapshot scans the CKF; "
+        "Phase 2-3, the prompt and the response are computed on every request. Server CPU "
+        "per request is the gateway process's CPU time over the level divided by its "
+        "requests (/proc), client CPU the same for this benchmark's httpx threads: on a "
+        "loaded machine they say more than wall times, which wait for the other processes.",
         "",
         f"Server environment: {' '.join(args.env) or 'defaults'} (BLAS held to one thread "
         "per request; `--env CDR_BLAS_THREADS=0` shows OpenBLAS's default threads).",
         "",
-        "| clients | requests | req/s | p50 ms | p99 ms | errors |",
-        "|---:|---:|---:|---:|---:|---:|",
+        f"| {' | '.join(cols)} |",
+        "|" + "---:|" * len(cols),
         *[f"| {' | '.join(r)} |" for r in rows],
         "",
+        *(["After vs before, same run (p50 ratio: before/after; req/s ratio: after/before; "
+           "CPU per request ratio: before/after):", "",
+           "| clients | p50 faster | req/s higher | server CPU/req lower |",
+           "|---:|---:|---:|---:|", *ratio_lines, ""] if ratio_lines else []),
+        f"Load average {os.getloadavg()[0]:.1f} at the end of the run.",
+        "",
         f"Command: `python bench/gateway.py --facts {args.facts} --seconds "
-        f"{args.seconds:g} --clients {args.clients}`",
+        f"{args.seconds:g} --clients {args.clients}"
+        f"{' --baseline ' + args.baseline if args.baseline else ''}`",
         "",
     ]
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text("\n".join(md), encoding="utf-8")
+    kept = ""  # bench/gateway_profile.py's breakdown, written by that script
+    if RESULTS.exists() and PROFILE_SECTION in (old := RESULTS.read_text(encoding="utf-8")):
+        kept = old[old.index(PROFILE_SECTION):]
+    RESULTS.write_text("\n".join(md) + ("\n" + kept if kept else ""), encoding="utf-8")
     console.print(f"wrote {RESULTS}")
 
 

@@ -298,8 +298,8 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="cdr-bench-scale-"))
     loads: list[Load] = []
     with postgres() as (pg_dsn, pg_what):
-        from cdr.gateway.store import SQLiteSessionStore
-        from cdr.gateway.store_postgres import PostgresSessionStore
+        from cdr.gateway.session_store import SQLiteSessionStore
+        from cdr.gateway.session_store_postgres import PostgresSessionStore
 
         console.print("store round trips ...")
         with SQLiteSessionStore(root / "rt.sqlite3") as s:
@@ -339,6 +339,10 @@ def main() -> None:
             f"{' + '.join(f'{m:.0f}' for m in x.rss_mb)} |" for x in loads]
     md = [
         "# Scale-out benchmark (`bench/scale.py`): gateway replicas",
+        "",
+        "The other half of issue 12, the sharded index on Ray (1 CKF vs 2 and 4 shards at 1M "
+        "facts, ingest with 1 vs 2 Ray workers, a model of 100M facts over K machines), is in "
+        "[scale_shards.md](scale_shards.md) (`bench/scale_shards.py`).",
         "",
         f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC — {env_machine}.",
         "",

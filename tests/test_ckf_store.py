@@ -391,6 +391,21 @@ def test_create_and_open_errors(small, tmp_path):
         CKF.open(tmp_path / "nothing")
 
 
+def test_create_beside_the_gateways_session_files(tmp_path):
+    """`cdr serve --ckf NEWDIR` keeps its sessions in NEWDIR before the first upload creates
+    the CKF there: those files are the only ones a new CKF may find in its directory."""
+    root = tmp_path / "served.ckf"
+    root.mkdir()
+    for name in ("sessions.sqlite3", "sessions.sqlite3-wal", "sessions.jobs.sqlite3-shm"):
+        (root / name).write_bytes(b"")
+    with CKF.create(root) as ckf:
+        assert ckf.n_rows == 0
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "sessions.txt").write_text("x")
+    with pytest.raises(InvalidInputError, match="not an empty directory"):
+        CKF.create(tmp_path / "other")
+
+
 def test_float16_store_selects_like_float32(small, tmp_path):
     with CKF.create(tmp_path / "h.ckf", dtype="float16") as half, CKF.open(small) as full:
         ingest_texts(half, [DocumentInput(n, (DATA / n).read_bytes()) for n in FIXTURES])

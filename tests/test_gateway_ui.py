@@ -121,3 +121,17 @@ def test_session_list_is_for_admins(client, ui_dev_gateway):
         assert row["mode"] == "sidecar" and 0 < row["completeness"] <= 1
         # In dev mode every caller is an admin, so views need no token either.
         assert dev.get(f"/ui/api/sessions/{sid}").status_code == 200
+
+
+def test_page_shells_open_to_a_plain_browser_but_data_needs_a_key(ui_gateway):
+    """A browser navigating to the inspector cannot send headers: the shells (which hold no
+    data) load without a key, their JSON endpoints still refuse a caller without one."""
+    with ui_gateway.client() as anon:
+        for path in ("/ui/", "/ui/sessions/abc"):
+            r = anon.get(path)
+            assert r.status_code == 200, (path, r.text)
+            assert "content-security-policy" in r.headers
+        assert anon.get("/ui/api/sessions/abc").status_code == 401
+        assert anon.get("/ui/api/sessions").status_code == 401
+        assert anon.post("/ui/sessions/abc").status_code in (401, 405)
+        assert anon.get("/ui/sessions/abc/x").status_code == 401

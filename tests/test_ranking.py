@@ -319,3 +319,15 @@ def test_float32_input_is_not_copied_and_other_dtypes_are_accepted():
     assert as_fact_matrix(f, "facts") is f
     got = _scores(f.astype(np.float64), basis(4, 2))
     assert got[2] == pytest.approx(1.0) and np.isnan(got[[0, 1, 3]]).all()
+
+
+def test_top_k_keeps_the_lowest_positions_among_scores_tied_at_the_cut() -> None:
+    # Ties at the k-th score are decided by position (what a sharded merge reproduces), not
+    # by where a partition put them.
+    from cdr.ranking import _top
+
+    score = np.array([0.5, 0.9, 0.5, 0.5, 0.1, 0.5, 0.9, 0.5], np.float32)
+    assert _top(score, 3).tolist() == [1, 6, 0]
+    assert _top(score, 5).tolist() == [1, 6, 0, 2, 3]
+    for k in range(1, 9):
+        assert _top(score, k).tolist() == np.argsort(-score, kind="stable")[:k].tolist()

@@ -60,8 +60,10 @@ def _writer(name: str, base_url: str | None, model: str | None) -> Writer:
 @app.command()
 def generate(
     task: Annotated[str, typer.Argument(help="What to write, e.g. 'A guide to asyncio tasks'.")],
-    ckf: Annotated[Path, typer.Option("--ckf", help="CKF directory (made by `cdr ingest`).",
-                                      envvar="CDR_CKF")],
+    ckf: Annotated[str, typer.Option(
+        "--ckf", envvar="CDR_CKF",
+        help="CKF directory (made by `cdr ingest`), or a Ray-served shard set "
+             "ray://HOST:PORT/PATH.")],
     outline: Annotated[Path | None, typer.Option(help="One sub-query per line.")] = None,
     windows: Annotated[int, typer.Option(
         help=f"Maximum number of windows (1–{MAX_WINDOWS_LIMIT}).")] = DEFAULT_MAX_WINDOWS,
@@ -120,9 +122,9 @@ def generate(
         except (OSError, UnicodeDecodeError) as exc:
             raise fail(f"cannot read outline {outline}: {exc}", 2) from None
     try:
-        from cdr.ckf import CKF
+        from cdr.index_open import open_fact_index
 
-        store = CKF.open(ckf)
+        store = open_fact_index(ckf)
         config = GenerationConfig(
             max_windows=windows, words=words, sub_queries=sub_queries, ranking=ranking,
             min_relevance=min_relevance, mmr_lambda=mmr_lambda, context_tokens=context_tokens,
@@ -198,17 +200,20 @@ def report_command(
 
 @app.command()
 def serve(
-    ckf: Annotated[Path | None, typer.Option(help="CKF directory.", envvar="CDR_CKF")] = None,
+    ckf: Annotated[str | None, typer.Option(help="CKF directory.", envvar="CDR_CKF")] = None,
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port.")] = 8088,
 ) -> None:
     """Run the HTTP gateway (OpenAI-compatible relay and sidecar API)."""
+    if ckf is not None and ckf.startswith("ray://"):
+        raise fail("cdr serve takes a CKF directory; a Ray-served shard set (ray://...) is "
+                   "read by `cdr generate` and the Python API so far (README, Deployment)", 2)
     try:
         from cdr.gateway.app import serve as run_server
     except ImportError as exc:
         raise fail(f"the gateway is not available: {exc}") from None
     try:
-        run_server(ckf=ckf, host=host, port=port)
+        run_server(ckf=None if ckf is None else Path(ckf), host=host, port=port)
     except CdrError as exc:
         if type(exc).__name__ == "GatewayConfigError":  # one plain line, exit 2 (usage)
             sys.stderr.write(f"error: {' '.join(str(exc).split())}\n")

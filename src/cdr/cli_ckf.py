@@ -104,6 +104,15 @@ def ingest_command(
     embedder: EmbedderOption = None,
     dtype: Annotated[str, typer.Option(
         "--dtype", help="Embedding storage for a new CKF: float32 or float16.")] = "float32",
+    shards: Annotated[int | None, typer.Option(
+        "--shards", help="Split into S shard CKFs (a shard set, served by Ray); documents are "
+                         "placed by a stable hash of their path.")] = None,
+    ray_address: Annotated[str | None, typer.Option(
+        "--ray", help="Embed on this Ray cluster (GCS HOST:PORT, e.g. 127.0.0.1:6379) in "
+                      "parallel tasks.")] = None,
+    ray_workers: Annotated[int, typer.Option(
+        "--ray-workers", help="Parallel embedding tasks with --ray (one BLAS thread each).")
+    ] = 2,
     as_json: JsonOption = False,
 ) -> None:
     """Ingest documents (Markdown, text, HTML, PDF) into a CKF, creating it if needed.
@@ -112,7 +121,7 @@ def ingest_command(
     reasons; the rest are ingested); 1 error; 2 usage error.
     """
     from cdr.ckf import CKF, ingest
-    from cdr.ckf.model import check_importance, normalize_source_type
+    from cdr.ckf.records import check_importance, normalize_source_type
     from cdr.errors import NotFoundError
 
     with _errors():
@@ -123,7 +132,35 @@ def ingest_command(
         for p in paths:
             if not p.exists():
                 raise NotFoundError(f"no such file or directory: {p}")
-        store = CKF.open_or_create(ckf, _embedder(embedder), dtype=dtype)
+        from cdr.shardset import is_shard_set, read_manifest
+
+        if shards is None and is_shard_set(ckf):
+            shards = read_manifest(ckf).n_shards
+        model = _embedder(embedder)
+        if ray_address is not None:
+            from cdr.ray_ingest import RayEmbedder
+
+            model = RayEmbedder(ray_address, workers=ray_workers, spec=embedder)
+        if shards is not None:
+            from cdr.shardset import ingest_sharded
+
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                          TimeElapsedColumn(), TimeRemainingColumn(), console=err,
+                          transient=True, disable=as_json) as bar:
+                report = ingest_sharded(ckf, [str(p) for p in paths], shards, embedder=model,
+                                        dtype=dtype, source_type=source_type,
+                                        include=glob or None, exclude=exclude or None,
+                                        importance=importance, progress=_RichProgress(bar))
+        else:
+            report = None
+    if report is not None:
+        if as_json:
+            out.print_json(json.dumps(report.to_dict()))
+        else:
+            _print_report(report, ckf)
+        return
+    with _errors():
+        store = CKF.open_or_create(ckf, model, dtype=dtype)
         try:
             with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                           TimeElapsedColumn(), TimeRemainingColumn(), console=err,
@@ -246,6 +283,14 @@ def rm_command(
     ckf: CkfOption,
 ) -> None:
     """Delete a document; its facts are never selected again."""
+    from cdr.shardset import delete_document, is_shard_set
+
+    if is_shard_set(ckf):
+        with _errors():
+            shard, source, n = delete_document(ckf, doc)
+        out.print(f"removed {source} from shard-{shard} ({n} facts no longer selectable)",
+                  highlight=False, soft_wrap=True, markup=False)
+        return
     with _errors():
         store = _open(ckf)
         try:

@@ -188,8 +188,12 @@ def _top(score: np.ndarray, top_k: int | None) -> np.ndarray:
     n = score.shape[0]
     if top_k is None or top_k >= n:
         return np.argsort(-score, kind="stable")
-    part = np.argpartition(-score, top_k - 1)[:top_k]
-    return part[np.lexsort((part, -score[part]))]
+    # Keep every score tied with the k-th best: which of them make the cut is decided by
+    # position, not by where a partition happened to put them (a sharded ranking, which
+    # merges by the same rule, found the difference).
+    kth = np.partition(-score, top_k - 1)[top_k - 1]
+    part = np.flatnonzero(-score <= kth)
+    return part[np.lexsort((part, -score[part]))][:top_k]
 
 
 def check_mode(mode: str) -> str:

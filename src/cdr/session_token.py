@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import re
 import secrets
@@ -180,6 +181,15 @@ def hkdf_sha256(ikm: bytes, *, salt: bytes, info: bytes, length: int = 32) -> by
     )
 
 
+@functools.lru_cache(maxsize=4096)
+def _session_key(master: bytes, session_id: str) -> bytes:
+    """HKDF per (master secret, session), remembered: every request of a session verifies one
+    token and issues the next, so the same key was derived twice per request (issue 15). The
+    cache is keyed on the secret, so a rotated ring derives anew; it holds at most 4,096
+    sessions' keys, so requests naming many sessions only churn it."""
+    return hkdf_sha256(master, salt=_HKDF_SALT, info=session_id.encode("utf-8"))
+
+
 def _b64encode(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
@@ -271,7 +281,7 @@ class TokenSigner:
         library."""
         if kid not in self._keys:
             raise InvalidInputError(f"key id {kid!r} is not in the key ring")
-        return hkdf_sha256(self._keys[kid], salt=_HKDF_SALT, info=session_id.encode("utf-8"))
+        return _session_key(self._keys[kid], session_id)
 
     def issue(
         self,

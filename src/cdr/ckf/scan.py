@@ -321,7 +321,11 @@ def gated_rows(
 
 def _blas_similarities(emb: np.ndarray, q: np.ndarray) -> np.ndarray:
     if emb.dtype == np.float32:
-        return emb @ q
+        # einsum, not BLAS gemv: gemv's rounding depends on the matrix's row count (kernels
+        # take rows in groups), so a fact's relevance could differ in the last bit between
+        # one CKF and the shard holding it (issue 12); einsum's depends on the row alone, and
+        # it measured no slower here (memory-bound either way).
+        return np.einsum("ij,j->i", emb, q)
     out = np.empty(len(emb), dtype=np.float32)
     for s in range(0, len(emb), 4096):
         out[s : s + 4096] = emb[s : s + 4096].astype(np.float32) @ q

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -29,6 +30,9 @@ from cdr.ckf.txn import WriteTxn, chunks
 from cdr.errors import CdrError, InvalidInputError
 
 _LOCK_TIMEOUT = 60.0
+# What a gateway keeps beside the CKF it serves (its SQLite session and job stores and their
+# WAL files): `cdr serve --ckf NEWDIR` writes these before the first upload creates the CKF.
+_GATEWAY_STATE = re.compile(r"^sessions(\.jobs)?\.sqlite3(-wal|-shm|-journal)?$")
 
 
 class CKFBusyError(CdrError):
@@ -45,7 +49,9 @@ def create_ckf(root: Path, model_id: str, dim: int, dtype: str = "float32") -> P
     root = Path(root).expanduser()
     if (root / DB_NAME).exists():
         raise InvalidInputError(f"{root} is already a CKF; open it instead")
-    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+    if root.exists() and (
+        not root.is_dir() or any(not _GATEWAY_STATE.match(p.name) for p in root.iterdir())
+    ):
         raise InvalidInputError(f"{root} exists and is not an empty directory")
     root.mkdir(parents=True, exist_ok=True)
     root = root.resolve()

@@ -49,6 +49,10 @@ MIN_SECRET_BITS = 64.0
 OPEN_PATHS = frozenset({"/healthz", "/metrics", "/openapi.json", "/docs", "/redoc",
                         "/docs/oauth2-redirect"})
 _HASH = re.compile(r"^sha256:([0-9a-f]{64})$")
+# The inspector's page shells: fixed HTML with no data, which a browser must be able to load by
+# plain navigation (it cannot send headers); their script sends the credential from the URL
+# fragment to the JSON endpoints under /ui/api/, which stay behind the key.
+_UI_SHELL = re.compile(r"^/ui/(sessions/[A-Za-z0-9_-]{1,64})?$")
 
 
 class KeyConfigError(ValueError):
@@ -150,6 +154,8 @@ def required_scope(method: str, path: str) -> str | None:
     `generate` for everything else (including unknown paths, so that a caller without a key
     learns nothing about which routes exist)."""
     if path in OPEN_PATHS:
+        return None
+    if method.upper() in ("GET", "HEAD") and _UI_SHELL.match(path):
         return None
     if path.startswith("/v1/ckf/") and method.upper() not in ("GET", "HEAD", "OPTIONS"):
         return "admin"

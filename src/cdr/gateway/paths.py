@@ -9,6 +9,7 @@ id stays the identifier.
 
 from __future__ import annotations
 
+import functools
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any
 
@@ -20,6 +21,13 @@ def public_path(value: Any) -> Any:
     relative names unchanged)."""
     if not isinstance(value, str) or "://" in value:
         return value
+    return _public_str(value)
+
+
+@functools.lru_cache(maxsize=65_536)
+def _public_str(value: str) -> str:
+    """Remembered per string: an envelope shows the sources of ~40 facts, mostly a handful of
+    documents, and pathlib parsing them on every request was a visible share of its CPU."""
     for pure in (PurePosixPath, PureWindowsPath):
         p = pure(value)
         if p.is_absolute():
@@ -30,8 +38,9 @@ def public_path(value: Any) -> Any:
 def public_sources(obj: Any) -> Any:
     """A copy of a JSON-like value with every `source` / `path` string made public."""
     if isinstance(obj, dict):
-        return {k: public_path(v) if k in ("source", "path") else public_sources(v)
+        return {k: public_path(v) if k in ("source", "path")
+                else public_sources(v) if isinstance(v, dict | list) else v
                 for k, v in obj.items()}
     if isinstance(obj, list):
-        return [public_sources(v) for v in obj]
+        return [public_sources(v) if isinstance(v, dict | list) else v for v in obj]
     return obj

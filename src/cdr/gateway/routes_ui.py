@@ -19,10 +19,9 @@ sends it as a header on every call to the JSON endpoints, which check it:
   the API key the auth middleware accepted (`request.state.api_key`, scope `admin`); without
   keys, a dev-mode gateway (`CDR_DEV=1`, loopback only) treats every caller as admin.
 
-With API keys configured, the auth middleware asks a `generate` key of every `/ui` request,
-page shells included, so a plain browser navigation is refused there: open the pages through
-something that sends the key (a proxy), or use dev mode locally. Opening the shells to
-keyless navigation is left to the auth module's open paths.
+With API keys configured, the auth middleware lets the two page shells through without a key
+(`cdr.gateway.auth.required_scope`: they hold no data) and asks a key of every JSON endpoint
+under `/ui/api/`; open a view as `/ui/sessions/{id}#key=<API key>&token=<session token>`.
 
 Every piece of document text is escaped by the renderer (`cdr.report.render`), and every
 response carries a Content-Security-Policy that allows only this page's own stylesheet and
@@ -39,9 +38,9 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from cdr.errors import CdrError, NotFoundError
+from cdr.gateway.app_state import TOKEN_HEADER, Gateway
 from cdr.gateway.errors import ApiError, from_cdr_error
-from cdr.gateway.records import SessionRecord
-from cdr.gateway.runtime import TOKEN_HEADER, Gateway
+from cdr.gateway.session_record import SessionRecord
 from cdr.report import csp_header, render_trace_body
 from cdr.report.page import page
 

@@ -12,15 +12,16 @@ from typing import Any
 
 from cdr.errors import EmbeddingModelMismatchError, NotFoundError
 from cdr.factindex import FactIndex
+from cdr.gateway.ckf_snapshots import KnowledgeBase
 from cdr.gateway.errors import ApiError
 from cdr.gateway.job_store import job_store_for
 from cdr.gateway.jobs import IngestJobs
-from cdr.gateway.knowledge import KnowledgeBase
 from cdr.gateway.metrics import GatewayMetrics
-from cdr.gateway.records import SessionCache, SessionRecord
 from cdr.gateway.schemas import GenerationOptions
+from cdr.gateway.selections import CachingIndex, SelectionCache
+from cdr.gateway.session_record import SessionCache, SessionRecord
+from cdr.gateway.session_store import SessionStore, StoredSession
 from cdr.gateway.settings import GatewaySettings
-from cdr.gateway.store import SessionStore, StoredSession
 from cdr.headers import SAFETY_ONLY_HEADERS, crp_headers
 from cdr.loop import EmptyKnowledgeBaseError, GenerationConfig, Generator, WindowEvent
 from cdr.ranking import DEFAULT_RANKING
@@ -105,6 +106,7 @@ class Gateway:
         self.metrics = GatewayMetrics()
         self.jobs = IngestJobs(self.kb, store=job_store_for(self.store))
         self.sessions = SessionCache()
+        self.selections = SelectionCache()
         self.executor = ThreadPoolExecutor(max_workers=CHAT_THREADS,
                                            thread_name_prefix="cdr-chat")
 
@@ -156,7 +158,7 @@ class Gateway:
 
     def generator(self, snapshot: FactIndex, options: Mapping[str, Any]) -> Generator:
         cfg = GenerationConfig(min_relevance=self.settings.min_relevance, **options)
-        return Generator(snapshot, self.writer, cfg)
+        return Generator(CachingIndex(snapshot, self.selections), self.writer, cfg)
 
     # ------------------------------------------------------------------ sessions
 

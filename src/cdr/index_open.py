@@ -1,0 +1,29 @@
+"""Open the knowledge base named by `--ckf` / `CDR_CKF`: a CKF directory (the default) or a
+shard set served by Ray, `ray://HOST:PORT/PATH` (`cdr.ray_index`). One place, so that every
+command takes an index by address the same way."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from cdr.errors import InvalidInputError
+
+
+def open_fact_index(spec: str | Path, **ray_options: Any) -> Any:
+    """A `FactIndex` for `spec`. A local shard-set directory is refused with the address to
+    use instead: its shards are served by Ray actors, not mapped into this process."""
+    from cdr.ray_index import is_ray_address, open_index
+    from cdr.shardset import is_shard_set
+
+    text = str(spec)
+    if is_ray_address(text):
+        return open_index(text, **ray_options)
+    path = Path(text).expanduser()
+    if is_shard_set(path):
+        raise InvalidInputError(
+            f"{path} is a shard set; serve it with Ray and pass "
+            f"--ckf ray://HOST:PORT{path.resolve()} (see README, Deployment)")
+    from cdr.ckf import CKF
+
+    return CKF.open(path)

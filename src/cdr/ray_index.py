@@ -1,0 +1,404 @@
+"""`RayShardedIndex`: a `FactIndex` whose shards are served by Ray actors (issue 12).
+
+One actor per shard of a shard set (`cdr.shardset`), each mapping its own CKF directory
+(`cdr.shard_server.ShardServer`). Global row numbers are the shards' rows laid end to end
+(shard 0 first), so every per-row array the loop indexes is the concatenation of the shards'.
+
+Per window the caller broadcasts the query and gate (`select`, the `FactIndex` contract: every
+shard returns its top-`limit`, `merge_selections` keeps the global top-`limit`), or for
+`rank_window` also the coverage centroid, residual matrix and blacklisted 6-grams, in the two
+rounds `cdr.factindex` describes; either way the result equals one index's exactly.
+
+Faults: a call to a dead or restarting actor is retried until `retry_seconds` pass (actors are
+created with `max_restarts`, and a restarted actor maps its shard again); a result from a
+shard whose generation changed is refused (its rows would not match the arrays we hold); a
+shard still down at the deadline raises `ShardUnavailableError` naming it (HTTP 503). A window
+is never served from a subset of shards.
+
+Addressing: `ray://HOST:PORT/PATH` — connect to the Ray cluster whose GCS listens on
+HOST:PORT (the driver must run on a cluster node; this is *not* Ray Client) and serve the
+shard set at the absolute PATH, which every node that runs a shard must see (one machine, or
+a shared file system). Actors are named after the path in namespace "cdr", so several drivers
+(gateway replicas) opening the same address share one set of actors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from cdr.errors import CdrError, InvalidInputError
+from cdr.factindex import Selection, check_gate, check_query, merge_selections
+from cdr.ranking import RANKING_MODES, Ranking
+from cdr.shard_server import ShardRanked, ShardRows, WindowQuery
+
+if TYPE_CHECKING:
+    from cdr.embed import Embedder
+    from cdr.ngrams import NgramIndex
+
+SCHEME = "ray://"
+NAMESPACE = "cdr"
+DEFAULT_RETRY_SECONDS = 60.0
+DEFAULT_MAX_RESTARTS = 3
+RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+class ShardUnavailableError(CdrError):
+    """A shard could not serve a window: the request fails whole (HTTP 503, retry later)."""
+
+    http_status = 503
+
+    def __init__(self, shard: int, path: str | Path, reason: str) -> None:
+        self.shard = shard
+        super().__init__(f"shard-{shard} of {path} is unavailable: {reason}")
+
+
+@dataclass(frozen=True, slots=True)
+class RayAddress:
+    """A parsed `ray://HOST:PORT/PATH`."""
+
+    host: str
+    port: int
+    path: Path
+
+    @property
+    def gcs(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def __str__(self) -> str:
+        return f"{SCHEME}{self.gcs}{self.path}"
+
+
+def is_ray_address(value: object) -> bool:
+    return isinstance(value, str) and value.startswith(SCHEME)
+
+
+def parse_address(value: str) -> RayAddress:
+    """`ray://127.0.0.1:6379/srv/kb.shards` → host, port, absolute shard-set path."""
+    if not is_ray_address(value):
+        raise InvalidInputError(f"not a Ray index address (want {SCHEME}HOST:PORT/PATH): "
+                                f"{value!r}")
+    rest = value[len(SCHEME):]
+    hostport, sep, path = rest.partition("/")
+    host, colon, port = hostport.rpartition(":")
+    if not sep or not path or not colon or not host or not port.isdigit() \
+            or not 0 < int(port) < 65536:
+        raise InvalidInputError(f"bad Ray index address {value!r}: want "
+                                f"{SCHEME}HOST:PORT/PATH, e.g. {SCHEME}127.0.0.1:6379/srv/kb")
+    return RayAddress(host, int(port), Path("/" + path.lstrip("/")))
+
+
+def connect(address: str | None = None, **init_kwargs: Any) -> None:
+    """Join the Ray cluster at `address` (GCS HOST:PORT; None: `RAY_ADDRESS`), once per
+    process, on loopback-safe settings."""
+    for k, v in RAY_ENV.items():
+        os.environ.setdefault(k, v)
+    if address:
+        # Ray turns token auth on by itself only for a cluster it finds automatically; an
+        # explicit address must ask for it (the token is read from ~/.ray/auth_token).
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
+    try:
+        import ray
+    except ImportError:
+        raise CdrError("Ray is not installed: pip install 'cdr[ray]'") from None
+    if ray.is_initialized():
+        return
+    ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, **init_kwargs)
+
+
+def _actor_class() -> Any:
+    import ray
+
+    from cdr.shard_server import ShardServer
+
+    return ray.remote(ShardServer)
+
+
+def _retryable() -> tuple[type[BaseException], ...]:
+    from ray import exceptions as rex
+
+    kinds: list[type[BaseException]] = [rex.RayActorError, rex.GetTimeoutError]
+    for name in ("ActorUnavailableError", "ActorDiedError"):
+        if hasattr(rex, name):
+            kinds.append(getattr(rex, name))
+    return tuple(kinds)
+
+
+class RayShardedIndex:
+    """A read-only `FactIndex` over a shard set served by Ray actors (see module doc)."""
+
+    def __init__(self, root: str | Path, *, retry_seconds: float = DEFAULT_RETRY_SECONDS,
+                 max_restarts: int = DEFAULT_MAX_RESTARTS, embedder: Embedder | None = None,
+                 label: str | None = None) -> None:
+        import ray
+
+        from cdr.ngrams import NgramIndex  # noqa: F401  (fail early if numpy stack is broken)
+        from cdr.shardset import check_shard_model, read_manifest
+
+        if not ray.is_initialized():
+            raise CdrError("Ray is not connected: call cdr.ray_index.connect() first")
+        self._set = read_manifest(root)
+        self._label = label or str(self._set.root)
+        self.retry_seconds = float(retry_seconds)
+        self._retryable = _retryable()
+        tag = hashlib.sha256(str(self._set.root).encode()).hexdigest()[:12]
+        cls = _actor_class()
+        self._actors = [
+            cls.options(name=f"shard:{tag}:{i}", namespace=NAMESPACE, get_if_exists=True,
+                        max_restarts=max_restarts, max_task_retries=0, num_cpus=0,
+                        lifetime="detached").remote(str(p), i)
+            for i, p in enumerate(self._set.paths)]
+        parts: list[ShardRows] = self._gather("rows", [() for _ in self._actors],
+                                              check_gen=False)
+        for i, r in enumerate(parts):
+            check_shard_model(self._set.model_id, r.model_id, i, self._set.dim, r.dim)
+        self._gens = [r.generation for r in parts]
+        sizes = [r.n_rows for r in parts]
+        self._offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self._active = np.concatenate([r.active for r in parts]) if parts else np.zeros(0, bool)
+        self._importance = np.concatenate([r.importance for r in parts]).astype(np.float32)
+        self._tokens = np.concatenate([r.token_counts for r in parts]).astype(np.int32)
+        hashes = [r.ngram_hashes for r in parts]
+        offs = [r.ngram_offsets[:-1] + base for r, base in
+                zip(parts, np.cumsum([0] + [len(h) for h in hashes])[:-1], strict=True)]
+        self._ngram_offsets = np.concatenate(
+            [*offs, [sum(len(h) for h in hashes)]]).astype(np.int64)
+        self._ngram_hashes = np.concatenate(hashes).astype(np.uint64)
+        self._ngram_index: NgramIndex | None = None
+        self._embedder = embedder
+        digest = hashlib.sha256(repr((str(self._set.root), self._gens)).encode()).digest()
+        self._generation = int.from_bytes(digest[:7], "big")
+
+    # ------------------------------------------------------------------ calls with retry
+
+    def _gather(self, method: str, args: Sequence[tuple], *, check_gen: bool = True,
+                shards: Sequence[int] | None = None) -> list[Any]:
+        """Call `method(*args[j])` on shards (all, or `shards`) in parallel; retry the ones
+        that fail until `retry_seconds` pass; every result or a `ShardUnavailableError`."""
+        import ray
+
+        which = list(range(len(self._actors))) if shards is None else list(shards)
+        deadline = time.monotonic() + self.retry_seconds
+        results: dict[int, Any] = {}
+        pending = dict(zip(which, args, strict=True))
+        last_error: dict[int, str] = {}
+        while pending:
+            refs = {i: getattr(self._actors[i], method).remote(*a) for i, a in pending.items()}
+            for i, ref in refs.items():
+                try:
+                    out = ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
+                except self._retryable as e:
+                    last_error[i] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+                    continue
+                if check_gen and method != "pid":
+                    gen, out = out[0], out[1:] if len(out) > 2 else out[1]
+                    if gen != self._gens[i]:
+                        raise ShardUnavailableError(
+                            i, self._label, f"it now serves generation {gen}, not "
+                            f"{self._gens[i]} (the shard changed); reopen the index")
+                results[i] = out
+                del pending[i]
+            if pending:
+                if time.monotonic() >= deadline:
+                    i = min(pending)
+                    raise ShardUnavailableError(
+                        i, self._label, f"no answer within {self.retry_seconds:g} s "
+                        f"({last_error.get(i, 'timed out')})")
+                time.sleep(0.2)
+        return [results[i] for i in which]
+
+    def shard_pids(self) -> list[int]:
+        """The process serving each shard (what an operator — or a test — kills)."""
+        return self._gather("pid", [() for _ in self._actors], check_gen=False)
+
+    # ------------------------------------------------------------------ FactIndex
+
+    @property
+    def model_id(self) -> str:
+        return self._set.model_id
+
+    @property
+    def dim(self) -> int:
+        return self._set.dim
+
+    @property
+    def n_shards(self) -> int:
+        return self._set.n_shards
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            from cdr.embed import default_embedder
+            from cdr.shardset import check_shard_model
+
+            candidate = default_embedder()
+            check_shard_model(self.model_id, candidate.model_id, None, self.dim,
+                              int(candidate.dim))
+            self._embedder = candidate
+        return self._embedder
+
+    @property
+    def path(self) -> str:
+        return self._label
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    @property
+    def n_rows(self) -> int:
+        return int(self._offsets[-1])
+
+    @property
+    def active(self) -> np.ndarray:
+        return self._active
+
+    @property
+    def importance(self) -> np.ndarray:
+        return self._importance
+
+    @property
+    def token_counts(self) -> np.ndarray:
+        return self._tokens
+
+    @property
+    def ngram_offsets(self) -> np.ndarray:
+        return self._ngram_offsets
+
+    @property
+    def ngram_hashes(self) -> np.ndarray:
+        return self._ngram_hashes
+
+    @property
+    def ngram_index(self) -> NgramIndex:
+        if self._ngram_index is None:
+            from cdr.ngrams import NgramIndex
+
+            self._ngram_index = NgramIndex(self._ngram_offsets, self._ngram_hashes)
+        return self._ngram_index
+
+    def select(self, query_vector: Any, min_relevance: float,
+               limit: int | None = None) -> Selection:
+        q = check_query(query_vector, self.dim, self.model_id)
+        gate, limit = check_gate(min_relevance, limit)
+        parts = self._gather("select", [(q, gate, limit, int(self._offsets[i]))
+                                        for i in range(self.n_shards)])
+        return merge_selections(parts, limit, self.dim)
+
+    def _split(self, rows: Iterable[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        r = np.asarray(list(rows) if not isinstance(rows, np.ndarray) else rows, np.int64)
+        if len(r) and (r.min() < 0 or r.max() >= self.n_rows):
+            bad = int(r[(r < 0) | (r >= self.n_rows)][0])
+            raise InvalidInputError(f"row {bad} is out of range 0..{self.n_rows - 1}")
+        return r, np.searchsorted(self._offsets, r, side="right") - 1
+
+    def _per_shard(self, method: str, rows: Iterable[int] | np.ndarray) -> list[Any]:
+        """`method(local rows)` on each owning shard, results put back in `rows`' order."""
+        r, shard = self._split(rows)
+        out: list[Any] = [None] * len(r)
+        owners = sorted(set(shard.tolist()))
+        asked = [(list((r[shard == s] - self._offsets[s]).tolist()),) for s in owners]
+        answers = self._gather(method, asked, check_gen=False, shards=owners)
+        for s, ans in zip(owners, answers, strict=True):
+            for pos, item in zip(np.flatnonzero(shard == s), ans, strict=True):
+                out[pos] = item
+        return out
+
+    def facts(self, rows: Iterable[int] | np.ndarray) -> list[Any]:
+        r, _ = self._split(rows)
+        got = self._per_shard("facts", r)
+        return [replace(f, row=int(g)) for f, g in zip(got, r, strict=True)]
+
+    def fact_ids(self, rows: Iterable[int] | np.ndarray) -> list[str]:
+        return self._per_shard("fact_ids", rows)
+
+    def vectors(self, rows: Iterable[int] | np.ndarray) -> np.ndarray:
+        got = self._per_shard("vectors", rows)
+        if not got:
+            return np.zeros((0, self.dim), np.float32)
+        return np.stack(got).astype(np.float32, copy=False)
+
+    def stats(self) -> dict[str, Any]:
+        per = self._gather("stats", [() for _ in self._actors], check_gen=False)
+        keys = ("rows", "active_facts", "active_tokens", "documents", "stale_documents",
+                "ngram_hashes", "size_bytes", "code_facts")
+        out: dict[str, Any] = {k: sum(int(p.get(k, 0)) for p in per) for k in keys}
+        out.update(path=self.path, model_id=self.model_id, dim=self.dim,
+                   dtype=self._set.dtype, generation=self.generation, shards=per)
+        return out
+
+    def close(self, *, stop_actors: bool = False) -> None:
+        """Forget the actors; `stop_actors=True` also ends them (they are detached, shared
+        by every driver that opened this path, so by default they keep serving)."""
+        if stop_actors:
+            import ray
+
+            for a in self._actors:
+                ray.kill(a, no_restart=True)
+        self._actors = []
+
+    # ------------------------------------------------------------------ shard-side ranking
+
+    def rank_window(self, w: WindowQuery) -> tuple[Ranking, np.ndarray, np.ndarray, list[str]]:
+        """Phase 1 + Phase 2 ranked on the shards, merged: (ranking of the best `w.top_k`,
+        their embeddings, token counts, fact ids). Equal to `rank()` over `select()` of one
+        index holding all rows. Round 1 finds the global Phase 1 cut-off (the `limit`-th
+        (relevance, row) pair), round 2 ranks each shard's rows ahead of it. MMR is
+        sequential (each pick depends on all earlier ones), so for it the gated pool is
+        fetched with `select` and ranked here."""
+        from cdr.ranking import check_mode
+
+        check_mode(w.mode)
+        q = check_query(w.query, self.dim, self.model_id)
+        gate, limit = check_gate(w.gate, w.limit)
+        if w.mode not in ("cdr", "relevance"):
+            raise InvalidInputError(f"rank_window ranks on shards for cdr and relevance; "
+                                    f"rank {w.mode!r} centrally over select() "
+                                    f"(modes: {RANKING_MODES})")
+        w = replace(w, query=q, gate=gate, limit=limit)  # what the shards see is checked
+        offs = [int(o) for o in self._offsets[:-1]]
+        cut: tuple[float, int] | None = None
+        if limit is not None:
+            heads = self._gather("candidates", [(q, gate, limit, o) for o in offs])
+            rows = np.concatenate([h[0] for h in heads])
+            rel = np.concatenate([h[1] for h in heads])
+            if len(rows) > limit:
+                order = np.lexsort((rows, -rel))
+                k = order[limit - 1]
+                cut = (float(rel[k]), int(rows[k]))
+        parts: list[ShardRanked] = self._gather("rank", [(w, cut, o) for o in offs])
+        return merge_ranked(parts, w.top_k, self.dim, w.mode)
+
+
+def merge_ranked(parts: Sequence[ShardRanked], top_k: int | None, dim: int, mode: str
+                 ) -> tuple[Ranking, np.ndarray, np.ndarray, list[str]]:
+    """The best `top_k` of the shards' ranked candidates, by (-score, -relevance, row):
+    what one index's stable sort by score over its (relevance, row)-ordered selection gives."""
+    rows = np.concatenate([p.rows for p in parts]).astype(np.int64)
+    score = np.concatenate([p.score for p in parts]).astype(np.float32)
+    rel = np.concatenate([p.relevance for p in parts]).astype(np.float32)
+    order = np.lexsort((rows, -rel, -score))[:top_k]
+
+    def cat(name: str) -> np.ndarray:
+        return np.concatenate([getattr(p, name) for p in parts])[order]
+
+    ids = [i for p in parts for i in p.fact_ids]
+    ranking = Ranking(rows[order], score[order], rel[order], cat("novelty"),
+                      cat("residual_pull"), cat("ngram_penalty"), cat("coverage_score"), mode,
+                      sum(p.n_candidates for p in parts), sum(p.n_penalized for p in parts), {})
+    emb = np.concatenate([p.embeddings for p in parts]).reshape(-1, dim)[order]
+    return ranking, emb, cat("token_counts"), [ids[int(j)] for j in order]
+
+
+def open_index(address: str, **kwargs: Any) -> RayShardedIndex:
+    """Connect to the cluster named by `ray://HOST:PORT/PATH` and open the shard set there."""
+    addr = parse_address(address)
+    connect(addr.gcs)
+    return RayShardedIndex(addr.path, label=str(addr), **kwargs)

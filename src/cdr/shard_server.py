@@ -1,0 +1,171 @@
+"""What one shard of a shard set does, as a plain object: a Ray actor wraps it (`ray_index`).
+
+Kept free of Ray so that the per-shard arithmetic is the same code the single CKF runs
+(`select_rows`, `cdr_components`) and can be read and tested without a cluster. Each server
+maps its own CKF directory (one committed state, fixed for its life); a restarted actor maps it
+again and reports its generation, so the caller can tell a changed shard from a restarted one.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cdr.factindex import Selection, select_rows
+from cdr.ranking import cdr_components
+
+_F32 = np.float32
+
+
+@dataclass(frozen=True, slots=True)
+class ShardRows:
+    """A shard's per-row arrays, sent once when the caller opens the set (the one-process
+    loop indexes them by global row)."""
+
+    model_id: str
+    dim: int
+    generation: int
+    active: np.ndarray
+    importance: np.ndarray
+    token_counts: np.ndarray
+    ngram_offsets: np.ndarray
+    ngram_hashes: np.ndarray
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.active)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowQuery:
+    """What ranking needs, broadcast to every shard once per window (a few KB): the query,
+    the gate and Phase 1 limit, the Coverage Set's weighted centroid (None: weight 0) and
+    whether it has entries, the residual sub-query matrix, the session's blacklisted 6-gram
+    hashes, the mode and how many ranked candidates each shard returns."""
+
+    query: np.ndarray  # float32 (d,) unit
+    gate: float
+    limit: int | None
+    centroid: np.ndarray | None
+    coverage_nonempty: bool
+    residual: np.ndarray  # float32 (R, d)
+    blacklist: np.ndarray  # uint64 (B,)
+    mode: str
+    top_k: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ShardRanked:
+    """One shard's best candidates by score, with their components and what packing needs."""
+
+    rows: np.ndarray  # int64, global
+    score: np.ndarray
+    relevance: np.ndarray
+    novelty: np.ndarray
+    residual_pull: np.ndarray
+    ngram_penalty: np.ndarray
+    coverage_score: np.ndarray
+    embeddings: np.ndarray
+    token_counts: np.ndarray
+    fact_ids: list[str]
+    n_candidates: int  # candidates ranked (ahead of the global cut)
+    n_penalized: int
+
+
+class ShardServer:
+    """Serves one shard directory: Phase 1, Phase 2 over its candidates, fact reads."""
+
+    def __init__(self, path: str, shard: int) -> None:
+        from cdr.ckf.snapshot import CKFSnapshot
+
+        self.path = Path(path)
+        self.shard = shard
+        self.snap = CKFSnapshot.open(self.path)
+        self._last: tuple[tuple[bytes, float, int | None, int], Selection] | None = None
+
+    def pid(self) -> int:
+        """The serving process (tests kill it to prove restarts)."""
+        return os.getpid()
+
+    def memory(self) -> dict[str, int]:
+        """Resident set of this process and the size of the shard's mapped matrix (bytes):
+        the matrix pages are shared with the page cache, so RSS counts what was touched."""
+        rss = 0
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                rss = int(line.split()[1]) * 1024
+        return {"rss": rss, "matrix": int(self.snap.embeddings.nbytes)}
+
+    def generation(self) -> int:
+        return self.snap.generation
+
+    def rows(self) -> ShardRows:
+        s = self.snap
+        return ShardRows(s.model_id, s.dim, s.generation, np.asarray(s.active),
+                         np.asarray(s.importance), np.asarray(s.token_counts),
+                         np.asarray(s.ngram_offsets), np.asarray(s.ngram_hashes))
+
+    def select(self, q: np.ndarray, gate: float, limit: int | None, offset: int
+               ) -> tuple[int, Selection]:
+        """(generation, Phase 1 over this shard with rows numbered from `offset`)."""
+        key = (np.asarray(q, _F32).tobytes(), float(gate), limit, offset)
+        if self._last is not None and self._last[0] == key:
+            return self.snap.generation, self._last[1]
+        sel = select_rows(self.snap.embeddings, self.snap.active, q, gate, limit, offset)
+        self._last = (key, sel)
+        return self.snap.generation, sel
+
+    def candidates(self, q: np.ndarray, gate: float, limit: int | None, offset: int
+                   ) -> tuple[int, np.ndarray, np.ndarray]:
+        """Round 1 of a shard-side ranking: (generation, rows, relevances) of the shard's
+        top-`limit`, no embeddings; the caller merges them to find the global cut."""
+        gen, sel = self.select(q, gate, limit, offset)
+        return gen, sel.indices, sel.relevances
+
+    def rank(self, w: WindowQuery, cut: tuple[float, int] | None, offset: int
+             ) -> tuple[int, ShardRanked]:
+        """Round 2: rank this shard's candidates ahead of the global cut `(relevance, row)`
+        exactly as `cdr.ranking.rank` ranks them in one index, and return the best `top_k`."""
+        gen, sel = self.select(w.query, w.gate, w.limit, offset)
+        rows, rel, emb = sel.indices, sel.relevances, sel.embeddings
+        if cut is not None:
+            c_rel, c_row = _F32(cut[0]), int(cut[1])
+            ahead = (rel > c_rel) | ((rel == c_rel) & (rows <= c_row))
+            rows, rel, emb = rows[ahead], rel[ahead], emb[ahead]
+        local = rows - offset
+        imp = np.asarray(self.snap.importance, _F32)[local]
+        m = len(rows)
+        zeros = np.zeros(m, _F32)
+        if w.mode == "cdr":
+            counts = None
+            if len(w.blacklist):
+                counts = self.snap.ngram_index.count_in(w.blacklist)[local]
+            score, novelty, pull, penalty, cov = cdr_components(
+                emb, rel, imp, counts, w.centroid, w.residual, w.coverage_nonempty)
+        elif w.mode == "relevance":
+            score, novelty, pull, penalty, cov = imp * rel, zeros + 1, zeros, zeros, zeros
+        else:
+            raise ValueError(f"shards rank modes 'cdr' and 'relevance', not {w.mode!r}")
+        # The single index orders by score, ties by selection position, i.e. by (-rel, row).
+        order = np.lexsort((rows, -rel, -score))[: w.top_k]
+        tokens = np.asarray(self.snap.token_counts)[local[order]]
+        return gen, ShardRanked(
+            rows[order], score[order], rel[order], novelty[order], pull[order],
+            penalty[order], cov[order], emb[order], tokens,
+            self.snap.fact_ids(local[order]), m, int((penalty > 0).sum()))
+
+    def facts(self, local_rows: list[int]) -> list[Any]:
+        return self.snap.facts(local_rows)
+
+    def fact_ids(self, local_rows: list[int]) -> list[str]:
+        return self.snap.fact_ids(local_rows)
+
+    def vectors(self, local_rows: list[int]) -> np.ndarray:
+        return self.snap.vectors(local_rows)
+
+    def stats(self) -> dict[str, Any]:
+        return self.snap.stats()

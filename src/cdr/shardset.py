@@ -1,0 +1,258 @@
+"""A shard set: one knowledge base split into S ordinary CKF directories (issue 12).
+
+Layout of a shard set directory::
+
+    ROOT/shards.json      {"format": "cdr-shard-set", "version": 1, "shards": S,
+                           "model_id": ..., "dim": ..., "dtype": ...}
+    ROOT/shard-0 ... ROOT/shard-(S-1)   each a complete CKF (same format as `cdr ingest`)
+
+A document lives in exactly one shard, chosen by a stable hash of its source (path or URL,
+the key re-ingest recognises a document by): `shard_of(source, S)`. So re-ingesting or
+deleting a document opens only its owning shard, and any shard can be opened on its own with
+every CKF tool. All shards must hold vectors of one embedding model: cosine across models is
+meaningless, so a set mixing two model ids is refused, naming both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cdr.errors import EmbeddingModelMismatchError, InvalidInputError, NotFoundError
+
+if TYPE_CHECKING:
+    from cdr.ckf.handle import CKF
+    from cdr.ckf.ingest import IngestProgress, IngestReport
+    from cdr.embed import Embedder
+
+MANIFEST = "shards.json"
+FORMAT = "cdr-shard-set"
+VERSION = 1
+MAX_SHARDS = 256
+
+
+def shard_of(source: str, n_shards: int) -> int:
+    """The shard owning document `source`: sha256 of its UTF-8 bytes, first 8 bytes, mod S.
+    Stable across processes, machines and Python versions (unlike `hash()`)."""
+    digest = hashlib.sha256(source.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") % n_shards
+
+
+def shard_dir(root: Path, i: int) -> Path:
+    return root / f"shard-{i}"
+
+
+def is_shard_set(path: str | os.PathLike[str]) -> bool:
+    return (Path(path) / MANIFEST).is_file()
+
+
+def check_shard_count(n: Any) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SHARDS:
+        raise InvalidInputError(f"--shards must be an integer within 1..{MAX_SHARDS}, got {n!r}")
+    return n
+
+
+@dataclass(frozen=True, slots=True)
+class ShardSet:
+    """A shard set's manifest, checked against its shards."""
+
+    root: Path
+    n_shards: int
+    model_id: str
+    dim: int
+    dtype: str
+
+    @property
+    def paths(self) -> list[Path]:
+        return [shard_dir(self.root, i) for i in range(self.n_shards)]
+
+    def owner(self, source: str) -> Path:
+        return shard_dir(self.root, shard_of(source, self.n_shards))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "version": VERSION, "shards": self.n_shards,
+                "model_id": self.model_id, "dim": self.dim, "dtype": self.dtype}
+
+
+def read_manifest(root: str | os.PathLike[str]) -> ShardSet:
+    """The manifest of the shard set at `root`, or a clear error."""
+    root = Path(root).expanduser().resolve()
+    try:
+        data = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise NotFoundError(f"no shard set at {root} (missing {MANIFEST}); create one with "
+                            "`cdr ingest PATH --ckf DIR --shards S`") from None
+    except (OSError, ValueError) as e:
+        raise InvalidInputError(f"unreadable shard manifest {root / MANIFEST}: {e}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise InvalidInputError(f"{root / MANIFEST} is not a {FORMAT} manifest")
+    if data.get("version") != VERSION:
+        raise InvalidInputError(
+            f"{root / MANIFEST} has version {data.get('version')!r}; this cdr reads {VERSION}")
+    try:
+        return ShardSet(root, check_shard_count(data["shards"]), str(data["model_id"]),
+                        int(data["dim"]), str(data["dtype"]))
+    except KeyError as e:
+        raise InvalidInputError(f"{root / MANIFEST} lacks {e.args[0]!r}") from None
+
+
+def open_shard_set(root: str | os.PathLike[str]) -> ShardSet:
+    """The manifest, after checking that every shard exists and holds the manifest's model."""
+    from cdr.ckf.snapshot import CKFSnapshot
+
+    ss = read_manifest(root)
+    for i, path in enumerate(ss.paths):
+        with CKFSnapshot.open(path) as snap:
+            check_shard_model(ss.model_id, snap.model_id, i, ss.dim, snap.dim)
+    return ss
+
+
+def check_shard_model(expected: str, got: str, shard: int | None, dim: int, got_dim: int
+                      ) -> None:
+    """Refuse a shard (or, `shard=None`, a model) whose model differs from the set's, naming
+    both ids."""
+    if got != expected or got_dim != dim:
+        what = "embedding" if shard is None else f"shard-{shard} embedding"
+        raise EmbeddingModelMismatchError(f"{expected} ({dim}-d)", f"{got} ({got_dim}-d)",
+                                          what)
+
+
+def create_shard_set(root: str | os.PathLike[str], n_shards: int, model_id: str, dim: int,
+                     dtype: str = "float32") -> ShardSet:
+    """Create (or reopen, if it matches) a shard set of `n_shards` CKFs of one model."""
+    from cdr.ckf.writer import create_ckf
+
+    n_shards = check_shard_count(n_shards)
+    root = Path(root).expanduser().resolve()
+    if is_shard_set(root):
+        ss = open_shard_set(root)
+        if ss.n_shards != n_shards:
+            raise InvalidInputError(
+                f"{root} is a shard set of {ss.n_shards} shards, not {n_shards}; documents "
+                "are placed by hash mod S, so S cannot change in place (ingest into a new "
+                "directory)")
+        check_shard_model(ss.model_id, model_id, None, ss.dim, dim)
+        return ss
+    if root.exists() and any(root.iterdir()):
+        raise InvalidInputError(f"{root} exists and is not a shard set; choose an empty or "
+                                "new directory for --shards")
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(n_shards):
+        create_ckf(shard_dir(root, i), model_id, dim, dtype)
+    ss = ShardSet(root, n_shards, model_id, dim, dtype)
+    tmp = root / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(ss.to_json(), indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, root / MANIFEST)  # the manifest appears last: a half-made set has none
+    return ss
+
+
+class _SetProgress:
+    """One progress bar over the whole job: documents read across all shards, then texts
+    embedded across all shards (totals grow as each shard learns what it must embed)."""
+
+    def __init__(self, progress: IngestProgress | None, n_docs: int) -> None:
+        self.progress = progress
+        self.n_docs = n_docs
+        self.read_done = 0
+        self.embed_base = 0
+        self.embed_total = 0
+        self._cur_total = 0
+
+    def shard(self) -> Callable[[str, int, int], None]:
+        read_base = self.read_done
+        self._cur_total = 0
+
+        def tick(stage: str, done: int, total: int) -> None:
+            if self.progress is None:
+                return
+            if stage == "read":
+                self.read_done = max(self.read_done, read_base + done)
+                self.progress("read", min(self.read_done, self.n_docs), self.n_docs)
+            elif stage == "embed":
+                if total != self._cur_total:
+                    self.embed_total += total - self._cur_total
+                    self._cur_total = total
+                self.progress("embed", self.embed_base + done, self.embed_total)
+
+        return tick
+
+    def shard_done(self) -> None:
+        self.embed_base += self._cur_total
+        self._cur_total = 0
+
+
+def ingest_sharded(
+    root: str | os.PathLike[str],
+    paths: Sequence[str | os.PathLike[str]],
+    n_shards: int,
+    *,
+    embedder: Embedder | None = None,
+    dtype: str = "float32",
+    source_type: str = "user",
+    include: str | Sequence[str] | None = None,
+    exclude: str | Sequence[str] | None = None,
+    importance: float | None = None,
+    progress: IngestProgress | None = None,
+    commit_every: int = 1024,
+) -> IngestReport:
+    """`cdr ingest --shards S`: each document goes to `shard_of(source, S)` and is ingested
+    there exactly as into a single CKF (same batching, same crash safety: every shard commits
+    its own batches). `embedder` may be a Ray-parallel one (`cdr.ray_ingest`)."""
+    from cdr.ckf.ingest import IngestReport, ingest_documents, mark_vanished, read_inputs
+    from cdr.ckf.sources import discover
+    from cdr.embed import default_embedder
+
+    model = embedder or default_embedder()
+    ss = create_shard_set(root, n_shards, model.model_id, int(model.dim), dtype)
+    candidates, roots = discover(list(paths), include, exclude)
+    by_shard: dict[int, list[Any]] = {i: [] for i in range(ss.n_shards)}
+    for c in candidates:
+        by_shard[shard_of(str(c.path), ss.n_shards)].append(c)
+    rep = IngestReport()
+    bar = _SetProgress(progress, len(candidates))
+
+    for i, path in enumerate(ss.paths):
+        if not by_shard[i] and not roots:
+            continue  # re-ingesting one file opens only the shard that owns it
+        store = _open_shard(path, embedder)
+        try:
+            ingest_documents(store, read_inputs(by_shard[i], rep), source_type=source_type,
+                             importance=importance, progress=bar.shard(),
+                             commit_every=commit_every, total_hint=len(by_shard[i]),
+                             report=rep)
+            bar.shard_done()
+            rep.stale.extend(mark_vanished(store, roots))
+        finally:
+            store.close()
+    return rep
+
+
+def _open_shard(path: Path, embedder: Embedder | None) -> CKF:
+    from cdr.ckf.handle import CKF
+
+    return CKF.open(path, embedder)
+
+
+def delete_document(root: str | os.PathLike[str], doc: str) -> tuple[int, str, int]:
+    """Delete a document from the shard set: by source, only its owning shard is opened; a
+    document id (not hashable to a shard) is looked up shard by shard.
+    Returns (shard, source, facts no longer selectable)."""
+    ss = read_manifest(root)
+    owner = shard_of(doc, ss.n_shards)
+    order = [owner] + [i for i in range(ss.n_shards) if i != owner]
+    for i in order:
+        store = _open_shard(shard_dir(ss.root, i), None)
+        try:
+            try:
+                source = store.document(doc)["source"]
+            except NotFoundError:
+                continue
+            return i, source, store.delete_document(doc)
+        finally:
+            store.close()
+    raise NotFoundError(f"no document {doc!r} in any of the {ss.n_shards} shards of {ss.root}")

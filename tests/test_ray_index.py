@@ -1,0 +1,336 @@
+"""The Ray-served shard set on a real local Ray cluster: its ranking equals one CKF's exactly
+(hypothesis, every mode), the window loop runs on it unchanged, a killed shard process is
+restarted and the window retried with the same result, a shard that stays down fails the
+request with a 503-style error naming it, and ingest embeds in parallel Ray tasks.
+
+The cluster: `CDR_RAY_ADDRESS` (a head `.ci/run` started on 127.0.0.1), else a tiny local
+one (2 CPUs, no dashboard, loopback) started here and shut down at the end of the module.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+if os.environ.get("CDR_RAY_ADDRESS"):  # Ray reads it on import; an explicit address needs it
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
+ray = pytest.importorskip(
+    "ray", reason="Ray is not installed: pip install 'cdr[ray]' (.ci/run installs it and "
+                  "starts a Ray head for these tests)")
+
+from cdr.ckf.snapshot import CKFSnapshot  # noqa: E402
+from cdr.ckf.writer import CKFWriter, create_ckf  # noqa: E402
+from cdr.coverage import CoverageSet, ResidualSet, SubQuery  # noqa: E402
+from cdr.factindex import FactIndex  # noqa: E402
+from cdr.loop import GenerationConfig, Generator  # noqa: E402
+from cdr.ranking import rank  # noqa: E402
+from cdr.ray_index import RayShardedIndex, ShardUnavailableError, connect  # noqa: E402
+from cdr.shard_server import WindowQuery  # noqa: E402
+from cdr.shardset import create_shard_set, shard_of  # noqa: E402
+from cdr.writers import get_writer  # noqa: E402
+from tests.conftest import BUILTIN_TYPES_OUTLINE, BUILTIN_TYPES_TASK  # noqa: E402
+
+DIM = 16  # 64-byte rows, as every real model (384, 768, ...): see the exactness test
+Doc = tuple[str, float, list[str], np.ndarray]  # source, importance, contents, unit vectors
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[None]:
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    address = os.environ.get("CDR_RAY_ADDRESS")
+    if address:
+        connect(address)
+    else:
+        connect(None, num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1")
+    yield
+    ray.shutdown()
+
+
+def build_pair(root: Path, docs: list[Doc], n_shards: int, model_id: str, dim: int,
+               quarantine: set[str] = frozenset()) -> tuple[Path, Path]:
+    """The same documents as one CKF and as a shard set, with one row order: the single
+    CKF holds shard 0's facts first, then shard 1's, ... (the shard set's global rows)."""
+    ss = create_shard_set(root / "set", n_shards, model_id, dim)
+    single = CKFWriter(create_ckf(root / "single", model_id, dim))
+    for i, path in enumerate(ss.paths):
+        shard = CKFWriter(path)
+        for source, imp, contents, vectors in docs:
+            if shard_of(source, n_shards) != i:
+                continue
+            for w in (shard, single):
+                w.append_raw(contents, vectors, source=source, importance=imp)
+        for w in (shard, single):
+            snap = CKFSnapshot.open(w.path)
+            rows = [r for r, f in enumerate(snap.facts(range(snap.n_rows)))
+                    if f.content in quarantine]
+            snap.close()
+            if rows:
+                w.set_quarantine(rows, True)
+        shard.close()
+    single.close()
+    return root / "single", ss.root
+
+
+def random_docs(seed: int, n_docs: int) -> tuple[list[Doc], set[str]]:
+    """Small-integer directions (many exact ties, duplicates included), two-word texts (many
+    shared 6-grams, so blacklists bite), mixed importance, a few quarantined facts."""
+    rng = np.random.default_rng(seed)
+    docs: list[Doc] = []
+    pool: list[np.ndarray] = []
+    quarantined: set[str] = set()
+    for d in range(n_docs):
+        k = int(rng.integers(1, 9))
+        contents = [" ".join(rng.choice(["alpha", "beta"], 9)) + f" d{d}f{j}" for j in range(k)]
+        vecs = []
+        for _ in range(k):
+            if pool and rng.random() < 0.25:
+                v = pool[int(rng.integers(len(pool)))]
+            else:
+                v = rng.integers(-2, 3, DIM).astype(np.float32)
+                v[0] = v[0] or 1.0
+                v /= np.linalg.norm(v)
+                pool.append(v)
+            vecs.append(v)
+        docs.append((f"src/{seed}/{d}.md", float(rng.choice([0.5, 0.6, 1.0])), contents,
+                     np.stack(vecs)))
+        quarantined.update(c for c in contents if rng.random() < 0.1)
+    return docs, quarantined
+
+
+@dataclass
+class Pair:
+    single: CKFSnapshot
+    index: RayShardedIndex
+
+
+@pytest.fixture(scope="module")
+def pairs(cluster: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Pair]]:
+    out = []
+    for seed, n_docs, n_shards in ((1, 14, 2), (2, 24, 4), (3, 1, 3)):
+        docs, quarantined = random_docs(seed, n_docs)
+        single, shards = build_pair(tmp_path_factory.mktemp(f"pair{seed}"), docs, n_shards,
+                                    "test/model", DIM, quarantined)
+        out.append(Pair(CKFSnapshot.open(single), RayShardedIndex(shards, retry_seconds=30)))
+    yield out
+    for p in out:
+        p.index.close(stop_actors=True)
+        p.single.close()
+
+
+def test_the_sharded_index_is_a_fact_index_with_the_single_ckfs_arrays(pairs) -> None:
+    for p in pairs:
+        s, x = p.single, p.index
+        assert (x.n_rows, x.model_id, x.dim) == (s.n_rows, s.model_id, s.dim)
+        for name in ("active", "importance", "token_counts", "ngram_offsets", "ngram_hashes"):
+            np.testing.assert_array_equal(getattr(x, name), getattr(s, name), err_msg=name)
+        rows = [s.n_rows - 1, 0, s.n_rows // 2, 0]
+        assert x.fact_ids(rows) == s.fact_ids(rows)
+        assert [(f.row, f.content, f.source) for f in x.facts(rows)] == \
+            [(f.row, f.content, f.source) for f in s.facts(rows)]
+        np.testing.assert_array_equal(x.vectors(rows), s.vectors(rows))
+        assert x.stats()["rows"] == s.n_rows
+        assert x.stats()["active_facts"] == int(s.active.sum())
+    with pytest.raises(Exception, match="out of range"):
+        pairs[0].index.facts([pairs[0].index.n_rows])
+
+
+@st.composite
+def sessions(draw: Any, n_pairs: int) -> dict[str, Any]:
+    ints = st.lists(st.integers(-2, 2), min_size=DIM, max_size=DIM).filter(any)
+    vec = ints.map(lambda v: np.array(v, np.float32) / np.linalg.norm(v))
+    return {
+        "pair": draw(st.integers(0, n_pairs - 1)),
+        "q": draw(vec),
+        "gate": draw(st.sampled_from([-1.0, -0.3, 0.0, 0.25, 0.6])),
+        "limit": draw(st.one_of(st.none(), st.integers(1, 60))),
+        "top_k": draw(st.one_of(st.none(), st.integers(1, 40))),
+        "mode": draw(st.sampled_from(["cdr", "relevance", "mmr"])),
+        "coverage": draw(st.lists(st.tuples(vec, st.sampled_from([0.0, 0.4, 1.0])),
+                                  max_size=3)),
+        "residual": draw(st.lists(vec, max_size=3)),
+        "blacklist_seed": draw(st.integers(0, 2**16)),
+        "blacklist_size": draw(st.sampled_from([0, 1, 5, 40])),
+    }
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_sharded_ranking_equals_the_single_ckf_ranking_exactly(pairs, data) -> None:
+    w = data.draw(sessions(len(pairs)))
+    p = pairs[w["pair"]]
+    s, x = p.single, p.index
+    coverage = CoverageSet(DIM)
+    for k, (v, weight) in enumerate(w["coverage"]):
+        coverage.add(v, weight, k + 1)
+    residual = ResidualSet([SubQuery(f"s{k}", "t") for k in range(len(w["residual"]))],
+                           np.array(w["residual"], np.float32).reshape(-1, DIM), DIM)
+    hashes = np.unique(s.ngram_hashes)
+    rng = np.random.default_rng(w["blacklist_seed"])
+    blacklist = rng.choice(hashes, min(w["blacklist_size"], len(hashes)), replace=False) \
+        if len(hashes) else np.zeros(0, np.uint64)
+
+    # One CKF: Phase 1, then Phase 2 over the selection (what the window loop does).
+    sel = s.select(w["q"], w["gate"], w["limit"])
+    counts = s.ngram_index.count_in(blacklist)[sel.indices] if len(blacklist) else None
+    kw = {"coverage": coverage, "residual": residual, "mode": w["mode"],
+          "min_relevance": w["gate"], "top_k": w["top_k"]}
+    want = rank(sel.embeddings, sel.relevances, importance=s.importance[sel.indices],
+                ngram_counts=counts, rows=sel.indices, **kw)
+
+    if w["mode"] == "mmr":  # sequential: the gated pool comes from the shards, ranked here
+        pool = x.select(w["q"], w["gate"], w["limit"])
+        np.testing.assert_array_equal(pool.indices, sel.indices)
+        np.testing.assert_array_equal(pool.relevances, sel.relevances)
+        np.testing.assert_array_equal(pool.embeddings, sel.embeddings)
+        pcounts = x.ngram_index.count_in(blacklist)[pool.indices] if len(blacklist) else None
+        got = rank(pool.embeddings, pool.relevances, importance=x.importance[pool.indices],
+                   ngram_counts=pcounts, rows=pool.indices, **kw)
+        emb, tokens, ids = x.vectors(got.indices), x.token_counts[got.indices], \
+            x.fact_ids(got.indices)
+    else:
+        got, emb, tokens, ids = x.rank_window(WindowQuery(
+            w["q"], w["gate"], w["limit"], coverage.centroid(), bool(coverage),
+            residual.embeddings, blacklist.astype(np.uint64), w["mode"], w["top_k"]))
+
+    np.testing.assert_array_equal(got.indices, want.indices)  # same rows, same order
+    np.testing.assert_array_equal(got.relevance, want.relevance)
+    for name in ("score", "novelty", "residual_pull", "ngram_penalty", "coverage_score"):
+        np.testing.assert_allclose(getattr(got, name), getattr(want, name), rtol=2e-7,
+                                   atol=1e-7, err_msg=name)
+    assert (got.mode, got.n_candidates, got.ngram_activations) == \
+        (want.mode, want.n_candidates, want.ngram_activations)
+    np.testing.assert_array_equal(emb, s.vectors(want.indices).reshape(-1, DIM))
+    np.testing.assert_array_equal(tokens, s.token_counts[want.indices])
+    assert ids == s.fact_ids(want.indices)
+
+
+# ---------------------------------------------------------------------- the window loop
+
+
+def _docs_of(snapshot: CKFSnapshot) -> list[Doc]:
+    """A real CKF's facts (MiniLM vectors) regrouped as documents, in row order."""
+    facts = snapshot.facts(range(snapshot.n_rows))
+    vecs = snapshot.vectors(range(snapshot.n_rows))
+    by_source: dict[str, list[int]] = {}
+    for f in facts:
+        by_source.setdefault(f.source, []).append(f.row)
+    return [(src, facts[rows[0]].importance, [facts[r].content for r in rows], vecs[rows])
+            for src, rows in by_source.items()]
+
+
+@pytest.fixture(scope="module")
+def real_pair(cluster: None, types_ckf_path: Path,
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    with CKFSnapshot.open(types_ckf_path) as base:
+        docs, model_id, dim = _docs_of(base), base.model_id, base.dim
+    single, shards = build_pair(tmp_path_factory.mktemp("real"), docs, 3, model_id, dim)
+    pair = Pair(CKFSnapshot.open(single), RayShardedIndex(shards, retry_seconds=60))
+    yield pair
+    pair.index.close(stop_actors=True)
+    pair.single.close()
+
+
+def _windows(index: Any, ranking: str, between: Any = None) -> list[tuple]:
+    gen = Generator(index, get_writer("extractive"),
+                    GenerationConfig(ranking=ranking, max_windows=3, words=2000))
+    session = gen.start(BUILTIN_TYPES_TASK, BUILTIN_TYPES_OUTLINE)
+    out = []
+    for e in gen.run(BUILTIN_TYPES_TASK, session=session):
+        out.append((e.prepared.envelope.fact_ids, e.prepared.envelope.ranking.score.tolist(),
+                    e.output, e.status, e.headers))
+        if between is not None and len(out) == 1:
+            between()
+    return out
+
+
+@pytest.mark.parametrize("ranking", ["cdr", "relevance", "mmr"])
+def test_the_loop_on_ray_shards_writes_the_same_windows_as_on_one_ckf(real_pair: Pair,
+                                                                      ranking: str) -> None:
+    assert isinstance(real_pair.index, FactIndex)
+    local = _windows(real_pair.single, ranking)
+    assert len(local) >= 2 and local[0][0]
+    assert _windows(real_pair.index, ranking) == local
+
+
+def _wait_for_new_pid(index: RayShardedIndex, shard: int, old: int) -> int:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        pid = index.shard_pids()[shard]
+        if pid != old:
+            return pid
+        time.sleep(0.5)
+    raise AssertionError(f"shard-{shard} was not restarted")
+
+
+def test_a_killed_shard_process_is_restarted_and_the_run_is_unchanged(real_pair: Pair) -> None:
+    x = real_pair.index
+    want = _windows(real_pair.single, "cdr")
+    victim = 1
+    old = x.shard_pids()[victim]
+
+    def kill() -> None:  # mid-run, between window 1 and window 2
+        os.kill(old, signal.SIGKILL)
+
+    got = _windows(x, "cdr", between=kill)
+    assert got == want
+    assert _wait_for_new_pid(x, victim, old) != old  # Ray restarted it; it re-mapped its shard
+
+
+def test_a_shard_that_stays_down_fails_the_request_naming_it(cluster: None,
+                                                             tmp_path: Path) -> None:
+    docs, _ = random_docs(9, 6)
+    _, shards = build_pair(tmp_path, docs, 2, "test/model", DIM)
+    x = RayShardedIndex(shards, retry_seconds=120, max_restarts=0)
+    q = np.ones(DIM, np.float32)
+    try:
+        assert len(x.select(q, -1.0, 5)) == 5
+        pid = x.shard_pids()[1]
+        x.retry_seconds = 3  # how long a caller waits for a shard before giving up
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(ShardUnavailableError, match=r"shard-1 of .* is unavailable") as e:
+            x.select(q, -1.0, 5)
+        assert e.value.http_status == 503 and e.value.shard == 1
+    finally:
+        x.close(stop_actors=True)
+
+
+# ---------------------------------------------------------------------- ingest on the cluster
+
+
+def test_ingest_on_the_cluster_equals_a_local_ingest(cluster: None, tmp_path: Path) -> None:
+    from cdr.ckf import CKF, ingest
+    from cdr.ray_ingest import RayEmbedder
+    from cdr.samples import pydoc_topics_dir
+    from cdr.shardset import ingest_sharded, read_manifest
+
+    docs = pydoc_topics_dir(tmp_path / "docs", topics=["truth", "pass", "lambda", "del"])
+    ticks: list[tuple[str, int, int]] = []
+    model = RayEmbedder(None, workers=2, task_texts=16)
+    rep = ingest_sharded(tmp_path / "kb", [str(docs)], 2, embedder=model,
+                         progress=lambda *a: ticks.append(a))
+    assert rep.facts_added > 0 and rep.embedded == rep.facts_added
+    embeds = [t for t in ticks if t[0] == "embed"]
+    assert embeds[-1][1] == embeds[-1][2] == rep.embedded  # one bar over the whole job
+    with CKF.create(tmp_path / "local") as local:
+        ingest(local, [str(docs)])
+        by_id = dict(zip(local.fact_ids(range(local.n_rows)), local.vectors(
+            range(local.n_rows)), strict=True))
+    n = 0
+    for path in read_manifest(tmp_path / "kb").paths:
+        with CKFSnapshot.open(path) as s:
+            for fid, v in zip(s.fact_ids(range(s.n_rows)), s.vectors(range(s.n_rows)),
+                              strict=True):
+                np.testing.assert_allclose(v, by_id[fid], atol=1e-5)
+                n += 1
+    assert n == len(by_id)
