@@ -21,8 +21,8 @@ from cdr.coverage import SubQuery
 from cdr.errors import InvalidInputError
 from cdr.expansion import expand_sub_queries, widened_selection
 from cdr.fit import FIT_MIN_FACTS, fit_facts, planned_words
-from cdr.gateway.records import SessionRecord
 from cdr.gateway.schemas import GenerationOptions
+from cdr.gateway.session_record import SessionRecord
 from cdr.loop import GenerationConfig, Generator
 from cdr.memory import FactMemory, MemoryRule, apply_memory, written_rows
 from cdr.ngrams import NgramIndex
