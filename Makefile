@@ -49,13 +49,14 @@ bench-ranking: $(STAMP)
 bench-ingest: $(STAMP)
 	$(BIN)/python bench/ingest.py
 
+# QUALITY_ARGS="--corpus related" measures on a quarter of the docs (faster on a busy machine).
 bench-quality: $(STAMP)
-	$(BIN)/python bench/quality.py
+	$(BIN)/python bench/quality.py $(QUALITY_ARGS)
 
 # Quality on text the reference model writes (issue 9 §3): minutes per window on a loaded CPU,
 # so every finished run is checkpointed and `--resume` picks up where it stopped.
 bench-llm: llm
-	CDR_LOCAL_THREADS=$${CDR_LOCAL_THREADS:-1} $(BIN)/python bench/quality_llm.py --resume
+	CDR_LOCAL_THREADS=$${CDR_LOCAL_THREADS:-1} $(BIN)/python bench/quality_llm.py --resume $(ARGS)
 
 bench-gateway: $(STAMP)
 	$(BIN)/python bench/gateway.py

@@ -90,7 +90,7 @@ def token_counts(texts_words: list[np.ndarray], vocab: np.ndarray) -> np.ndarray
 
 
 def build_ckf(path: Path, n: int, seed: int = 0) -> Path:
-    from cdr.ckf.store import CKF
+    from cdr.ckf.handle import CKF
     from cdr.dpe import task_topic
     from cdr.embed import default_embedder
     from cdr.vectors import normalize

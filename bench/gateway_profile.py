@@ -46,8 +46,8 @@ import gateway as gwbench  # noqa: E402  (bench/gateway.py: the CKF and the task
 # (label, module file suffix, function name): the stages of one request, in request order.
 STAGES = [
     ("token check (JWT decode + HKDF key)", "session_token.py", "verify"),
-    ("session read (SQLite row)", "store.py", "get"),
-    ("session parse (cache miss only)", "records.py", "from_json"),
+    ("session read (SQLite row)", "session_store.py", "get"),
+    ("session parse (cache miss only)", "session_record.py", "from_json"),
     ("Phase 1 select", "snapshot.py", "select"),
     ("Phase 2 rank", "ranking.py", "rank"),
     ("budget (token counts of prompts)", "envelope.py", "make_budget"),
@@ -56,8 +56,8 @@ STAGES = [
     ("plan", "loop.py", "_plan"),
     ("prompt build", "prompt.py", "build_user_prompt"),
     ("pending envelope to_dict (+ compare)", "loop.py", "to_dict"),
-    ("stored JSON with new pending (changed only)", "records.py", "with_pending"),
-    ("compare-and-set write (changed only)", "store.py", "cas"),
+    ("stored JSON with new pending (changed only)", "session_record.py", "with_pending"),
+    ("compare-and-set write (changed only)", "session_store.py", "cas"),
     ("new token (JWT encode + HKDF key)", "session_token.py", "issue"),
     ("response facts list", "sidecar.py", "_facts_out"),
     ("headers", "loop.py", "headers"),
@@ -66,7 +66,7 @@ STAGES = [
 
 
 def make_gateway(ckf: Path, tmp: Path):  # type: ignore[no-untyped-def]
-    from cdr.gateway.runtime import Gateway
+    from cdr.gateway.app_state import Gateway
     from cdr.gateway.settings import load_settings
 
     os.environ.update({"CDR_DEV": "1", "CDR_SIGNING_SECRET": "profile-secret-0123456789abcdef",
@@ -199,7 +199,7 @@ def main() -> None:
     changed = cProfile.Profile(timer)
     stored = gw.store.get(sid)
     assert stored is not None
-    from cdr.gateway.records import with_pending
+    from cdr.gateway.session_record import with_pending
 
     gw.store.cas(sid, stored.version, with_pending(stored.data, None))
     gw.sessions.discard(sid)

@@ -65,6 +65,7 @@ ARM_LABELS = {
     "cdr": "CDR (ours, spec defaults)",
     "sections": "per-section retrieval (--ranking sections, STORM-like)",
     "xquad": "xQuAD, λ = 0.5, aspects = sub-queries, S across windows",
+    "cdr-fresh": "CDR with the opt-in `fresh` profile (fact memory, envelope fit, expansion)",
 }
 
 
@@ -99,10 +100,11 @@ class Settings:
 
 def make_config(settings: Settings, arm: str, ckf: Any, task: Task) -> GenerationConfig:
     """The `cdr generate` configuration of `arm` (xQuAD: a Phase 2 replacement)."""
-    mode = "relevance" if arm == "xquad" else arm
+    mode = {"xquad": "relevance", "cdr-fresh": "cdr"}.get(arm, arm)
     cfg = GenerationConfig(max_windows=settings.windows, words=settings.words, ranking=mode,
                            context_tokens=settings.context_tokens,
-                           generation_tokens=settings.generation_tokens)
+                           generation_tokens=settings.generation_tokens,
+                           profile="fresh" if arm == "cdr-fresh" else None)
     if arm == "xquad":
         cfg = replace(cfg, ranker=XQuADRanker(envelope_tokens(cfg, task), ckf.token_counts,
                                               lam=0.5))

@@ -298,8 +298,8 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="cdr-bench-scale-"))
     loads: list[Load] = []
     with postgres() as (pg_dsn, pg_what):
-        from cdr.gateway.store import SQLiteSessionStore
-        from cdr.gateway.store_postgres import PostgresSessionStore
+        from cdr.gateway.session_store import SQLiteSessionStore
+        from cdr.gateway.session_store_postgres import PostgresSessionStore
 
         console.print("store round trips ...")
         with SQLiteSessionStore(root / "rt.sqlite3") as s:

@@ -173,8 +173,8 @@ def write_topics(root: Path, names: tuple[str, ...] = TOPICS) -> Path:
 
 
 def build_ckf(path: Path, docs: Path) -> Path:
+    from cdr.ckf.handle import CKF
     from cdr.ckf.ingest import ingest
-    from cdr.ckf.store import CKF
 
     with CKF.create(path) as ckf:
         report = ingest(ckf, [docs])

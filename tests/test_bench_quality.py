@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
-from cdr.ckf.model import Selection
+from cdr.ckf.records import Selection
 from cdr.errors import InvalidInputError
 from quality_arms import (
     CachingEmbedder,

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cdr.ckf import CKF, chunk_blocks, ingest
-from cdr.ckf.model import MAX_FACT_TOKENS
+from cdr.ckf.records import MAX_FACT_TOKENS
 from cdr.ckf.sources import kind_of, parse_bytes
 from cdr.cli_ckf import EXIT_SOME_SKIPPED, app
 from cdr.tokens import count_tokens

@@ -258,7 +258,7 @@ def test_ckf_package_has_no_import_cycle_and_no_private_imports() -> None:
     for m in graph:
         if m not in state:
             visit(m, [])
-    for name in ("snapshot", "store", "writer", "maintenance", "state", "txn", "ingest"):
+    for name in ("snapshot", "handle", "writer", "maintenance", "state", "txn", "ingest"):
         tree = ast.parse(files[f"cdr.ckf.{name}"].read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("cdr.ckf."):

@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cdr.ckf.store import CKF
+from cdr.ckf.handle import CKF
 from cdr.gateway.paths import public_sources
-from cdr.gateway.records import SessionRecord
 from cdr.gateway.selections import CachingIndex, SelectionCache
-from cdr.gateway.store import SQLiteSessionStore
+from cdr.gateway.session_record import SessionRecord
+from cdr.gateway.session_store import SQLiteSessionStore
 from cdr.loop import GenerationConfig, Generator
 from cdr.trace import packed_facts
 from cdr.writers import get_writer

@@ -13,7 +13,7 @@ import httpx
 import jsonschema
 import pytest
 
-from cdr.ckf.store import CKF
+from cdr.ckf.handle import CKF
 from cdr.loop import GenerationConfig, Generator
 from cdr.session_token import TokenSigner
 from cdr.trace import TRACE_SCHEMA

@@ -10,15 +10,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cdr.ckf.store import CKF
+from cdr.ckf.handle import CKF
 from cdr.errors import EmbeddingModelMismatchError, InvalidInputError, NotFoundError, UpstreamError
+from cdr.gateway.app_state import Gateway, token_from_headers
 from cdr.gateway.errors import ApiError, from_cdr_error, from_validation_errors
-from cdr.gateway.records import SessionRecord
 from cdr.gateway.relay import DocumentText, assemble
-from cdr.gateway.runtime import Gateway, token_from_headers
 from cdr.gateway.schemas import GenerationOptions
+from cdr.gateway.session_record import SessionRecord
+from cdr.gateway.session_store import MemorySessionStore, VersionConflictError
 from cdr.gateway.settings import GatewaySettings
-from cdr.gateway.store import MemorySessionStore, VersionConflictError
 from cdr.loop import EmptyKnowledgeBaseError, GenerationConfig, Generator, PreparedWindow
 from cdr.session_token import ExpiredTokenError, StaleTokenError, TokenModelMismatchError
 from cdr.trace import window_record

@@ -161,8 +161,8 @@ def test_an_upload_that_adds_nothing_is_a_failed_job_with_the_reason(http):
 def test_an_ingest_by_another_process_is_picked_up(http, llm_gateway):
     from pydoc_data.topics import topics
 
+    from cdr.ckf.handle import CKF
     from cdr.ckf.ingest import ingest_texts
-    from cdr.ckf.store import CKF
 
     with CKF.open(llm_gateway.ckf) as ckf:  # as `cdr ingest` in another process would
         report = ingest_texts(ckf, [("external/assert.txt", topics["assert"])])

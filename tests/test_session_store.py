@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdr.errors import InvalidInputError, NotFoundError
-from cdr.gateway.store import (
+from cdr.gateway.session_store import (
     MemorySessionStore,
     SessionExistsError,
     SessionStore,
@@ -30,7 +30,7 @@ from cdr.gateway.store import (
     VersionConflictError,
     update_with_retry,
 )
-from cdr.gateway.store_postgres import PostgresSessionStore
+from cdr.gateway.session_store_postgres import PostgresSessionStore
 
 pytest_plugins = ["tests.pg_server"]
 
@@ -242,7 +242,7 @@ def test_committed_writes_survive_sigkill(tmp_path: Path) -> None:
     path = tmp_path / "k.sqlite3"
     code = (
         "import os, signal, sys\n"
-        "from cdr.gateway.store import SQLiteSessionStore, update_with_retry\n"
+        "from cdr.gateway.session_store import SQLiteSessionStore, update_with_retry\n"
         "s = SQLiteSessionStore(sys.argv[1])\n"
         "s.create('a', '0')\n"
         "for _ in range(25):\n"

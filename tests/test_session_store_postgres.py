@@ -19,8 +19,7 @@ from hypothesis import strategies as st
 
 from cdr.errors import InvalidInputError, NotFoundError
 from cdr.gateway.job_store import job_store_for, jobs_path
-from cdr.gateway.settings import GatewaySettings
-from cdr.gateway.store import (
+from cdr.gateway.session_store import (
     MemorySessionStore,
     SessionExistsError,
     SessionStore,
@@ -29,11 +28,12 @@ from cdr.gateway.store import (
     VersionConflictError,
     update_with_retry,
 )
-from cdr.gateway.store_postgres import (
+from cdr.gateway.session_store_postgres import (
     POSTGRES_SCHEMA_VERSION,
     PostgresSessionStore,
     is_postgres_url,
 )
+from cdr.gateway.settings import GatewaySettings
 from tests.gateway_server import child_env, free_port
 from tests.pg_server import fresh_schema
 
@@ -172,8 +172,8 @@ def test_four_processes_lose_no_update(pg_schema_dsn):
 def test_committed_writes_survive_sigkill(pg_schema_dsn):
     code = (
         "import os, signal, sys\n"
-        "from cdr.gateway.store import update_with_retry\n"
-        "from cdr.gateway.store_postgres import PostgresSessionStore\n"
+        "from cdr.gateway.session_store import update_with_retry\n"
+        "from cdr.gateway.session_store_postgres import PostgresSessionStore\n"
         "s = PostgresSessionStore(sys.argv[1])\n"
         "s.create('a', '0')\n"
         "for _ in range(25):\n"

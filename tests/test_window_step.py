@@ -19,8 +19,8 @@ from cdr.ckf import CKF
 from cdr.cli import app
 from cdr.envelope import Envelope
 from cdr.errors import InvalidInputError, UpstreamError
-from cdr.gateway.records import SessionRecord
 from cdr.gateway.schemas import GenerationOptions
+from cdr.gateway.session_record import SessionRecord
 from cdr.headers import EXHAUSTED_HINT, crp_headers
 from cdr.loop import GenerationConfig, Generator, PreparedWindow
 from cdr.ranking import RANKING_MODES, Ranking

@@ -121,7 +121,7 @@ def ingest_command(
     reasons; the rest are ingested); 1 error; 2 usage error.
     """
     from cdr.ckf import CKF, ingest
-    from cdr.ckf.model import check_importance, normalize_source_type
+    from cdr.ckf.records import check_importance, normalize_source_type
     from cdr.errors import NotFoundError
 
     with _errors():

@@ -11,6 +11,7 @@ forwards administration to its writer.
 """
 
 from cdr.ckf.chunk import DEFAULT_CHUNKING, ChunkConfig, chunk_blocks, fact_id, split_sentences
+from cdr.ckf.handle import CKF
 from cdr.ckf.ingest import (
     DocumentInput,
     IngestProgress,
@@ -20,7 +21,8 @@ from cdr.ckf.ingest import (
     ingest_documents,
     ingest_texts,
 )
-from cdr.ckf.model import (
+from cdr.ckf.parse import parse, parse_html, parse_markdown, parse_pdf, parse_text
+from cdr.ckf.records import (
     MAX_FACT_TOKENS,
     MIN_FACT_TOKENS,
     SELECTABLE_STATUSES,
@@ -33,9 +35,7 @@ from cdr.ckf.model import (
     Selection,
     normalize_source_type,
 )
-from cdr.ckf.parse import parse, parse_html, parse_markdown, parse_pdf, parse_text
 from cdr.ckf.snapshot import CKFSnapshot
-from cdr.ckf.store import CKF
 from cdr.ckf.writer import CKFBusyError, CKFWriter
 
 __all__ = [

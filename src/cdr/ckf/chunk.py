@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cdr.ckf.model import MAX_FACT_TOKENS, MIN_FACT_TOKENS, Block, FactDraft
+from cdr.ckf.records import MAX_FACT_TOKENS, MIN_FACT_TOKENS, Block, FactDraft
 from cdr.errors import InvalidInputError
 from cdr.tokens import count_tokens, count_tokens_batch
 

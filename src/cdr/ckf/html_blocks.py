@@ -13,7 +13,7 @@ import re
 import textwrap
 from html.parser import HTMLParser
 
-from cdr.ckf.model import Block, ParsedDocument
+from cdr.ckf.records import Block, ParsedDocument
 from cdr.ckf.sections import Sections
 
 _DROP_TAGS = frozenset({

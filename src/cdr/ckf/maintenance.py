@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from cdr.ckf.arrays import ArrayFiles, other_epoch_files
-from cdr.ckf.model import FactStatus
+from cdr.ckf.records import FactStatus
 from cdr.ckf.state import CommittedState
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ import textwrap
 from functools import lru_cache
 from typing import Any
 
-from cdr.ckf.model import Block, ParsedDocument
+from cdr.ckf.records import Block, ParsedDocument
 from cdr.ckf.sections import Sections
 
 _FRONT_KEY = re.compile(r"^([A-Za-z_][\w-]*)\s*:\s*(.*?)\s*$")

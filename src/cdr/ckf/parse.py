@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from cdr.ckf.html_blocks import parse_html
 from cdr.ckf.markdown_blocks import front_matter, parse_markdown
-from cdr.ckf.model import Block, ParsedDocument
+from cdr.ckf.records import Block, ParsedDocument
 from cdr.ckf.sections import Sections
 from cdr.errors import InvalidInputError
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
-from cdr.ckf.model import Fact, FactStatus, Selection
+from cdr.ckf.records import Fact, FactStatus, Selection
 from cdr.ckf.scan import open_quantised
 from cdr.ckf.schema import DB_NAME, SCHEMA_VERSION, connect, doc_id_for
 from cdr.ckf.state import (

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from cdr.ckf.model import ParsedDocument
 from cdr.ckf.parse import KIND_BY_SUFFIX, parse, parse_pdf, pdf_available
+from cdr.ckf.records import ParsedDocument
 from cdr.errors import InvalidInputError, NotFoundError
 
 log = logging.getLogger("cdr.ckf")

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from cdr.ckf.arrays import ArrayFiles
-from cdr.ckf.model import FactStatus
+from cdr.ckf.records import FactStatus
 from cdr.ckf.schema import SCHEMA_VERSION, read_meta
 from cdr.errors import InvalidInputError
 

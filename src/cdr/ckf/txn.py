@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cdr.ckf.arrays import ArrayFiles
-from cdr.ckf.model import FactDraft, FactStatus
+from cdr.ckf.records import FactDraft, FactStatus
 from cdr.ckf.schema import doc_id_for, now, write_meta
 from cdr.errors import InvalidInputError
 from cdr.ngrams import ngram_hashes

@@ -35,13 +35,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cdr.errors import CdrError
 from cdr.gateway import routes_chat, routes_ckf, routes_sessions, routes_ui
+from cdr.gateway.app_state import Gateway
 from cdr.gateway.auth import AuthMiddleware, is_loopback
 from cdr.gateway.errors import ApiError, from_cdr_error, from_validation_errors
 from cdr.gateway.metrics import render_metrics
 from cdr.gateway.middleware import GatewayMiddleware
 from cdr.gateway.paths import public_path
 from cdr.gateway.redact import register_path, register_secret
-from cdr.gateway.runtime import Gateway
 from cdr.gateway.schemas import Health
 from cdr.gateway.settings import (
     SESSION_DB_NAME,

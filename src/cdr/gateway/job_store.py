@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cdr.gateway.store import MemorySessionStore, SessionStore, SQLiteSessionStore
+from cdr.gateway.session_store import MemorySessionStore, SessionStore, SQLiteSessionStore
 
 __all__ = ["job_store_for", "jobs_path"]
 

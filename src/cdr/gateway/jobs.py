@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from cdr.errors import NotFoundError
-from cdr.gateway.knowledge import KnowledgeBase
-from cdr.gateway.store import MemorySessionStore, SessionStore, update_with_retry
+from cdr.gateway.ckf_snapshots import KnowledgeBase
+from cdr.gateway.session_store import MemorySessionStore, SessionStore, update_with_retry
 
 log = logging.getLogger("cdr.gateway")
 UPLOAD_PREFIX = "upload/"

@@ -27,11 +27,11 @@ from typing import Any
 
 from cdr.envelope import DEFAULT_GENERATION_TOKENS
 from cdr.errors import UpstreamError
+from cdr.gateway.app_state import Gateway, session_headers
 from cdr.gateway.errors import ApiError, from_cdr_error
-from cdr.gateway.records import SessionRecord
 from cdr.gateway.redact import upstream_summary
-from cdr.gateway.runtime import Gateway, session_headers
 from cdr.gateway.schemas import ChatCompletionRequest
+from cdr.gateway.session_record import SessionRecord
 from cdr.headers import SAFETY_ONLY_HEADERS
 from cdr.loop import EmptyKnowledgeBaseError, WindowEvent
 from cdr.session import LIMIT_REACHED

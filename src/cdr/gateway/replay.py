@@ -21,7 +21,7 @@ import hashlib
 import json
 from typing import Any
 
-from cdr.gateway.runtime import SET_TOKEN_HEADER, Gateway
+from cdr.gateway.app_state import SET_TOKEN_HEADER, Gateway
 from cdr.gateway.schemas import WindowSubmit
 from cdr.session_token import StaleTokenError
 

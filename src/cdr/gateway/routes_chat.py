@@ -30,9 +30,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from cdr.errors import CdrError
+from cdr.gateway.app_state import Gateway, session_headers
 from cdr.gateway.errors import ApiError, from_cdr_error
 from cdr.gateway.relay import ChatRun, DocumentText, run_to_completion
-from cdr.gateway.runtime import Gateway, session_headers
 from cdr.gateway.schemas import ChatCompletion, ChatCompletionRequest, ErrorResponse
 
 log = logging.getLogger("cdr.gateway")

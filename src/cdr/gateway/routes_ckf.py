@@ -9,11 +9,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, File, Form, Path, Request, UploadFile
 from fastapi.responses import JSONResponse
 
+from cdr.gateway.app_state import Gateway
 from cdr.gateway.errors import ApiError
 from cdr.gateway.jobs import StagedFile
 from cdr.gateway.paths import public_path, public_sources
 from cdr.gateway.redact import scrub_paths
-from cdr.gateway.runtime import Gateway
 from cdr.gateway.schemas import Deleted, ErrorResponse, Job
 
 router = APIRouter(prefix="/v1/ckf", tags=["ckf"])
@@ -69,7 +69,7 @@ async def upload_documents(
     importance: Annotated[float | None, Form(gt=0, le=1, description="Overrides the source "
                                              "type's importance.")] = None,
 ) -> JSONResponse:
-    from cdr.ckf.model import normalize_source_type
+    from cdr.ckf.records import normalize_source_type
 
     gw = _gw(request)
     if gw.kb.path is None:

@@ -9,8 +9,8 @@ from fastapi.responses import JSONResponse
 from fastapi.security import APIKeyHeader, HTTPBearer
 
 from cdr.gateway import sidecar
+from cdr.gateway.app_state import SET_TOKEN_HEADER, TOKEN_HEADER, Gateway, token_from_headers
 from cdr.gateway.errors import ApiError
-from cdr.gateway.runtime import SET_TOKEN_HEADER, TOKEN_HEADER, Gateway, token_from_headers
 from cdr.gateway.schemas import (
     Deleted,
     EnvelopeResponse,

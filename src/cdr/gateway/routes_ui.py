@@ -38,9 +38,9 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from cdr.errors import CdrError, NotFoundError
+from cdr.gateway.app_state import TOKEN_HEADER, Gateway
 from cdr.gateway.errors import ApiError, from_cdr_error
-from cdr.gateway.records import SessionRecord
-from cdr.gateway.runtime import TOKEN_HEADER, Gateway
+from cdr.gateway.session_record import SessionRecord
 from cdr.report import csp_header, render_trace_body
 from cdr.report.page import page
 

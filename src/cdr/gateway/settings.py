@@ -19,8 +19,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cdr.errors import InvalidInputError
 from cdr.gateway.auth import KeyConfigError, KeyRing, parse_api_keys, weak_secret_reason
-from cdr.gateway.store import SessionStore, SQLiteSessionStore
-from cdr.gateway.store_postgres import is_postgres_url
+from cdr.gateway.session_store import SessionStore, SQLiteSessionStore
+from cdr.gateway.session_store_postgres import is_postgres_url
 from cdr.session_token import DEFAULT_KID, TokenSigner, parse_signing_secret
 
 __all__ = ["GatewayConfigError", "GatewaySettings", "load_settings"]
@@ -170,7 +170,7 @@ class GatewaySettings(BaseSettings):
         if self.session_db is None:
             raise GatewayConfigError("no session store: set CDR_CKF or CDR_SESSION_DB")
         if isinstance(self.session_db, PostgresUrl):
-            from cdr.gateway.store_postgres import PostgresSessionStore
+            from cdr.gateway.session_store_postgres import PostgresSessionStore
 
             return PostgresSessionStore(str(self.session_db))
         return SQLiteSessionStore(self.session_db, synchronous=self.session_db_synchronous)

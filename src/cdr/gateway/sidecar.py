@@ -21,18 +21,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cdr.gateway.errors import ApiError
-from cdr.gateway.paths import public_sources
-from cdr.gateway.records import SessionRecord, derive, with_pending
-from cdr.gateway.replay import replay_submission, with_submission
-from cdr.gateway.runtime import (
+from cdr.gateway.app_state import (
     SESSION_ID_HEADER,
     SET_TOKEN_HEADER,
     Gateway,
     session_headers,
 )
+from cdr.gateway.errors import ApiError
+from cdr.gateway.paths import public_sources
+from cdr.gateway.replay import replay_submission, with_submission
 from cdr.gateway.schemas import SessionCreate, WindowSubmit
-from cdr.gateway.store import StoredSession, VersionConflictError
+from cdr.gateway.session_record import SessionRecord, derive, with_pending
+from cdr.gateway.session_store import StoredSession, VersionConflictError
 from cdr.loop import PreparedWindow, WindowEvent
 from cdr.session_token import StaleTokenError
 from cdr.trace import packed_facts, window_record

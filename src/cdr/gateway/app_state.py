@@ -12,16 +12,16 @@ from typing import Any
 
 from cdr.errors import EmbeddingModelMismatchError, NotFoundError
 from cdr.factindex import FactIndex
+from cdr.gateway.ckf_snapshots import KnowledgeBase
 from cdr.gateway.errors import ApiError
 from cdr.gateway.job_store import job_store_for
 from cdr.gateway.jobs import IngestJobs
-from cdr.gateway.knowledge import KnowledgeBase
 from cdr.gateway.metrics import GatewayMetrics
-from cdr.gateway.records import SessionCache, SessionRecord
 from cdr.gateway.schemas import GenerationOptions
 from cdr.gateway.selections import CachingIndex, SelectionCache
+from cdr.gateway.session_record import SessionCache, SessionRecord
+from cdr.gateway.session_store import SessionStore, StoredSession
 from cdr.gateway.settings import GatewaySettings
-from cdr.gateway.store import SessionStore, StoredSession
 from cdr.headers import SAFETY_ONLY_HEADERS, crp_headers
 from cdr.loop import EmptyKnowledgeBaseError, GenerationConfig, Generator, WindowEvent
 from cdr.ranking import DEFAULT_RANKING
@@ -151,6 +151,9 @@ class Gateway:
             out["generation_tokens"] = o.window_tokens
         if o.context_tokens is not None:
             out["context_tokens"] = o.context_tokens
+        for name in ("profile", "memory", "envelope", "queries"):  # cdr.options, opt-in
+            if getattr(o, name) is not None:
+                out[name] = getattr(o, name)
         return out
 
     def generator(self, snapshot: FactIndex, options: Mapping[str, Any]) -> Generator:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from cdr.ckf import maintenance
-from cdr.ckf.model import FactStatus, check_importance
+from cdr.ckf.records import FactStatus, check_importance
 from cdr.ckf.schema import DB_NAME
 from cdr.ckf.snapshot import CKFSnapshot
 from cdr.ckf.txn import WriteTxn

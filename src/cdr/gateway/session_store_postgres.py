@@ -3,7 +3,7 @@
 Why PostgreSQL: one SQLite file serves the processes of one machine; replicas on several
 machines need a server, and compare-and-set is one `UPDATE ... WHERE version = $expected`
 there, atomic without any lock held across a round trip. The store keeps the `SessionStore`
-contract of `store.py` exactly (same errors, same versions, `list_ids` in code-point order),
+contract of `session_store.py` exactly (same errors, same versions, `list_ids` in code-point order),
 so the routes and the contract tests do not know which store they run on.
 
 Tables (created, or migrated forward, on open; `cdr_schema_version` records how far):
@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from cdr.errors import InvalidInputError, NotFoundError
-from cdr.gateway.store import (
+from cdr.gateway.session_store import (
     SessionExistsError,
     SessionStoreBusyError,
     StoredSession,

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, TypeVar
 from cdr.errors import NotFoundError
 
 if TYPE_CHECKING:
+    from cdr.ckf.handle import CKF
     from cdr.ckf.snapshot import CKFSnapshot
-    from cdr.ckf.store import CKF
     from cdr.factindex import FactIndex
 
 log = logging.getLogger("cdr.gateway")
@@ -162,7 +162,7 @@ class KnowledgeBase:
         if self.path is None:
             raise NotFoundError("no CKF directory is configured: set CDR_CKF or pass --ckf")
         if self._writer is None:
-            from cdr.ckf.store import CKF
+            from cdr.ckf.handle import CKF
 
             self._writer = CKF.open_or_create(self.path)
         return self._writer
