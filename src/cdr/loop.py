@@ -34,13 +34,15 @@ from cdr.envelope import (
     DEFAULT_CONTEXT_TOKENS,
     DEFAULT_GENERATION_TOKENS,
     DEFAULT_SYSTEM_PROMPT,
+    FACT_FRAMING_TOKENS,
+    Budget,
     Envelope,
     make_budget,
     pack,
     residual_anchor,
 )
 from cdr.errors import CdrError, InvalidInputError, UpstreamError
-from cdr.factindex import FactIndex
+from cdr.factindex import FactIndex, RankingIndex
 from cdr.headers import SAFETY_ONLY_HEADERS, crp_headers
 from cdr.prompt import WORDS_PER_TOKEN, PlanSection, build_user_prompt, fit_plan
 from cdr.ranking import DEFAULT_MMR_LAMBDA, DEFAULT_RANKING, Ranking, rank
@@ -52,6 +54,7 @@ from cdr.session import (
     UPSTREAM_ERROR,
     Session,
 )
+from cdr.shard_server import WindowQuery
 from cdr.vectors import normalize
 from cdr.writers.base import Writer, WriterResult
 
@@ -63,6 +66,8 @@ SPEC_GATE = 0.55
 DEFAULT_SUB_QUERIES = 6
 DECOMPOSITION_POOL = 300
 PHASE1_LIMIT = 4000
+SHARD_RANKED_MODES = ("cdr", "relevance")  # one-pass scores; mmr picks sequentially
+SHARD_TOP_K = 64  # candidates a ranking index ships per window before packing settles
 
 
 def stale_envelope(envelope: Envelope) -> bool:
@@ -219,6 +224,7 @@ class Generator:
         self.embedder = ckf.embedder
         self.writer = writer
         self.config = config or GenerationConfig()
+        self._cheapest: tuple[int, int] | None = None  # (generation, cheapest fact cost)
         cfg = self.config
         if not 1 <= cfg.max_windows <= MAX_WINDOWS_LIMIT:
             raise InvalidInputError(
@@ -289,19 +295,6 @@ class Generator:
     def prepare(self, session: Session) -> PreparedWindow:
         """Phase 1 select, Phase 2 rank, Phase 3 pack, plan and prompt for the next window."""
         cfg = self.config
-        sel = self.ckf.select(session.query_vector, session.min_relevance, PHASE1_LIMIT)
-        counts = session.blacklist.counts
-        importance = self.ckf.importance[sel.indices]
-        sel_counts = counts[sel.indices] if len(counts) else None
-        if cfg.ranker is not None:
-            ranking = cfg.ranker(session, sel, importance, sel_counts)
-        else:
-            ranking = rank(
-                sel.embeddings, sel.relevances, importance=importance, ngram_counts=sel_counts,
-                coverage=session.coverage, residual=session.residual,
-                mode=session.ranking, min_relevance=session.min_relevance,
-                mmr_lambda=cfg.mmr_lambda, rows=sel.indices,
-            )
         plan_sqs = self._plan_sub_queries(session)
         anchor = residual_anchor(session.residual_sub_queries)
         task_text = f"Task: {session.task}\n{anchor}"
@@ -309,8 +302,11 @@ class Generator:
             task_text += "\n" + session.backward_summary()
         budget = make_budget(cfg.context_tokens, cfg.system_prompt, task_text,
                              cfg.generation_tokens)
-        envelope = pack(ranking, self.ckf.fact_ids, self.ckf.token_counts[ranking.indices],
-                        budget, anchor, cfg.max_envelope_facts)
+        if (cfg.ranker is None and session.ranking in SHARD_RANKED_MODES
+                and isinstance(self.ckf, RankingIndex)):
+            envelope = self._pack_ranked_on_index(session, budget, anchor)
+        else:
+            envelope = self._pack_ranked_here(session, budget, anchor)
         packed_rows = envelope.ranking.indices
         facts = self.ckf.facts(packed_rows)
         plan = self._plan(session, plan_sqs, packed_rows, envelope)
@@ -327,6 +323,64 @@ class Generator:
         envelope.messages = messages
         return PreparedWindow(session.window_count + 1, envelope, packed_rows, facts, plan,
                               messages, len(session.coverage), cfg.generation_tokens)
+
+    def _pack_ranked_here(self, session: Session, budget: Budget, anchor: str) -> Envelope:
+        """Select every gated candidate (vectors included), rank them here, pack."""
+        cfg = self.config
+        sel = self.ckf.select(session.query_vector, session.min_relevance, PHASE1_LIMIT)
+        counts = session.blacklist.counts
+        importance = self.ckf.importance[sel.indices]
+        sel_counts = counts[sel.indices] if len(counts) else None
+        if cfg.ranker is not None:
+            ranking = cfg.ranker(session, sel, importance, sel_counts)
+        else:
+            ranking = rank(
+                sel.embeddings, sel.relevances, importance=importance, ngram_counts=sel_counts,
+                coverage=session.coverage, residual=session.residual,
+                mode=session.ranking, min_relevance=session.min_relevance,
+                mmr_lambda=cfg.mmr_lambda, rows=sel.indices,
+            )
+        return pack(ranking, self.ckf.fact_ids, self.ckf.token_counts[ranking.indices],
+                    budget, anchor, cfg.max_envelope_facts)
+
+    def _pack_ranked_on_index(self, session: Session, budget: Budget, anchor: str) -> Envelope:
+        """Rank on the index (its shards) and ship back only the top `k` candidates.
+
+        Greedy packing skips misfits, so a short list packs exactly like the full ranking
+        once its picks are settled: the envelope is full (`max_envelope_facts`), or the
+        budget left is below the cheapest active fact, or the list holds every candidate.
+        Otherwise `k` doubles and the window is ranked again (rare: a budget much larger
+        than what the first `k` facts fill)."""
+        cfg = self.config
+        cheapest = self._cheapest_fact_cost()
+        k = max(SHARD_TOP_K, 2 * (cfg.max_envelope_facts or 0))
+        while True:
+            top_k = min(k, PHASE1_LIMIT)
+            ranking, _emb, tokens, ids = self.ckf.rank_window(WindowQuery(  # type: ignore[attr-defined]
+                session.query_vector, session.min_relevance, PHASE1_LIMIT,
+                session.coverage.centroid(), bool(session.coverage),
+                session.residual.embeddings, session.blacklist.as_array().astype(np.uint64),
+                session.ranking, top_k))
+            envelope = pack(ranking, ids, tokens, budget, anchor, cfg.max_envelope_facts)
+            settled = (len(ranking) < top_k or top_k >= PHASE1_LIMIT
+                       or (cfg.max_envelope_facts is not None
+                           and len(envelope) >= cfg.max_envelope_facts)
+                       or budget.envelope - envelope.used_tokens < cheapest)
+            if settled:
+                break
+            k *= 2
+        if cfg.max_envelope_facts is None:  # what the full ranking would have left out
+            envelope.skipped = ranking.n_candidates - len(envelope)
+        return envelope
+
+    def _cheapest_fact_cost(self) -> int:
+        """Smallest packing cost of any active fact, cached per index generation."""
+        gen = self.ckf.generation
+        if self._cheapest is None or self._cheapest[0] != gen:
+            toks = self.ckf.token_counts[self.ckf.active]
+            low = int(toks.min()) if len(toks) else 0
+            self._cheapest = (gen, low + FACT_FRAMING_TOKENS)
+        return self._cheapest[1]
 
     def _plan(
         self, session: Session, plan_sqs: list[SubQuery], rows: np.ndarray, envelope: Envelope
