@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -203,9 +203,8 @@ def ingest_sharded(
     """`cdr ingest --shards S`: each document goes to `shard_of(source, S)` and is ingested
     there exactly as into a single CKF (same batching, same crash safety: every shard commits
     its own batches). `embedder` may be a Ray-parallel one (`cdr.ray_ingest`)."""
-    from cdr.ckf.ingest import DocumentInput, IngestReport, ingest_documents, mark_vanished
-    from cdr.ckf.parse import KIND_BY_SUFFIX
-    from cdr.ckf.sources import SkipDocument, discover, read_file
+    from cdr.ckf.ingest import IngestReport, ingest_documents, mark_vanished, read_inputs
+    from cdr.ckf.sources import discover
     from cdr.embed import default_embedder
 
     model = embedder or default_embedder()
@@ -217,22 +216,12 @@ def ingest_sharded(
     rep = IngestReport()
     bar = _SetProgress(progress, len(candidates))
 
-    def inputs(cands: Iterable[Any]) -> Iterable[DocumentInput]:
-        for c in cands:
-            try:
-                data = read_file(c.path)
-            except SkipDocument as e:
-                rep.skipped.append((str(c.path), str(e)))
-                continue
-            yield DocumentInput(str(c.path), data, KIND_BY_SUFFIX.get(c.path.suffix.lower(),
-                                                                      "txt"))
-
     for i, path in enumerate(ss.paths):
         if not by_shard[i] and not roots:
             continue  # re-ingesting one file opens only the shard that owns it
         store = _open_shard(path, embedder)
         try:
-            ingest_documents(store, inputs(by_shard[i]), source_type=source_type,
+            ingest_documents(store, read_inputs(by_shard[i], rep), source_type=source_type,
                              importance=importance, progress=bar.shard(),
                              commit_every=commit_every, total_hint=len(by_shard[i]),
                              report=rep)

@@ -13,7 +13,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -299,24 +299,25 @@ def ingest(
         importance = check_importance(importance)
     candidates, roots = discover(paths, include, exclude)
     rep = IngestReport()
-
-    def inputs() -> Iterable[DocumentInput]:
-        for c in candidates:
-            try:
-                data = read_file(c.path)
-            except SkipDocument as e:
-                rep.skipped.append((str(c.path), str(e)))
-                continue
-            suffix = c.path.suffix.lower()
-            kind = KIND_BY_SUFFIX.get(suffix, "txt")
-            yield DocumentInput(str(c.path), data, kind)
-
-    ingest_documents(ckf, inputs(), source_type=source_type, importance=importance,
-                     progress=progress, chunking=chunking, batch_size=batch_size,
+    ingest_documents(ckf, read_inputs(candidates, rep), source_type=source_type,
+                     importance=importance, progress=progress, chunking=chunking,
+                     batch_size=batch_size,
                      commit_every=commit_every, total_hint=len(candidates), report=rep)
     rep.stale = mark_vanished(ckf, roots)
     rep.seconds = time.perf_counter() - started
     return rep
+
+
+def read_inputs(candidates: Iterable[Any], report: IngestReport) -> Iterator[DocumentInput]:
+    """Files read lazily, one at a time (a folder can be larger than memory); a file that
+    cannot be read is recorded in `report.skipped` with its reason and the rest go on."""
+    for c in candidates:
+        try:
+            data = read_file(c.path)
+        except SkipDocument as e:
+            report.skipped.append((str(c.path), str(e)))
+            continue
+        yield DocumentInput(str(c.path), data, KIND_BY_SUFFIX.get(c.path.suffix.lower(), "txt"))
 
 
 def mark_vanished(ckf: CKF, roots: Sequence[Path]) -> list[str]:
