@@ -197,7 +197,8 @@ class RankingIndex(Protocol):
     equal `rank()` over `select()` of one index holding all rows, truncated to `top_k`."""
 
     def rank_window(self, w: WindowQuery) -> tuple[Ranking, np.ndarray, np.ndarray, list[str]]:
-        """(ranking of the best `w.top_k`, their float32 vectors, token counts, fact ids)."""
+        """(ranking of the best `w.top_k`, their float32 vectors — (k, 0) when `w.vectors` is
+        false —, token counts, fact ids)."""
         ...
 
 

@@ -360,7 +360,7 @@ class Generator:
                 session.query_vector, session.min_relevance, PHASE1_LIMIT,
                 session.coverage.centroid(), bool(session.coverage),
                 session.residual.embeddings, session.blacklist.as_array().astype(np.uint64),
-                session.ranking, top_k))
+                session.ranking, top_k, vectors=False))
             envelope = pack(ranking, ids, tokens, budget, anchor, cfg.max_envelope_facts)
             settled = (len(ranking) < top_k or top_k >= PHASE1_LIMIT
                        or (cfg.max_envelope_facts is not None
