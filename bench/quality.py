@@ -22,6 +22,9 @@ on first use, about 36k facts; re-ingest of unchanged pages embeds nothing). Wri
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import hashlib
+import json
 import math
 import os
 import platform
@@ -53,7 +56,7 @@ from _machine import cpu_name  # noqa: E402
 from cdr.ckf import CKF, ingest  # noqa: E402
 from cdr.envelope import make_budget, residual_anchor  # noqa: E402
 from cdr.factindex import FactIndex  # noqa: E402
-from cdr.loop import PHASE1_LIMIT, GenerationConfig, Generator, default_min_relevance  # noqa: E402
+from cdr.loop import GenerationConfig, Generator, default_min_relevance  # noqa: E402
 from cdr.samples import cache_dir  # noqa: E402
 from cdr.writers import get_writer  # noqa: E402
 from corpus import python_docs_dir  # noqa: E402
@@ -65,10 +68,28 @@ from quality_arms import (  # noqa: E402
     XQuADRanker,
 )
 from quality_metrics import RunMetrics, WindowData, run_metrics  # noqa: E402
+from quality_options import (  # noqa: E402
+    OPTION_SPECS,
+    PRESET,
+    Summary,
+    option_analysis,
+    option_sweep_specs,
+)
 from quality_tasks import DEFAULT_PAGES, SEP, Task, label_of, make_task, page_of  # noqa: E402
 
 RESULTS = BENCH / "results"
 INCLUDE = ["*.html"]
+# `--corpus related`: the task pages with the pages nearest them (the language reference, the
+# logging HOWTOs, the asyncio, unittest, concurrency, built-in pages) as distractors — about a
+# quarter of the documentation, for machines where embedding all of it takes too long.
+RELATED = ["reference/*.html", "howto/logging*.html", "library/asyncio*.html",
+           "library/logging*.html", "library/unittest*.html", "library/collections*.html",
+           "library/argparse*.html", "library/datetime*.html", "library/threading*.html",
+           "library/typing*.html", "library/re.html", "library/configparser*.html",
+           "library/dataclasses*.html", "library/subprocess*.html", "library/concurrent*.html",
+           "library/multiprocessing*.html", "library/functions.html", "library/stdtypes.html",
+           "library/exceptions.html"]
+CORPORA = {"full": INCLUDE, "related": RELATED}
 # Generated indexes and tables of contents are lists of links, not documentation.
 EXCLUDE = ["_static", "_sources", "_downloads", "_images", "genindex*.html",
            "py-modindex.html", "search.html", "contents.html"]
@@ -108,6 +129,9 @@ ARMS: dict[str, Arm] = {a.name: a for a in (
     Arm("xquad", "xQuAD, λ = 0.5, aspects = sub-queries, S across windows", make=_xquad),
     Arm("cdr", "CDR (ours)", "cdr"),
 )}
+BASELINES = ("relevance", "mmr-0.5", "mmr-0.3", "ssd", "xquad")
+# Opt-in options beyond the spec (issue 13; bench/quality_options.py): same tasks, same loop.
+ARMS.update({n: Arm(n, label, "cdr", overrides=o) for n, label, o in OPTION_SPECS})
 DEFAULT_ARMS = tuple(ARMS)
 def _shown(ckf: FactIndex, envelope_tokens: int) -> ArmRanker:
     return ShownMemoryCdrRanker(envelope_tokens, ckf.token_counts)
@@ -117,8 +141,10 @@ def sweep_arms(base: GenerationConfig, gate: float) -> list[Arm]:
     """CDR (and relevance) with a few other settings, to back the suggestions in the results
     file with numbers: a smaller and a larger context (so envelope), a lower gate, and CDR
     with a memory of the facts earlier envelopes showed (a proposal, not the spec)."""
-    arms = [Arm("cdr+shown", "CDR, facts of earlier envelopes weighted 0.2 (proposal)",
-                make=_shown)]
+    # The options' variants first (issue 13), so an interrupted run has them soonest.
+    arms = [Arm(n, label, "cdr", overrides=o) for n, label, o in option_sweep_specs()]
+    arms.append(Arm("cdr+shown", "CDR, facts of earlier envelopes weighted 0.2 (proposal)",
+                    make=_shown))
     for ctx in (2048, 8192):
         if ctx != base.context_tokens:
             arms.append(Arm(f"cdr ctx {ctx}", f"CDR, context {ctx} tokens", "cdr",
@@ -153,8 +179,8 @@ class IngestInfo:
     documents: int = 0
 
 
-def build_ckf(path: Path, progress: Progress, refresh: bool = True
-              ) -> tuple[CKF, Path, IngestInfo]:
+def build_ckf(path: Path, progress: Progress, refresh: bool = True,
+              include: Sequence[str] = tuple(INCLUDE)) -> tuple[CKF, Path, IngestInfo]:
     """The benchmark's CKF: every content page of the Python docs (idempotent re-ingest)."""
     docs = python_docs_dir()
     ckf = CKF.open_or_create(path)
@@ -166,7 +192,7 @@ def build_ckf(path: Path, progress: Progress, refresh: bool = True
         what = "reading pages" if stage == "read" else "embedding new facts"
         progress.update(bar, description=f"ingest: {what}", completed=done, total=total or None)
 
-    report = ingest(ckf, [docs], source_type="official", include=INCLUDE, exclude=EXCLUDE,
+    report = ingest(ckf, [docs], source_type="official", include=list(include), exclude=EXCLUDE,
                     progress=cb)
     progress.update(bar, description=f"ingest: {report.documents} pages, "
                     f"{report.embedded} facts embedded", completed=1, total=1)
@@ -239,6 +265,16 @@ class Run:
     plan_elsewhere: float = math.nan  # the page's facts planned under another section
     pull_wins: float = math.nan  # envelope facts (W2+) whose residual pull beats relevance
     relevance_bound: float = math.nan  # best no-reuse mean relevance / relevance-only's
+    prompt_tokens: list[int] = field(default_factory=list)  # per window (0: no model call)
+    completion_tokens: list[int] = field(default_factory=list)  # per window
+    written_words: list[int] = field(default_factory=list)  # words of the written facts
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Run:
+        return cls(**{**d, "metrics": RunMetrics(**d["metrics"])})
 
 
 def envelope_tokens(cfg: GenerationConfig, task: Task) -> int:
@@ -258,7 +294,7 @@ def run_one(ckf: FactIndex, corpus: Corpus, task: Task, arm: Arm, base: Generati
         gen.embedder = embedder
     session = gen.start(task.title, task.outline_text)
     labels = task_labels(corpus, task)
-    selection = ckf.select(session.query_vector, gen.min_relevance, PHASE1_LIMIT)
+    selection = gen.candidates(session)  # the arm's own Phase 1 (widened when expanded)
     pool = selection.indices
     pool_labels = {labels.get(corpus.ids[r]) for r in pool} - {None}
     reachable = len(pool_labels) / len(task.keys)
@@ -266,6 +302,9 @@ def run_one(ckf: FactIndex, corpus: Corpus, task: Task, arm: Arm, base: Generati
     data: list[WindowData] = []
     written_before: set[str] = set()
     written_n: list[int] = []
+    prompt_tokens: list[int] = []
+    completion_tokens: list[int] = []
+    written_words: list[int] = []
     written_reuse: list[float] = []
     far: list[bool] = []
     elsewhere: list[bool] = []
@@ -283,6 +322,11 @@ def run_one(ckf: FactIndex, corpus: Corpus, task: Task, arm: Arm, base: Generati
         written = [corpus.ids[r] for r in rows if corpus.contents[r].strip()
                    and corpus.contents[r].strip() in text]
         written_n.append(len(written))
+        prompt_tokens.append(int(ev.usage.get("prompt_tokens", 0)))
+        completion_tokens.append(int(ev.usage.get("completion_tokens", 0)))
+        written_words.append(sum(len(corpus.contents[r].split()) for r in rows
+                                 if corpus.contents[r].strip()
+                                 and corpus.contents[r].strip() in text))
         written_reuse.append(
             len(set(written) & written_before) / len(written) if written else 0.0)
         written_before.update(written)
@@ -299,7 +343,7 @@ def run_one(ckf: FactIndex, corpus: Corpus, task: Task, arm: Arm, base: Generati
             j = sq_pos[sec.title]
             for ref in sec.fact_refs:
                 row = int(prows[int(ref[1:]) - 1])
-                far.append(float(ckf.vectors([row])[0] @ session.sub_query_embeddings[j])
+                far.append(float(ckf.vectors([row])[0] @ session.target_embeddings[j])
                            < threshold)
                 label = labels.get(corpus.ids[row])
                 if label is not None:
@@ -323,7 +367,63 @@ def run_one(ckf: FactIndex, corpus: Corpus, task: Task, arm: Arm, base: Generati
     bound = (float(rels[: windows * n].mean() / rels[:n].mean()) if len(rels) else math.nan)
     return Run(task.page, arm.name, metrics, natural, reason, len(pool), reachable,
                on_page_pool, written_n, written_reuse, time.perf_counter() - t0,
-               _mean(far), _mean(elsewhere), _mean(pull_wins), bound)
+               _mean(far), _mean(elsewhere), _mean(pull_wins), bound, prompt_tokens,
+               completion_tokens, written_words)
+
+
+# ------------------------------------------------------------------------------- checkpoint
+
+
+def code_hash() -> str:
+    """What a finished run depends on: the library, the benchmark's run code and its helpers.
+    A checkpointed run is reused only while this is unchanged."""
+    import inspect
+
+    h = hashlib.sha256()
+    files = sorted((ROOT / "src" / "cdr").rglob("*.py"))
+    files += [BENCH / f"quality_{x}.py" for x in ("arms", "metrics", "tasks", "options")]
+    for p in files:
+        h.update(p.relative_to(ROOT).as_posix().encode())
+        h.update(p.read_bytes())
+    for fn in (run_one, task_labels, envelope_tokens, load_corpus):
+        h.update(inspect.getsource(fn).encode())
+    return h.hexdigest()
+
+
+def run_key(code: str, task: Task, arm: Arm, base: GenerationConfig, windows: int,
+            max_windows: int, n_facts: int) -> str:
+    parts = [code, task.page, arm.name, arm.label, arm.mode, repr(sorted(arm.overrides.items())),
+             getattr(arm.make, "__name__", None), repr(base), windows, max_windows, n_facts]
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:32]
+
+
+class Checkpoint:
+    """Finished runs, one JSON line each, appended as they finish: an interrupted benchmark
+    resumes where it stopped (`--restart` ignores what is there)."""
+
+    def __init__(self, path: Path, restart: bool = False) -> None:
+        self.path = path
+        self.runs: dict[str, Run] = {}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if restart and path.exists():
+            path.unlink()
+        if path.exists():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    rec = json.loads(line)
+                    self.runs[rec["key"]] = Run.from_dict(rec["run"])
+                except (ValueError, KeyError, TypeError):
+                    continue  # a line cut by the interruption
+
+    def get(self, key: str) -> Run | None:
+        return self.runs.get(key)
+
+    def put(self, key: str, run: Run) -> None:
+        self.runs[key] = run
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps({"key": key, "run": run.to_dict()}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
 
 
 # ------------------------------------------------------------------------------- report
@@ -388,7 +488,8 @@ def plot(runs: Sequence[Run], arms: Sequence[Arm], windows: int, out_dir: Path) 
 
     x = np.arange(1, windows + 1)
     paths = []
-    styles = {"cdr": dict(color="black", linewidth=2.6, marker="o")}
+    styles = {"cdr": dict(color="black", linewidth=2.6, marker="o"),
+              PRESET: dict(color="crimson", linewidth=2.6, marker="s")}
     shown = [m for m in METRICS if m[0] not in ("envelope_facts", "words")]
     fig_all, axes = plt.subplots(2, 5, figsize=(22, 8.5))
     for k, (metric, title, pct) in enumerate(shown):
@@ -700,7 +801,7 @@ def analysis(runs: Sequence[Run], sweep_runs: Sequence[Run], tasks: Sequence[Tas
              "(more documents on the subject) lifts the bound." if min(b for _, b in bounds) < 0.9
              else "The bound leaves room for both targets."), ""]
     props = [(n, h[n]) for n in sorted(names - set(ARMS))
-             if not n.startswith("relevance") and "plan" not in n]
+             if not n.startswith(("relevance", "fresh", "memory+")) and "plan" not in n]
     if props:
         L += ["### Settings and changes that move the numbers (measured in the table below)",
               "", "| variant | CWR6 | fact reuse | sub-topic recall | relevance vs "
@@ -732,6 +833,87 @@ def analysis(runs: Sequence[Run], sweep_runs: Sequence[Run], tasks: Sequence[Tas
     return L
 
 
+def summaries(runs: Sequence[Run], windows: int) -> dict[str, Summary]:
+    """Per arm, the numbers the options' report section needs (means over tasks)."""
+    out: dict[str, Summary] = {}
+    for name in dict.fromkeys(r.arm for r in runs):
+        rs = [r for r in runs if r.arm == name]
+        h = headline(runs, [ARMS.get(name) or Arm(name, name)], windows)[0]
+        words = sum(sum(r.metrics.words[:windows]) for r in rs)
+        ctoks = sum(sum(r.completion_tokens[:windows]) for r in rs)
+        wwords = sum(sum(r.written_words[:windows]) for r in rs)
+        wfacts = sum(sum(r.written[:windows]) for r in rs)
+        out[name] = Summary(
+            name, h.cwr_w5, h.reuse_w5, h.recall_w5, h.written_recall_w5, h.relevance,
+            h.completeness_w5, _mean([_mean(r.metrics.envelope_facts[:windows]) for r in rs]),
+            _mean([_mean(r.written[:windows]) for r in rs]),
+            _mean([float(sum(r.prompt_tokens[:windows])) for r in rs]),
+            _mean([float(sum(r.prompt_tokens[:r.exit_window])) for r in rs]),
+            words / ctoks if ctoks else math.nan, wwords / wfacts if wfacts else math.nan,
+            _mean([r.plan_far for r in rs]), _mean([r.pull_wins for r in rs]),
+            _mean([r.exit_window for r in rs]))
+    return out
+
+
+def options_discussion(s: dict[str, Summary]) -> list[str]:
+    """Why the options' rules are what they are, in this run's numbers (issue 13)."""
+    need = ("cdr", "relevance", "cdr+memory", "cdr+fit", "cdr+expanded", PRESET,
+            "fresh -expanded", "fresh no widening", "fresh mem recovery 0.5",
+            "fresh mem shown 0.5", "fresh mem written 0", "fresh -fit")
+    if not all(n in s for n in need):
+        return []
+    c, rel, f = s["cdr"], s["relevance"], s[PRESET]
+    P = lambda v: fmt(v, True)  # noqa: E731
+
+    def r(n: str) -> str:
+        return P(s[n].relevance / rel.relevance)
+
+    return [
+        "### Why these rules, measured", "",
+        f"- **Fact memory is what stops the re-sending.** Alone it takes W5 reuse from "
+        f"{P(c.reuse)} to {P(s['cdr+memory'].reuse)}; on fitted envelopes from "
+        f"{P(s['cdr+fit'].reuse)} (`cdr+fit`) to {P(s['fresh -expanded'].reuse)} "
+        f"(`fresh -expanded`). Shown-but-unwritten facts are the ones that came back (spec "
+        "CDR re-sends context, not text: the n-gram guard already holds written facts down).",
+        f"- **Its weights hardly matter once it is on**: shown 0.2 or 0.5, written 0.05 or 0, "
+        f"written = shown — the preset's numbers do not move (reuse {P(f.reuse)}, recall "
+        f"{P(f.recall)} in every row), because fresh candidates outscore any remembered fact "
+        "while the pool lasts; with a verbatim writer the n-gram guard already weights written "
+        "facts ≤ 0.2. So the rule keeps a strong, simple suppression (shown 0.2, written "
+        "0.05: a written fact is the last to return) and no recovery: letting shown facts "
+        f"drift back (recovery 0.5) re-sends {P(s['fresh mem recovery 0.5'].reuse)} of W5 "
+        f"for {r('fresh mem recovery 0.5')} of relevance-only's relevance instead of {r(PRESET)}.",
+        f"- **Fitted envelopes are the token saving**: {c.envelope_facts:.0f} → "
+        f"{s['cdr+fit'].envelope_facts:.0f} facts per window, {c.prompt_tokens:,.0f} → "
+        f"{s['cdr+fit'].prompt_tokens:,.0f} prompt tokens per document, while the writer "
+        f"still uses {s['cdr+fit'].written_facts:.1f} facts per window (spec: "
+        f"{c.written_facts:.1f}). Without fit the preset costs "
+        f"{s['fresh -fit'].prompt_tokens:,.0f} tokens per document and re-sends "
+        f"{P(s['fresh -fit'].reuse)} (the pool runs dry at ~46 facts a window).",
+        f"- **Expanded sub-queries are the recall**: envelope recall {P(c.recall)} → "
+        f"{P(s['cdr+expanded'].recall)}, text recall {P(c.text_recall)} → "
+        f"{P(s['cdr+expanded'].text_recall)}; planned facts below the attribution threshold "
+        f"of their section {P(c.plan_far)} → {P(s['cdr+expanded'].plan_far)}; residual pull "
+        f"beats query relevance for {P(s['cdr+expanded'].pull_wins)} of envelope facts "
+        f"(spec {P(c.pull_wins)}), so the Residual Set finally steers. Part of it is the "
+        f"widened Phase 1: without it (`fresh no widening`) recall is "
+        f"{P(s['fresh no widening'].recall)} and reuse {P(s['fresh no widening'].reuse)}, "
+        f"with relevance at {r('fresh no widening')} of relevance-only's.",
+        f"- **The cost is relevance**: the preset's envelopes average {f.relevance:.3f} "
+        f"({r(PRESET)} of relevance-only's {rel.relevance:.3f}; spec CDR {r('cdr')}). The "
+        "widened pool and the stronger pull bring facts that are about a section rather than "
+        "about the composite query, and never re-sending goes deeper into the pool each "
+        "window. No variant measured here meets all six targets: the ones that keep ≥ 85% "
+        "of relevance (`fresh no widening`, `fresh -expanded`) lose the recall and reuse "
+        "targets. Relevance to the one composite query is also the measure that a sectioned "
+        "document should score lowest on: its later sections are about their own titles.",
+        "- **BM25 (`bm25s`) was not built**: the expansion already lifts envelope recall to "
+        f"{P(f.recall)} with {P(f.plan_far)} of planned facts below their section's threshold; "
+        "what lexical matching could add is at most the remaining sections, and its extra "
+        "candidates would cost relevance, the one target missed. No number here argues for it.",
+        ""]
+
+
 def write_report(path: Path, runs: list[Run], sweep_runs: list[Run], arms: Sequence[Arm],
                  sweep: Sequence[Arm], corpus: Corpus, ckf: FactIndex, base: GenerationConfig,
                  args: argparse.Namespace, plots: list[Path], seconds: float,
@@ -748,9 +930,14 @@ def write_report(path: Path, runs: list[Run], sweep_runs: list[Run], arms: Seque
          "are this run's).", "",
          f"- {m['date']} · {m['machine']} · Python {m['python']} · commit {m['commit']}",
          f"- Runtime {seconds / 60:.1f} min, of which ingest {ingested.seconds / 60:.1f} min "
-         f"({ingested.embedded:,} facts embedded; an unchanged CKF costs no embedding)",
+         f"({ingested.embedded:,} facts embedded; an unchanged CKF costs no embedding)"
+         + (f"; {args.resumed} of the runs came from the checkpoint (`--checkpoint`), made "
+            "with the same code" if getattr(args, "resumed", 0) else ""),
          f"- CKF: {ckf.n_rows:,} facts from {n_pages} pages of the Python 3.11 documentation "
-         f"(Debian `python3.11-doc`; generated indexes left out), model `{ckf.model_id}`",
+         f"(Debian `python3.11-doc`; generated indexes left out"
+         + ("" if args.corpus == "full" else
+            f"; `--corpus {args.corpus}`: the task pages and the pages nearest them, not the "
+            "whole documentation") + f"), model `{ckf.model_id}`",
          f"- Loop defaults (`GenerationConfig()`): gate {gate:.2f}, context {base.context_tokens} "
          f"tokens, generation {base.generation_tokens} tokens, {base.words} words per task, "
          f"residual exit depth {base.residual_exit_depth}, extractive writer",
@@ -771,6 +958,12 @@ def write_report(path: Path, runs: list[Run], sweep_runs: list[Run], arms: Seque
                  f"{fmt(h.recall_w5, True)} | {fmt(h.written_recall_w5, True)} | "
                  f"{h.andcg_w5:.3f} | {h.relevance:.3f} | {fmt(h.completeness_w5, True)} |")
     L += ["", "### Against the targets of issue 6", "", *target_lines(heads, windows), ""]
+    every_summary = summaries(list(runs) + list(sweep_runs), windows)
+    opt_sweep = [a.name for a in sweep if a.name.startswith(("fresh", "memory+"))]
+    L += option_analysis(every_summary, opt_sweep, windows,
+                         lambda n: (ARMS.get(n) or next((a for a in sweep if a.name == n),
+                                                        Arm(n, n))).label)
+    L += options_discussion(every_summary)
     L += analysis(runs, sweep_runs, corpus.tasks, base, windows)
     L += [f"## Until each run's own exit rule (at most {args.max_windows} windows)", "",
           "Baselines compute no novelty, so their envelopes' novelty ratio is 1 and Exit 3 "
@@ -865,7 +1058,12 @@ def print_headline(heads: Sequence[Headline], windows: int) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--ckf", type=Path, default=cache_dir() / "bench" / "pydocs.ckf")
+    ap.add_argument("--ckf", type=Path, default=None,
+                    help="default: ~/.cache/cdr/bench/pydocs.ckf (pydocs-related.ckf for "
+                         "--corpus related)")
+    ap.add_argument("--corpus", choices=sorted(CORPORA), default="full",
+                    help="full: the whole documentation; related: the task pages and the "
+                         "pages nearest them (faster to build)")
     ap.add_argument("--tasks", type=int, default=len(DEFAULT_PAGES),
                     help="how many of the default pages to use")
     ap.add_argument("--pages", default=None, help="comma-separated pages instead of the default")
@@ -873,9 +1071,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--max-windows", type=int, default=10)
     ap.add_argument("--arms", default=",".join(DEFAULT_ARMS))
     ap.add_argument("--no-sweep", action="store_true", help="skip the CDR settings sweep")
+    ap.add_argument("--sweep", choices=("all", "options", "none"), default="all",
+                    help="which settings sweep to run: all, only the options' variants "
+                         "(issue 13), or none (= --no-sweep)")
     ap.add_argument("--no-ingest", action="store_true",
                     help="use the CKF as it is, without re-ingesting the docs (development)")
     ap.add_argument("--out", type=Path, default=RESULTS / "quality.md")
+    ap.add_argument("--checkpoint", type=Path,
+                    default=cache_dir() / "bench" / "quality-runs.jsonl",
+                    help="finished runs are kept here; a rerun with the same code resumes")
+    ap.add_argument("--restart", action="store_true", help="ignore the checkpoint")
     args = ap.parse_args(argv)
     if not 1 <= args.windows <= args.max_windows <= 20:
         ap.error("need 1 ≤ --windows ≤ --max-windows ≤ 20")
@@ -891,21 +1096,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:
-        ckf, docs, ingested = build_ckf(args.ckf, progress, refresh=not args.no_ingest)
+        if args.ckf is None:
+            name = "pydocs.ckf" if args.corpus == "full" else f"pydocs-{args.corpus}.ckf"
+            args.ckf = cache_dir() / "bench" / name
+        ckf, docs, ingested = build_ckf(args.ckf, progress, refresh=not args.no_ingest,
+                                        include=CORPORA[args.corpus])
         corpus = load_corpus(ckf, docs, pages)
         gate = gate if gate is not None else default_min_relevance(ckf.model_id)
-        sweep = [] if args.no_sweep else sweep_arms(base, gate)
+        sweep = [] if args.no_sweep or args.sweep == "none" else sweep_arms(base, gate)
+        if args.sweep == "options":
+            opt_names = {n for n, _, _ in option_sweep_specs()}
+            sweep = [a for a in sweep if a.name in opt_names]
         jobs = [(t, a) for t in corpus.tasks for a in arms]
         jobs += [(t, a) for a in sweep for t in corpus.tasks]
         bar = progress.add_task("runs", total=len(jobs))
         embedder = CachingEmbedder(ckf.embedder)
         runs: list[Run] = []
         sweep_runs: list[Run] = []
+        ckpt = Checkpoint(args.checkpoint, args.restart)
+        code = code_hash()
+        resumed = 0
         for t, a in jobs:
             progress.update(bar, description=f"{a.name:>18} · {t.page}")
-            run = run_one(ckf, corpus, t, a, base, args.windows, args.max_windows, embedder)
+            key = run_key(code, t, a, base, args.windows, args.max_windows, ckf.n_rows)
+            run = ckpt.get(key)
+            if run is None:
+                run = run_one(ckf, corpus, t, a, base, args.windows, args.max_windows, embedder)
+                ckpt.put(key, run)
+            else:
+                resumed += 1
             (sweep_runs if a in sweep else runs).append(run)
             progress.advance(bar)
+        args.resumed = resumed
+        if resumed:
+            console.print(f"resumed {resumed} of {len(jobs)} runs from {args.checkpoint}")
         progress.update(bar, description="runs")
     plots = plot(runs, arms, args.windows, args.out.parent)
     heads = write_report(args.out, runs, sweep_runs, arms, sweep, corpus, ckf, base, args,

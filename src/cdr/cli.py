@@ -81,6 +81,15 @@ def generate(
                            ] = 6,
     llm_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible base URL.")] = None,
     llm_model: Annotated[str | None, typer.Option(help="Model name for LLM writers.")] = None,
+    profile: Annotated[str | None, typer.Option(
+        help="Preset of options beyond the spec: spec | fresh (fact memory, fitted "
+             "envelopes, expanded sub-queries). Single options below override it.")] = None,
+    memory: Annotated[str | None, typer.Option(
+        help="off (spec) | facts: facts already shown or written lose score later.")] = None,
+    envelope: Annotated[str | None, typer.Option(
+        help="budget (spec) | fit: pack as many facts as the window's words can use.")] = None,
+    queries: Annotated[str | None, typer.Option(
+        help="titles (spec) | expanded: sub-queries expanded from the CKF at start.")] = None,
     trace: Annotated[Path | None, typer.Option(help="Write the trace JSON here.")] = None,
     report: Annotated[Path | None, typer.Option(help="Write an HTML run report here.")] = None,
     out_file: Annotated[Path | None, typer.Option("--out", help="Write the Markdown here "
@@ -100,6 +109,12 @@ def generate(
         raise fail(f"--windows must be within 1..{MAX_WINDOWS_LIMIT}, got {windows}", 2)
     if not task.strip():
         raise fail("the task is empty", 2)
+    from cdr.options import resolve_options
+
+    try:
+        resolve_options(profile, memory=memory, envelope=envelope, queries=queries)
+    except CdrError as exc:
+        raise fail(f"{exc} (--profile/--memory/--envelope/--queries)", 2) from None
     outline_text = None
     if outline is not None:
         try:
@@ -113,7 +128,8 @@ def generate(
         config = GenerationConfig(
             max_windows=windows, words=words, sub_queries=sub_queries, ranking=ranking,
             min_relevance=min_relevance, mmr_lambda=mmr_lambda, context_tokens=context_tokens,
-            generation_tokens=generation_tokens,
+            generation_tokens=generation_tokens, profile=profile, memory=memory,
+            envelope=envelope, queries=queries,
         )
         gen = Generator(store, _writer(writer, llm_base_url, llm_model), config)
         session = gen.start(task, outline_text)

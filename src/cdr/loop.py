@@ -42,8 +42,17 @@ from cdr.envelope import (
     residual_anchor,
 )
 from cdr.errors import CdrError, InvalidInputError, UpstreamError
+from cdr.expansion import (
+    EXPANSION_FACTS,
+    EXPANSION_WIDEN_LIMIT,
+    expand_sub_queries,
+    widened_selection,
+)
 from cdr.factindex import FactIndex, RankingIndex
+from cdr.fit import FIT_FACTS_PER_WORD, fit_facts, planned_words
 from cdr.headers import SAFETY_ONLY_HEADERS, crp_headers
+from cdr.memory import DEFAULT_MEMORY_RULE, MemoryRule, apply_memory, written_rows
+from cdr.options import SessionOptions, resolve_options
 from cdr.prompt import WORDS_PER_TOKEN, PlanSection, build_user_prompt, fit_plan
 from cdr.ranking import DEFAULT_MMR_LAMBDA, DEFAULT_RANKING, Ranking, rank
 from cdr.session import (
@@ -126,6 +135,24 @@ class GenerationConfig:
     plan_min_similarity: float | None = None
     safety_check: SafetyCheck | None = None
     ranker: Ranker | None = None  # replaces the built-in modes when set
+    # Opt-in rules beyond the spec (`cdr.options`): a profile ("spec", "fresh") and single
+    # options on top of it (None = the profile's). They are fixed into the session at start
+    # and persisted with it; later windows follow the session's, whatever this config says.
+    profile: str | None = None
+    memory: str | None = None  # "off" | "facts"
+    envelope: str | None = None  # "budget" | "fit"
+    queries: str | None = None  # "titles" | "expanded"
+    # The rules' tunables (library and benchmark only; sessions use the defaults).
+    memory_rule: MemoryRule = DEFAULT_MEMORY_RULE
+    fit_facts_per_word: float = FIT_FACTS_PER_WORD
+    expansion_facts: int = EXPANSION_FACTS
+    expansion_widens: bool = True  # expanded sub-queries also widen Phase 1 (cdr.expansion)
+    expansion_widen_limit: int = EXPANSION_WIDEN_LIMIT  # facts each expansion may add
+
+    def session_options(self) -> SessionOptions:
+        """The profile's options with single ones on top; an unknown value is refused."""
+        return resolve_options(self.profile, memory=self.memory, envelope=self.envelope,
+                               queries=self.queries)
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +258,7 @@ class Generator:
                 f"windows must be within 1..{MAX_WINDOWS_LIMIT}, got {cfg.max_windows}")
         if cfg.words < 1:
             raise InvalidInputError(f"words must be positive, got {cfg.words}")
+        self.options = cfg.session_options()
 
     @property
     def min_relevance(self) -> float:
@@ -277,11 +305,16 @@ class Generator:
         topic, sq_emb = vecs[0], vecs[1:]
         centroid = normalize(sq_emb.mean(axis=0), "sub-query centroid")
         query = normalize(topic + centroid, "query")  # DESIGN.md §3.11
+        expanded = None
+        if self.options.queries == "expanded":  # cdr.expansion: once, from Phase 1's pool
+            pool = self.ckf.select(query, self.min_relevance, PHASE1_LIMIT)
+            expanded = expand_sub_queries(sq_emb, pool.embeddings, self.config.expansion_facts)
         return Session.start(
             task, sqs, sq_emb, query, self.embedder.model_id,
             max_windows=self.config.max_windows, min_relevance=self.min_relevance,
             residual_exit_depth=self.config.residual_exit_depth, ranking=self.config.ranking,
-            ngram_index=self.ckf.ngram_index,
+            ngram_index=self.ckf.ngram_index, options=self.options,
+            expanded_embeddings=expanded,
         )
 
     # -- one window --------------------------------------------------------------------------
@@ -292,9 +325,18 @@ class Generator:
         unfinished = [sq for sq in session.sub_queries if session.cumulative_depth[sq.id] < 0.9]
         return unfinished or list(session.sub_queries)
 
+    def candidates(self, session: Session) -> Any:
+        """Phase 1: the facts past the gate (widened by expanded sub-queries when on)."""
+        if session.expanded_embeddings is not None and self.config.expansion_widens:
+            return widened_selection(self.ckf, session.query_vector, session.expanded_embeddings,
+                                     session.min_relevance, PHASE1_LIMIT,
+                                     self.config.expansion_widen_limit)
+        return self.ckf.select(session.query_vector, session.min_relevance, PHASE1_LIMIT)
+
     def prepare(self, session: Session) -> PreparedWindow:
         """Phase 1 select, Phase 2 rank, Phase 3 pack, plan and prompt for the next window."""
         cfg = self.config
+        opts = session.options
         plan_sqs = self._plan_sub_queries(session)
         anchor = residual_anchor(session.residual_sub_queries)
         task_text = f"Task: {session.task}\n{anchor}"
@@ -302,11 +344,17 @@ class Generator:
             task_text += "\n" + session.backward_summary()
         budget = make_budget(cfg.context_tokens, cfg.system_prompt, task_text,
                              cfg.generation_tokens)
-        if (cfg.ranker is None and session.ranking in SHARD_RANKED_MODES
-                and isinstance(self.ckf, RankingIndex)):
-            envelope = self._pack_ranked_on_index(session, budget, anchor)
+        max_facts = cfg.max_envelope_facts
+        if opts.envelope == "fit":  # cdr.fit: as many facts as the planned words can use
+            n = fit_facts(planned_words(plan_sqs, session.cumulative_depth),
+                          cfg.generation_tokens, cfg.fit_facts_per_word)
+            max_facts = n if max_facts is None else min(n, max_facts)
+        widened = session.expanded_embeddings is not None and cfg.expansion_widens
+        if (cfg.ranker is None and session.ranking in SHARD_RANKED_MODES and not widened
+                and opts.memory != "facts" and isinstance(self.ckf, RankingIndex)):
+            envelope = self._pack_ranked_on_index(session, budget, anchor, max_facts)
         else:
-            envelope = self._pack_ranked_here(session, budget, anchor)
+            envelope = self._pack_ranked_here(session, budget, anchor, max_facts)
         packed_rows = envelope.ranking.indices
         facts = self.ckf.facts(packed_rows)
         plan = self._plan(session, plan_sqs, packed_rows, envelope)
@@ -324,10 +372,14 @@ class Generator:
         return PreparedWindow(session.window_count + 1, envelope, packed_rows, facts, plan,
                               messages, len(session.coverage), cfg.generation_tokens)
 
-    def _pack_ranked_here(self, session: Session, budget: Budget, anchor: str) -> Envelope:
+    def _pack_ranked_here(self, session: Session, budget: Budget, anchor: str,
+                          max_facts: int | None) -> Envelope:
         """Select every gated candidate (vectors included), rank them here, pack."""
         cfg = self.config
-        sel = self.ckf.select(session.query_vector, session.min_relevance, PHASE1_LIMIT)
+        sel = self.candidates(session)
+        gate = session.min_relevance
+        if session.expanded_embeddings is not None and cfg.expansion_widens:
+            gate = -1.0  # widened Phase 1 gated already, on the query or an expansion
         counts = session.blacklist.counts
         importance = self.ckf.importance[sel.indices]
         sel_counts = counts[sel.indices] if len(counts) else None
@@ -337,23 +389,26 @@ class Generator:
             ranking = rank(
                 sel.embeddings, sel.relevances, importance=importance, ngram_counts=sel_counts,
                 coverage=session.coverage, residual=session.residual,
-                mode=session.ranking, min_relevance=session.min_relevance,
+                mode=session.ranking, min_relevance=gate,
                 mmr_lambda=cfg.mmr_lambda, rows=sel.indices,
             )
+        if session.options.memory == "facts":  # cdr.memory
+            ranking = apply_memory(ranking, session.fact_memory, session.window_count + 1,
+                                   cfg.memory_rule)
         return pack(ranking, self.ckf.fact_ids, self.ckf.token_counts[ranking.indices],
-                    budget, anchor, cfg.max_envelope_facts)
+                    budget, anchor, max_facts)
 
-    def _pack_ranked_on_index(self, session: Session, budget: Budget, anchor: str) -> Envelope:
+    def _pack_ranked_on_index(self, session: Session, budget: Budget, anchor: str,
+                              max_facts: int | None) -> Envelope:
         """Rank on the index (its shards) and ship back only the top `k` candidates.
 
         Greedy packing skips misfits, so a short list packs exactly like the full ranking
-        once its picks are settled: the envelope is full (`max_envelope_facts`), or the
+        once its picks are settled: the envelope is full (`max_facts`), or the
         budget left is below the cheapest active fact, or the list holds every candidate.
         Otherwise `k` doubles and the window is ranked again (rare: a budget much larger
         than what the first `k` facts fill)."""
-        cfg = self.config
         cheapest = self._cheapest_fact_cost()
-        k = max(SHARD_TOP_K, 2 * (cfg.max_envelope_facts or 0))
+        k = max(SHARD_TOP_K, 2 * (max_facts or 0))
         while True:
             top_k = min(k, PHASE1_LIMIT)
             ranking, _emb, tokens, ids = self.ckf.rank_window(WindowQuery(  # type: ignore[attr-defined]
@@ -361,15 +416,14 @@ class Generator:
                 session.coverage.centroid(), bool(session.coverage),
                 session.residual.embeddings, session.blacklist.as_array().astype(np.uint64),
                 session.ranking, top_k, vectors=False))
-            envelope = pack(ranking, ids, tokens, budget, anchor, cfg.max_envelope_facts)
+            envelope = pack(ranking, ids, tokens, budget, anchor, max_facts)
             settled = (len(ranking) < top_k or top_k >= PHASE1_LIMIT
-                       or (cfg.max_envelope_facts is not None
-                           and len(envelope) >= cfg.max_envelope_facts)
+                       or (max_facts is not None and len(envelope) >= max_facts)
                        or budget.envelope - envelope.used_tokens < cheapest)
             if settled:
                 break
             k *= 2
-        if cfg.max_envelope_facts is None:  # what the full ranking would have left out
+        if max_facts is None:  # what the full ranking would have left out
             envelope.skipped = ranking.n_candidates - len(envelope)
         return envelope
 
@@ -390,7 +444,7 @@ class Generator:
         if not len(rows) or not plan_sqs:
             return []
         pos = [session.sub_query_ids.index(sq.id) for sq in plan_sqs]
-        sims = self.ckf.vectors(rows) @ session.sub_query_embeddings[pos].T
+        sims = self.ckf.vectors(rows) @ session.target_embeddings[pos].T
         owner = np.argmax(sims, axis=1)
         if self.config.plan_min_similarity is not None:
             owner[sims[np.arange(len(rows)), owner] < self.config.plan_min_similarity] = -1
@@ -406,7 +460,7 @@ class Generator:
 
     def verify(self, session: Session, text: str) -> DpeReport:
         """DPE Stage 8 on a window's text, with the CKF's embedding model."""
-        return verify_text(text, session.sub_queries, session.sub_query_embeddings,
+        return verify_text(text, session.sub_queries, session.target_embeddings,
                            self.embedder.encode, self.config.attribution_threshold,
                            session.blacklist.fresh_share)
 
@@ -428,6 +482,10 @@ class Generator:
         summary = " ".join(text.split()[:40])
         session.update_after_window(report.addressed, text,
                                     embedding_model_id=self.embedder.model_id, summary=summary)
+        if session.options.memory == "facts":  # cdr.memory: what was shown, what was written
+            written = written_rows(prepared.rows, text, session.blacklist.index,
+                                   self.config.memory_rule.written_share)
+            session.fact_memory.record(prepared.rows, written, prepared.number)
         if self.config.safety_check is not None:
             session.spend_safety(self.config.safety_check(prepared.number, text))
         env = prepared.envelope

@@ -63,13 +63,20 @@ class Ranking:
     n_candidates: int = 0
     ngram_activations: int = 0
     extra: dict[str, float] = field(default_factory=dict)
+    # Fact memory's multiplier per candidate (`cdr.memory`, an opt-in session option, not the
+    # spec); None when the session runs without it.
+    memory: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.indices)
 
     def novelty_ratio(self) -> np.ndarray:
-        """Score over base score, `novelty × (1 − ngram_penalty)` (DESIGN.md §3.7)."""
-        return (self.novelty * (1.0 - self.ngram_penalty)).astype(_F32)
+        """Score over base score, `novelty × (1 − ngram_penalty)` (DESIGN.md §3.7), times the
+        fact-memory weight when the session remembers facts (so Exit 3 sees stale envelopes)."""
+        ratio = self.novelty * (1.0 - self.ngram_penalty)
+        if self.memory is not None:
+            ratio = ratio * self.memory
+        return ratio.astype(_F32)
 
     def take(self, positions: np.ndarray) -> Ranking:
         """The sub-ranking at `positions` (e.g. what the envelope packed), order kept.
@@ -81,6 +88,7 @@ class Ranking:
             self.indices[p], self.score[p], self.relevance[p], self.novelty[p],
             self.residual_pull[p], self.ngram_penalty[p], self.coverage_score[p], self.mode,
             self.n_candidates, self.ngram_activations, dict(self.extra),
+            None if self.memory is None else self.memory[p],
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -92,6 +100,8 @@ class Ranking:
             "n_candidates": int(self.n_candidates),
             "ngram_activations": int(self.ngram_activations),
             "extra": {k: float(v) for k, v in self.extra.items()},
+            **({} if self.memory is None
+               else {"memory": np.asarray(self.memory, dtype=_F32).tolist()}),
         }
 
     @classmethod
@@ -102,6 +112,7 @@ class Ranking:
             *(np.asarray(data[k], dtype=_F32) for k in RANKING_ARRAYS),
             mode=data["mode"], n_candidates=int(data["n_candidates"]),
             ngram_activations=int(data["ngram_activations"]), extra=dict(data["extra"]),
+            memory=np.asarray(data["memory"], dtype=_F32) if "memory" in data else None,
         )
 
 

@@ -22,7 +22,9 @@ import numpy as np
 
 from cdr.coverage import CoverageSet, ResidualSet, SubQuery, check_depth
 from cdr.errors import EmbeddingModelMismatchError, InvalidInputError, parse_json_object
+from cdr.memory import FactMemory
 from cdr.ngrams import NgramBlacklist, NgramIndex
+from cdr.options import SessionOptions
 from cdr.ranking import CDR_MIN_RELEVANCE, DEFAULT_RANKING, check_mode
 from cdr.vectors import from_b64, to_b64, unit_matrix, unit_vector
 
@@ -115,6 +117,10 @@ class Session:
     ranking: str = DEFAULT_RANKING
     status: str = IN_PROGRESS
     history: list[WindowRecord] = field(default_factory=list)
+    # Opt-in rules beyond the spec (`cdr.options`); the defaults are the spec.
+    options: SessionOptions = field(default_factory=SessionOptions)
+    fact_memory: FactMemory = field(default_factory=FactMemory)
+    expanded_embeddings: np.ndarray | None = None  # `queries: "expanded"` (cdr.expansion)
     _residual_cache: ResidualSet | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -131,6 +137,8 @@ class Session:
         residual_exit_depth: float = DEFAULT_RESIDUAL_EXIT_DEPTH,
         ranking: str = DEFAULT_RANKING,
         ngram_index: NgramIndex | None = None,
+        options: SessionOptions | None = None,
+        expanded_embeddings: object | None = None,
     ) -> Session:
         if not task or not task.strip():
             raise InvalidInputError("task is empty")
@@ -151,6 +159,11 @@ class Session:
             raise InvalidInputError(
                 f"{len(sub_queries)} sub-queries but {emb.shape[0]} sub-query embeddings"
             )
+        expanded = (None if expanded_embeddings is None else
+                    unit_matrix(expanded_embeddings, "expanded sub-query embeddings", q.shape[0]))
+        if expanded is not None and expanded.shape != emb.shape:
+            raise InvalidInputError(
+                f"{emb.shape[0]} sub-queries but {expanded.shape[0]} expanded embeddings")
         return cls(
             task=task.strip(),
             model_id=model_id,
@@ -166,6 +179,8 @@ class Session:
             min_relevance=float(min_relevance),
             residual_exit_depth=float(residual_exit_depth),
             ranking=ranking,
+            options=options or SessionOptions(),
+            expanded_embeddings=expanded,
         )
 
     # -- views -------------------------------------------------------------------------------
@@ -181,13 +196,21 @@ class Session:
         return [sq.id for sq in self.sub_queries]
 
     @property
+    def target_embeddings(self) -> np.ndarray:
+        """The sub-queries' vectors for residual pull, the plan and Stage 8: the expansion
+        when the session has one (`queries: "expanded"`), else the titles' (the spec)."""
+        if self.expanded_embeddings is not None:
+            return self.expanded_embeddings
+        return self.sub_query_embeddings
+
+    @property
     def residual(self) -> ResidualSet:
         """The Residual Set with its embeddings stacked (cached until the next update)."""
         if self._residual_cache is None or self._residual_cache.ids != self.residual_ids:
             pos = [self.sub_query_ids.index(i) for i in self.residual_ids]
             self._residual_cache = ResidualSet(
                 [self.sub_queries[p] for p in pos],
-                self.sub_query_embeddings[pos] if pos else np.zeros((0, self.dim), np.float32),
+                self.target_embeddings[pos] if pos else np.zeros((0, self.dim), np.float32),
                 self.dim,
             )
         return self._residual_cache
@@ -260,7 +283,17 @@ class Session:
     # -- (de)serialisation -------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
+        """The stored form. Option keys appear only when an option is on, so a spec session
+        stores exactly what it did before the options existed."""
+        extra: dict[str, Any] = {}
+        if not self.options.is_default:
+            extra["options"] = self.options.to_dict()
+        if self.options.memory == "facts":
+            extra["fact_memory"] = self.fact_memory.to_dict()
+        if self.expanded_embeddings is not None:
+            extra["expanded_embeddings"] = to_b64(self.expanded_embeddings.astype(np.float32))
         return {
+            **extra,
             "schema": SCHEMA_VERSION,
             "task": self.task,
             "model_id": self.model_id,
@@ -317,6 +350,11 @@ class Session:
             ranking=data["ranking"],
             status=data["status"],
             history=[WindowRecord(**r) for r in data["history"]],
+            options=SessionOptions.from_dict(data.get("options")),
+            fact_memory=FactMemory.from_dict(data.get("fact_memory")),
+            expanded_embeddings=(
+                from_b64(data["expanded_embeddings"], np.float32, (len(sqs), dim))
+                if "expanded_embeddings" in data else None),
         )
 
     @classmethod

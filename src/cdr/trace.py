@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from cdr.options import ENVELOPE_MODES, MEMORY_MODES, QUERIES_MODES
 from cdr.ranking import RANKING_MODES
 from cdr.session import RUN_STATUSES, Session
 
@@ -17,10 +18,11 @@ if TYPE_CHECKING:
 
 
 def packed_facts(prepared: PreparedWindow) -> list[dict[str, Any]]:
-    """Each packed fact with its ranking numbers, in layout order."""
+    """Each packed fact with its ranking numbers, in layout order (and its fact-memory
+    weight when the session remembers facts: an optional field)."""
     env = prepared.envelope
     r = env.ranking
-    return [
+    facts = [
         {
             "fact_id": fid,
             "source": fact.source,
@@ -34,6 +36,10 @@ def packed_facts(prepared: PreparedWindow) -> list[dict[str, Any]]:
         }
         for i, (fid, fact) in enumerate(zip(env.fact_ids, prepared.facts, strict=True))
     ]
+    if r.memory is not None:
+        for i, f in enumerate(facts):
+            f["memory"] = round(float(r.memory[i]), 4)
+    return facts
 
 
 def window_record(event: WindowEvent) -> dict[str, Any]:
@@ -55,8 +61,9 @@ def window_record(event: WindowEvent) -> dict[str, Any]:
 
 
 def trace_document(session: Session, windows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The trace of `session` with its windows' records (`window_record`) as stored."""
-    return {
+    """The trace of `session` with its windows' records (`window_record`) as stored; the
+    session's opt-in options (`cdr.options`) appear only when one is on."""
+    doc = {
         "task": session.task,
         "embedding_model": session.model_id,
         "ranking": session.ranking,
@@ -64,6 +71,9 @@ def trace_document(session: Session, windows: Sequence[dict[str, Any]]) -> dict[
         "windows": list(windows),
         "status": session.status,
     }
+    if not session.options.is_default:
+        doc["options"] = session.options.to_dict()
+    return doc
 
 
 def build_trace(session: Session, events: Sequence[WindowEvent]) -> dict[str, Any]:
@@ -99,7 +109,8 @@ TRACE_SCHEMA: dict[str, Any] = {
                         "novelty": {"type": "number", "minimum": 0.2, "maximum": 1.0},
                         "residual_pull": _NUM,
                         "ngram_penalty": {"type": "number", "minimum": 0, "maximum": 0.8},
-                        "score": _NUM, "tokens": {"type": "integer", "minimum": 1}}}},
+                        "score": _NUM, "tokens": {"type": "integer", "minimum": 1},
+                        "memory": {"type": "number", "minimum": 0, "maximum": 1}}}},
                 "output": {"type": "string"},
                 "addressed": {"type": "array", "items": {
                     "type": "object", "required": ["id", "depth"],
@@ -117,5 +128,9 @@ TRACE_SCHEMA: dict[str, Any] = {
                                 "items": {"type": ["string", "null"]}},
             }}},
         "status": {"enum": list(RUN_STATUSES)},
+        "options": {"type": "object", "additionalProperties": False, "properties": {
+            "memory": {"enum": list(MEMORY_MODES)},
+            "envelope": {"enum": list(ENVELOPE_MODES)},
+            "queries": {"enum": list(QUERIES_MODES)}}},
     },
 }

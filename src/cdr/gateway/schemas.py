@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_core import PydanticCustomError
 
 from cdr.gateway.limits import check_text
+from cdr.options import EnvelopeMode, MemoryMode, ProfileName, QueriesMode
 from cdr.ranking import RankingMode
 from cdr.session import MAX_WINDOWS_LIMIT
 
@@ -65,6 +66,16 @@ class GenerationOptions(_Strict):
     context_tokens: int | None = Field(None, ge=256, le=2_000_000, description="Context size "
                                        "C of the LLM that writes the windows; the envelope "
                                        "gets C minus system prompt, task, anchor and G.")
+    # Opt-in options beyond the spec (cdr.options), fixed into the session at its start.
+    profile: ProfileName | None = Field(None, description="Preset: 'spec' (default) or "
+                                        "'fresh' (fact memory, fitted envelopes, expanded "
+                                        "sub-queries); single options override it.")
+    memory: MemoryMode | None = Field(None, description="'facts': facts already shown or "
+                                      "written lose score in later windows.")
+    envelope: EnvelopeMode | None = Field(None, description="'fit': pack as many facts as "
+                                          "the window's planned words can use.")
+    queries: QueriesMode | None = Field(None, description="'expanded': sub-queries expanded "
+                                        "from the CKF at session start.")
 
     @field_validator("outline")
     @classmethod

@@ -1,0 +1,102 @@
+"""Opt-in session options beyond CRP-SPEC-024 (issue 13), and the presets that bundle them.
+
+The spec's behaviour is the default and stays byte-for-byte what it was: a session with default
+options serialises exactly as before (no option keys), and a session stored before the options
+existed loads with the defaults. Each option is a rule in its own module:
+
+- `memory`: ``"off"`` (spec: novelty is per topic) or ``"facts"`` (`cdr.memory`: facts already
+  shown, and more strongly facts already written, lose score in later windows);
+- `envelope`: ``"budget"`` (spec: fill the envelope budget E) or ``"fit"`` (`cdr.fit`: pack about
+  as many facts as the window's planned words can use);
+- `queries`: ``"titles"`` (spec: sub-queries are embedded as written) or ``"expanded"``
+  (`cdr.expansion`: each sub-query is expanded once at session start from the CKF, and the
+  expansion drives residual pull, the plan and Stage 8 attribution).
+
+A profile names a set of options: ``"spec"`` is the defaults, ``"fresh"`` turns on what the
+quality benchmark measured to win (README "Beyond the spec").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Literal, get_args
+
+from cdr.errors import InvalidInputError
+
+MemoryMode = Literal["off", "facts"]
+EnvelopeMode = Literal["budget", "fit"]
+QueriesMode = Literal["titles", "expanded"]
+ProfileName = Literal["spec", "fresh"]
+
+MEMORY_MODES: tuple[str, ...] = get_args(MemoryMode)
+ENVELOPE_MODES: tuple[str, ...] = get_args(EnvelopeMode)
+QUERIES_MODES: tuple[str, ...] = get_args(QueriesMode)
+PROFILE_NAMES: tuple[str, ...] = get_args(ProfileName)
+
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "memory": MEMORY_MODES, "envelope": ENVELOPE_MODES, "queries": QUERIES_MODES,
+}
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    """The opt-in rules a session runs with; persisted in the session (`to_dict`)."""
+
+    memory: str = "off"
+    envelope: str = "budget"
+    queries: str = "titles"
+
+    def __post_init__(self) -> None:
+        for name, choices in _CHOICES.items():
+            value = getattr(self, name)
+            if value not in choices:
+                raise InvalidInputError(
+                    f"unknown {name} option {value!r}; choose one of {choices}")
+
+    @property
+    def is_default(self) -> bool:
+        return self == SessionOptions()
+
+    def to_dict(self) -> dict[str, str]:
+        """Only the options that differ from the spec's defaults (an empty dict for the spec),
+        so default sessions and traces look exactly as they did before the options."""
+        default = SessionOptions()
+        return {k: v for k, v in asdict(self).items() if getattr(default, k) != v}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> SessionOptions:
+        """Options from their stored form; None or {} (a session from before) = defaults."""
+        if not data:
+            return cls()
+        if not isinstance(data, Mapping):
+            raise InvalidInputError(f"session options must be an object, got {data!r}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise InvalidInputError(f"unknown session options {unknown}; known: {sorted(known)}")
+        return cls(**{k: str(v) for k, v in data.items()})
+
+
+PROFILES: dict[str, SessionOptions] = {
+    "spec": SessionOptions(),
+    "fresh": SessionOptions(memory="facts", envelope="fit", queries="expanded"),
+}
+
+
+def resolve_options(
+    profile: str | None = None,
+    *,
+    memory: str | None = None,
+    envelope: str | None = None,
+    queries: str | None = None,
+) -> SessionOptions:
+    """A profile's options with any explicitly given option on top (None = not given)."""
+    if profile is not None and profile not in PROFILES:
+        raise InvalidInputError(f"unknown profile {profile!r}; choose one of {PROFILE_NAMES}")
+    base = PROFILES[profile or "spec"]
+    return SessionOptions(
+        memory=base.memory if memory is None else memory,
+        envelope=base.envelope if envelope is None else envelope,
+        queries=base.queries if queries is None else queries,
+    )
