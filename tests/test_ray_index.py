@@ -31,7 +31,7 @@ ray = pytest.importorskip(
 from cdr.ckf.snapshot import CKFSnapshot  # noqa: E402
 from cdr.ckf.writer import CKFWriter, create_ckf  # noqa: E402
 from cdr.coverage import CoverageSet, ResidualSet, SubQuery  # noqa: E402
-from cdr.factindex import FactIndex  # noqa: E402
+from cdr.factindex import FactIndex, RankingIndex  # noqa: E402
 from cdr.loop import GenerationConfig, Generator  # noqa: E402
 from cdr.ranking import rank  # noqa: E402
 from cdr.ray_index import RayShardedIndex, ShardUnavailableError, connect  # noqa: E402
@@ -241,26 +241,74 @@ def real_pair(cluster: None, types_ckf_path: Path,
     pair.single.close()
 
 
-def _windows(index: Any, ranking: str, between: Any = None) -> list[tuple]:
+def _windows(index: Any, ranking: str, between: Any = None, **config: Any) -> list[tuple]:
     gen = Generator(index, get_writer("extractive"),
-                    GenerationConfig(ranking=ranking, max_windows=3, words=2000))
+                    GenerationConfig(ranking=ranking, max_windows=3, words=2000, **config))
     session = gen.start(BUILTIN_TYPES_TASK, BUILTIN_TYPES_OUTLINE)
     out = []
     for e in gen.run(BUILTIN_TYPES_TASK, session=session):
         out.append((e.prepared.envelope.fact_ids, e.prepared.envelope.ranking.score.tolist(),
-                    e.output, e.status, e.headers))
+                    e.prepared.envelope.to_dict(), e.output, e.status, e.headers))
         if between is not None and len(out) == 1:
             between()
     return out
 
 
+def assert_same_windows(got: list[tuple], want: list[tuple]) -> None:
+    """Same facts in the same order, same text, status and headers, same envelope; the
+    shards' score components may differ from one index's in the last float32 bit (their
+    matrix products run over fewer rows), as in the hypothesis test above."""
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g[0] == w[0]  # packed fact ids, in layout order
+        np.testing.assert_allclose(g[1], w[1], rtol=2e-7, atol=1e-7)
+        gr, wr = dict(g[2]["ranking"]), dict(w[2]["ranking"])
+        for name in ("indices", "relevance", "mode", "n_candidates", "ngram_activations"):
+            assert gr.pop(name) == wr.pop(name), name
+        for name in list(wr):
+            if isinstance(wr[name], list):
+                np.testing.assert_allclose(gr.pop(name), wr.pop(name), rtol=2e-7, atol=1e-7,
+                                           err_msg=name)
+        assert gr == wr
+        assert {k: v for k, v in g[2].items() if k != "ranking"} == \
+            {k: v for k, v in w[2].items() if k != "ranking"}
+        assert g[3:] == w[3:]  # output, status, headers
+
+
+# A small envelope, the default one, one so large that 64 candidates cannot fill it (the loop
+# asks the shards again for more until greedy packing is settled), `envelope=fit` (its own
+# fact cap), and the "fresh" profile, whose fact memory re-sorts the whole ranking: it is
+# ranked centrally over select(), as mmr is.
+CONFIGS = [{"max_envelope_facts": 3}, {}, {"context_tokens": 60000}, {"envelope": "fit"},
+           {"profile": "fresh"}]
+
+
+@pytest.mark.parametrize("config", CONFIGS,
+                         ids=["3-facts", "default", "60k-context", "fit", "fresh"])
 @pytest.mark.parametrize("ranking", ["cdr", "relevance", "mmr"])
-def test_the_loop_on_ray_shards_writes_the_same_windows_as_on_one_ckf(real_pair: Pair,
-                                                                      ranking: str) -> None:
+def test_the_loop_on_ray_shards_writes_the_same_windows_as_on_one_ckf(
+        real_pair: Pair, ranking: str, config: dict[str, Any],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(real_pair.index, FactIndex)
-    local = _windows(real_pair.single, ranking)
+    assert isinstance(real_pair.index, RankingIndex)
+    assert not isinstance(real_pair.single, RankingIndex)
+    local = _windows(real_pair.single, ranking, **config)
     assert len(local) >= 2 and local[0][0]
-    assert _windows(real_pair.index, ranking) == local
+    asked: list[int | None] = []  # top_k of each rank_window call the loop made
+    real = RayShardedIndex.rank_window
+
+    def counted(self: RayShardedIndex, w: WindowQuery) -> Any:
+        asked.append(w.top_k)
+        return real(self, w)
+
+    monkeypatch.setattr(RayShardedIndex, "rank_window", counted)
+    assert_same_windows(_windows(real_pair.index, ranking, **config), local)
+    if ranking == "mmr" or config.get("profile") == "fresh":  # ranked centrally
+        assert asked == []
+    else:  # ranked on the shards, shipping only the top candidates
+        assert len(asked) >= len(local) and all(k is not None and k < 4000 for k in asked)
+        if "context_tokens" in config:
+            assert max(asked) > 64  # the first 64 did not settle the large envelope
 
 
 def _wait_for_new_pid(index: RayShardedIndex, shard: int, old: int) -> int:
@@ -283,7 +331,7 @@ def test_a_killed_shard_process_is_restarted_and_the_run_is_unchanged(real_pair:
         os.kill(old, signal.SIGKILL)
 
     got = _windows(x, "cdr", between=kill)
-    assert got == want
+    assert_same_windows(got, want)
     assert _wait_for_new_pid(x, victim, old) != old  # Ray restarted it; it re-mapped its shard
 
 

@@ -200,20 +200,20 @@ def report_command(
 
 @app.command()
 def serve(
-    ckf: Annotated[str | None, typer.Option(help="CKF directory.", envvar="CDR_CKF")] = None,
+    ckf: Annotated[str | None, typer.Option(
+        help="CKF directory, or a Ray-served shard set ray://HOST:PORT/ABS_PATH (read-only).",
+        envvar="CDR_CKF")] = None,
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port.")] = 8088,
 ) -> None:
     """Run the HTTP gateway (OpenAI-compatible relay and sidecar API)."""
-    if ckf is not None and ckf.startswith("ray://"):
-        raise fail("cdr serve takes a CKF directory; a Ray-served shard set (ray://...) is "
-                   "read by `cdr generate` and the Python API so far (README, Deployment)", 2)
     try:
         from cdr.gateway.app import serve as run_server
     except ImportError as exc:
         raise fail(f"the gateway is not available: {exc}") from None
     try:
-        run_server(ckf=None if ckf is None else Path(ckf), host=host, port=port)
+        where = ckf if ckf is None or ckf.startswith("ray://") else Path(ckf)  # ray: a shard set
+        run_server(ckf=where, host=host, port=port)
     except CdrError as exc:
         if type(exc).__name__ == "GatewayConfigError":  # one plain line, exit 2 (usage)
             sys.stderr.write(f"error: {' '.join(str(exc).split())}\n")

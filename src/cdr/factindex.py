@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from cdr.ckf.scan import QuantisedRows
     from cdr.embed import Embedder
     from cdr.ngrams import NgramIndex
+    from cdr.ranking import Ranking
+    from cdr.shard_server import WindowQuery
 
 _HALF_BLOCK = 1024  # rows per block for float16 (no BLAS path; small blocks stay in cache)
 
@@ -182,6 +184,21 @@ class FactIndex(Protocol):
 
     def close(self) -> None:
         """Release files and connections; the object is unusable afterwards."""
+        ...
+
+
+@runtime_checkable
+class RankingIndex(Protocol):
+    """Optional capability of a `FactIndex`: Phase 1 + Phase 2 ranked where the rows live.
+
+    A sharded backend ranks on its shards and ships back only the best `top_k` candidates
+    (rows, score components, vectors, token counts, ids) instead of every gated candidate's
+    vector; the window loop uses it for the built-in cdr/relevance modes. The result must
+    equal `rank()` over `select()` of one index holding all rows, truncated to `top_k`."""
+
+    def rank_window(self, w: WindowQuery) -> tuple[Ranking, np.ndarray, np.ndarray, list[str]]:
+        """(ranking of the best `w.top_k`, their float32 vectors — (k, 0) when `w.vectors` is
+        false —, token counts, fact ids)."""
         ...
 
 

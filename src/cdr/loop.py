@@ -34,6 +34,8 @@ from cdr.envelope import (
     DEFAULT_CONTEXT_TOKENS,
     DEFAULT_GENERATION_TOKENS,
     DEFAULT_SYSTEM_PROMPT,
+    FACT_FRAMING_TOKENS,
+    Budget,
     Envelope,
     make_budget,
     pack,
@@ -46,7 +48,7 @@ from cdr.expansion import (
     expand_sub_queries,
     widened_selection,
 )
-from cdr.factindex import FactIndex, Selection
+from cdr.factindex import FactIndex, RankingIndex, Selection
 from cdr.fit import FIT_FACTS_PER_WORD, fit_facts, planned_words
 from cdr.headers import SAFETY_ONLY_HEADERS, crp_headers
 from cdr.memory import DEFAULT_MEMORY_RULE, MemoryRule, apply_memory, written_rows
@@ -61,6 +63,7 @@ from cdr.session import (
     UPSTREAM_ERROR,
     Session,
 )
+from cdr.shard_server import WindowQuery
 from cdr.vectors import normalize
 from cdr.writers.base import Writer, WriterResult
 
@@ -72,6 +75,8 @@ SPEC_GATE = 0.55
 DEFAULT_SUB_QUERIES = 6
 DECOMPOSITION_POOL = 300
 PHASE1_LIMIT = 4000
+SHARD_RANKED_MODES = ("cdr", "relevance")  # one-pass scores; mmr picks sequentially
+SHARD_TOP_K = 64  # candidates a ranking index ships per window before packing settles
 
 
 def stale_envelope(envelope: Envelope) -> bool:
@@ -246,6 +251,7 @@ class Generator:
         self.embedder = ckf.embedder
         self.writer = writer
         self.config = config or GenerationConfig()
+        self._cheapest: tuple[int, int] | None = None  # (generation, cheapest fact cost)
         cfg = self.config
         if not 1 <= cfg.max_windows <= MAX_WINDOWS_LIMIT:
             raise InvalidInputError(
@@ -330,34 +336,13 @@ class Generator:
     def prepare(self, session: Session) -> PreparedWindow:
         """Phase 1 select, Phase 2 rank, Phase 3 pack, plan and prompt for the next window."""
         cfg = self.config
+        opts = session.options
         plan_sqs = self._plan_sub_queries(session)
-        per_section = cfg.ranker is None and session.ranking == "sections"
-        gate = session.min_relevance
-        if per_section:  # each section the window will write queries with its own text
+        section_vecs = None
+        if cfg.ranker is None and session.ranking == "sections":
+            # Per-section retrieval: each section the window will write queries on its own.
             plan_sqs = self._sections_to_write(session, plan_sqs)
             section_vecs = self._sub_query_vectors(session, plan_sqs)
-            sel = self._select_per_section(section_vecs, gate)
-        else:
-            sel = self.candidates(session)
-            if session.expanded_embeddings is not None and cfg.expansion_widens:
-                gate = -1.0  # widened Phase 1 gated already, on the query or an expansion
-        counts = session.blacklist.counts
-        importance = self.ckf.importance[sel.indices]
-        sel_counts = counts[sel.indices] if len(counts) else None
-        if cfg.ranker is not None:
-            ranking = cfg.ranker(session, sel, importance, sel_counts)
-        else:
-            ranking = rank(
-                sel.embeddings, sel.relevances, importance=importance, ngram_counts=sel_counts,
-                coverage=session.coverage, residual=session.residual,
-                mode=session.ranking, min_relevance=gate,
-                mmr_lambda=cfg.mmr_lambda, rows=sel.indices,
-                sections=section_vecs if per_section else None,
-            )
-        opts = session.options
-        if opts.memory == "facts":  # cdr.memory
-            ranking = apply_memory(ranking, session.fact_memory, session.window_count + 1,
-                                   cfg.memory_rule)
         anchor = residual_anchor(session.residual_sub_queries)
         task_text = f"Task: {session.task}\n{anchor}"
         if cfg.backward_summary:
@@ -369,8 +354,13 @@ class Generator:
             n = fit_facts(planned_words(plan_sqs, session.cumulative_depth),
                           cfg.generation_tokens, cfg.fit_facts_per_word)
             max_facts = n if max_facts is None else min(n, max_facts)
-        envelope = pack(ranking, self.ckf.fact_ids, self.ckf.token_counts[ranking.indices],
-                        budget, anchor, max_facts)
+        widened = session.expanded_embeddings is not None and cfg.expansion_widens
+        if (section_vecs is None and cfg.ranker is None
+                and session.ranking in SHARD_RANKED_MODES and not widened
+                and opts.memory != "facts" and isinstance(self.ckf, RankingIndex)):
+            envelope = self._pack_ranked_on_index(session, budget, anchor, max_facts)
+        else:
+            envelope = self._pack_ranked_here(session, budget, anchor, max_facts, section_vecs)
         packed_rows = envelope.ranking.indices
         facts = self.ckf.facts(packed_rows)
         plan = self._plan(session, plan_sqs, packed_rows, envelope)
@@ -420,6 +410,75 @@ class Generator:
     def _target_words(session: Session, sq: SubQuery) -> int:
         done = session.cumulative_depth[sq.id]
         return max(round(sq.expected_words * (1.0 - min(done, 1.0))), 40)
+
+    def _pack_ranked_here(self, session: Session, budget: Budget, anchor: str,
+                          max_facts: int | None, section_vecs: np.ndarray | None = None
+                          ) -> Envelope:
+        """Select every gated candidate (vectors included), rank them here, pack
+        (`section_vecs`: ranking mode `sections`, Phase 1 once per planned section)."""
+        cfg = self.config
+        gate = session.min_relevance
+        if section_vecs is not None:
+            sel = self._select_per_section(section_vecs, gate)
+        else:
+            sel = self.candidates(session)
+            if session.expanded_embeddings is not None and cfg.expansion_widens:
+                gate = -1.0  # widened Phase 1 gated already, on the query or an expansion
+        counts = session.blacklist.counts
+        importance = self.ckf.importance[sel.indices]
+        sel_counts = counts[sel.indices] if len(counts) else None
+        if cfg.ranker is not None:
+            ranking = cfg.ranker(session, sel, importance, sel_counts)
+        else:
+            ranking = rank(
+                sel.embeddings, sel.relevances, importance=importance, ngram_counts=sel_counts,
+                coverage=session.coverage, residual=session.residual,
+                mode=session.ranking, min_relevance=gate,
+                mmr_lambda=cfg.mmr_lambda, rows=sel.indices, sections=section_vecs,
+            )
+        if session.options.memory == "facts":  # cdr.memory
+            ranking = apply_memory(ranking, session.fact_memory, session.window_count + 1,
+                                   cfg.memory_rule)
+        return pack(ranking, self.ckf.fact_ids, self.ckf.token_counts[ranking.indices],
+                    budget, anchor, max_facts)
+
+    def _pack_ranked_on_index(self, session: Session, budget: Budget, anchor: str,
+                              max_facts: int | None) -> Envelope:
+        """Rank on the index (its shards) and ship back only the top `k` candidates.
+
+        Greedy packing skips misfits, so a short list packs exactly like the full ranking
+        once its picks are settled: the envelope is full (`max_facts`), or the
+        budget left is below the cheapest active fact, or the list holds every candidate.
+        Otherwise `k` doubles and the window is ranked again (rare: a budget much larger
+        than what the first `k` facts fill)."""
+        cheapest = self._cheapest_fact_cost()
+        k = max(SHARD_TOP_K, 2 * (max_facts or 0))
+        while True:
+            top_k = min(k, PHASE1_LIMIT)
+            ranking, _emb, tokens, ids = self.ckf.rank_window(WindowQuery(  # type: ignore[attr-defined]
+                session.query_vector, session.min_relevance, PHASE1_LIMIT,
+                session.coverage.centroid(), bool(session.coverage),
+                session.residual.embeddings, session.blacklist.as_array().astype(np.uint64),
+                session.ranking, top_k, vectors=False))
+            envelope = pack(ranking, ids, tokens, budget, anchor, max_facts)
+            settled = (len(ranking) < top_k or top_k >= PHASE1_LIMIT
+                       or (max_facts is not None and len(envelope) >= max_facts)
+                       or budget.envelope - envelope.used_tokens < cheapest)
+            if settled:
+                break
+            k *= 2
+        if max_facts is None:  # what the full ranking would have left out
+            envelope.skipped = ranking.n_candidates - len(envelope)
+        return envelope
+
+    def _cheapest_fact_cost(self) -> int:
+        """Smallest packing cost of any active fact, cached per index generation."""
+        gen = self.ckf.generation
+        if self._cheapest is None or self._cheapest[0] != gen:
+            toks = self.ckf.token_counts[self.ckf.active]
+            low = int(toks.min()) if len(toks) else 0
+            self._cheapest = (gen, low + FACT_FRAMING_TOKENS)
+        return self._cheapest[1]
 
     def _plan(
         self, session: Session, plan_sqs: list[SubQuery], rows: np.ndarray, envelope: Envelope

@@ -348,11 +348,11 @@ class RayShardedIndex:
 
     def rank_window(self, w: WindowQuery) -> tuple[Ranking, np.ndarray, np.ndarray, list[str]]:
         """Phase 1 + Phase 2 ranked on the shards, merged: (ranking of the best `w.top_k`,
-        their embeddings, token counts, fact ids). Equal to `rank()` over `select()` of one
-        index holding all rows. Round 1 finds the global Phase 1 cut-off (the `limit`-th
-        (relevance, row) pair), round 2 ranks each shard's rows ahead of it. MMR is
-        sequential (each pick depends on all earlier ones), so for it the gated pool is
-        fetched with `select` and ranked here."""
+        their embeddings ((k, 0) when `w.vectors` is false), token counts, fact ids). Equal
+        to `rank()` over `select()` of one index holding all rows. Round 1 finds the global
+        Phase 1 cut-off (the `limit`-th (relevance, row) pair), round 2 ranks each shard's
+        rows ahead of it. MMR is sequential (each pick depends on all earlier ones), so for
+        it the gated pool is fetched with `select` and ranked here."""
         from cdr.ranking import check_mode
 
         check_mode(w.mode)
@@ -393,7 +393,10 @@ def merge_ranked(parts: Sequence[ShardRanked], top_k: int | None, dim: int, mode
     ranking = Ranking(rows[order], score[order], rel[order], cat("novelty"),
                       cat("residual_pull"), cat("ngram_penalty"), cat("coverage_score"), mode,
                       sum(p.n_candidates for p in parts), sum(p.n_penalized for p in parts), {})
-    emb = np.concatenate([p.embeddings for p in parts]).reshape(-1, dim)[order]
+    if any(len(p.rows) and not p.embeddings.size for p in parts):  # ranked without vectors
+        emb = np.zeros((len(order), 0), np.float32)
+    else:
+        emb = np.concatenate([p.embeddings for p in parts]).reshape(-1, dim)[order]
     return ranking, emb, cat("token_counts"), [ids[int(j)] for j in order]
 
 

@@ -56,6 +56,7 @@ class WindowQuery:
     blacklist: np.ndarray  # uint64 (B,)
     mode: str
     top_k: int | None
+    vectors: bool = True  # send the ranked rows' vectors back (the window loop needs none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +156,8 @@ class ShardServer:
         tokens = np.asarray(self.snap.token_counts)[local[order]]
         return gen, ShardRanked(
             rows[order], score[order], rel[order], novelty[order], pull[order],
-            penalty[order], cov[order], emb[order], tokens,
+            penalty[order], cov[order],
+            emb[order] if w.vectors else np.zeros((len(order), 0), _F32), tokens,
             self.snap.fact_ids(local[order]), m, int((penalty > 0).sum()))
 
     def facts(self, local_rows: list[int]) -> list[Any]:

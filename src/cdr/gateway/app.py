@@ -49,6 +49,8 @@ from cdr.gateway.settings import (
     GatewaySettings,
     load_settings,
 )
+from cdr.gateway.shard_kb import index_root
+from cdr.ray_index import is_ray_address
 from cdr.writers import Writer
 
 __all__ = ["create_app", "serve"]
@@ -67,7 +69,7 @@ def create_app(
     settings (no signing secret or API keys outside dev mode, no session store)."""
     settings = settings or load_settings()
     if ckf is not None:
-        path = Path(ckf) if isinstance(ckf, str | Path) else Path(ckf.path)
+        path = Path(ckf) if isinstance(ckf, str | Path) else index_root(ckf)
         settings = settings.model_copy(update={
             "ckf": path, "session_db": settings.session_db or path / SESSION_DB_NAME})
     settings.validate_for_serving()
@@ -191,7 +193,7 @@ def _install_error_handlers(app: FastAPI) -> None:
                         headers=dict(exc.headers or {})).response()
 
 
-def serve(ckf: Path | None, host: str = "127.0.0.1", port: int = 8088) -> None:
+def serve(ckf: Path | str | None, host: str = "127.0.0.1", port: int = 8088) -> None:
     """`cdr serve`: settings from the environment, `--ckf` over `CDR_CKF`; blocks.
 
     Raises `GatewayConfigError` (one line, naming the variable) on a bad configuration, and
@@ -202,13 +204,23 @@ def serve(ckf: Path | None, host: str = "127.0.0.1", port: int = 8088) -> None:
 
     from cdr.gateway.protocol import guarded_h11
 
+    ray_address = str(ckf) if ckf is not None and is_ray_address(str(ckf)) else None
+    if ray_address is not None:  # a shard set served by Ray: settings see its directory
+        from cdr.ray_index import parse_address
+
+        ckf = parse_address(ray_address).path
     overrides: dict[str, Any] = {} if ckf is None else {"ckf": Path(ckf)}
     settings = load_settings(**overrides)
     if settings.dev and not is_loopback(host):
         raise GatewayConfigError(
             f"CDR_DEV=1 serves on loopback only (127.0.0.1, ::1, localhost), not {host!r}: "
             "dev mode has no API keys and may have a throwaway signing secret")
-    app = create_app(settings)
+    index = None
+    if ray_address is not None:
+        from cdr.index_open import open_fact_index
+
+        index = open_fact_index(ray_address, retry_seconds=settings.ray_retry_seconds)
+    app = create_app(settings, ckf=index)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     log.info("cdr gateway on http://%s:%d (CKF %s, writer %s)", host, port,
              settings.ckf or "none", settings.writer)

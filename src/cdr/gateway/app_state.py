@@ -22,9 +22,11 @@ from cdr.gateway.selections import CachingIndex, SelectionCache
 from cdr.gateway.session_record import SessionCache, SessionRecord
 from cdr.gateway.session_store import SessionStore, StoredSession
 from cdr.gateway.settings import GatewaySettings
+from cdr.gateway.shard_kb import ShardSetKnowledgeBase, index_root
 from cdr.headers import SAFETY_ONLY_HEADERS, crp_headers
 from cdr.loop import EmptyKnowledgeBaseError, GenerationConfig, Generator, WindowEvent
 from cdr.ranking import DEFAULT_RANKING
+from cdr.ray_index import is_ray_address
 from cdr.session import DEFAULT_MAX_WINDOWS, IN_PROGRESS, Session
 from cdr.session_token import StaleTokenError, TokenPayload, TokenSigner
 from cdr.writers import Writer, build_writer
@@ -99,7 +101,11 @@ class Gateway:
         self.settings = settings
         initial = None if ckf is None or isinstance(ckf, str | Path) else ckf
         path = Path(ckf) if isinstance(ckf, str | Path) else settings.ckf
-        self.kb = KnowledgeBase(path, initial)
+        self.kb: Any
+        if initial is not None and is_ray_address(str(initial.path)):
+            self.kb = ShardSetKnowledgeBase(initial, index_root(initial))  # served by Ray
+        else:
+            self.kb = KnowledgeBase(path, initial)
         self.writer = writer if writer is not None else writer_for(settings)
         self.signer = signer if signer is not None else settings.token_signer()
         self.store = store if store is not None else settings.session_store()

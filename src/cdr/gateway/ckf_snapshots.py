@@ -157,6 +157,9 @@ class KnowledgeBase:
 
     # ------------------------------------------------------------------ writers
 
+    def check_writable(self) -> None:
+        """A local CKF directory is always writable (uploads create it on first use)."""
+
     def writer(self) -> CKF:
         """The CKF object writes go through (created on first use); writer thread only."""
         if self.path is None:

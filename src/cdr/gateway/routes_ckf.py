@@ -72,6 +72,7 @@ async def upload_documents(
     from cdr.ckf.records import normalize_source_type
 
     gw = _gw(request)
+    gw.kb.check_writable()  # a Ray-served shard set: 501 naming `cdr ingest --shards`
     if gw.kb.path is None:
         raise ApiError(409, "no CKF directory is configured: start the gateway with --ckf DIR "
                        "or CDR_CKF", code="no_ckf")
@@ -130,6 +131,10 @@ def stats(request: Request) -> JSONResponse:
 @router.get("/documents", summary="Documents in the CKF")
 def documents(request: Request) -> JSONResponse:
     snap = _gw(request).kb.latest()
+    if snap is not None and not hasattr(snap, "documents"):  # a Ray-served shard set
+        raise ApiError(501, "listing documents of a Ray-served shard set is not implemented; "
+                       "list each shard with `cdr ckf stats --ckf DIR/shard-N`",
+                       code="not_implemented")
     return JSONResponse({"documents": public_sources(snap.documents()) if snap is not None
                          else []})
 
@@ -141,6 +146,7 @@ async def delete_document(
     doc_id: Annotated[str, Path(min_length=1, max_length=256)],
 ) -> JSONResponse:
     gw = _gw(request)
+    gw.kb.check_writable()
     snap = gw.kb.current()
     if snap is None:
         raise ApiError(404, f"no document {doc_id!r}: there is no CKF yet")

@@ -38,6 +38,7 @@ class SelectionCache:
         self._entries: OrderedDict[tuple[bytes, float, int | None], Selection] = OrderedDict()
         self._bytes = 0
         self._snapshot: Any = None
+        self._generation: int | None = None  # of `_snapshot` when its entries were made
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -54,11 +55,13 @@ class SelectionCache:
         if not isinstance(query_vector, np.ndarray) or q.dtype != np.float32 or q.ndim != 1:
             return snapshot.select(query_vector, min_relevance, limit)  # let it refuse/convert
         key = (q.tobytes(), float(min_relevance), limit)
+        generation = snapshot.generation  # a long-lived index (Ray shard set) may move on
         with self._lock:
-            if snapshot is not self._snapshot:
+            if snapshot is not self._snapshot or generation != self._generation:
                 self._entries.clear()
                 self._bytes = 0
                 self._snapshot = snapshot
+                self._generation = generation
             sel = self._entries.get(key)
             if sel is not None:
                 self._entries.move_to_end(key)
@@ -68,7 +71,8 @@ class SelectionCache:
         sel = _frozen(snapshot.select(query_vector, min_relevance, limit))
         size = self._size(sel)
         with self._lock:
-            if snapshot is self._snapshot and size <= self.max_bytes and key not in self._entries:
+            if snapshot is self._snapshot and generation == self._generation \
+                    and size <= self.max_bytes and key not in self._entries:
                 self._entries[key] = sel
                 self._bytes += size
                 while self._bytes > self.max_bytes:

@@ -77,6 +77,9 @@ class GatewaySettings(BaseSettings):
     read_timeout_seconds: float = Field(15.0, gt=0, le=3600)
     # Request line plus headers; larger is answered 431.
     max_header_bytes: int = Field(32_768, ge=1024, le=1 << 20)
+    # `--ckf ray://...`: how long a request waits for a dead shard actor to come back
+    # before it fails with a 503 naming the shard.
+    ray_retry_seconds: float = Field(60.0, gt=0, le=3600)
 
     _dev_secret: str | None = PrivateAttr(default=None)
 
