@@ -74,15 +74,18 @@ class FactMemory:
         out = np.ones(rows.shape[0], dtype=np.float64)
         if not self.shown:
             return out.astype(_F32)
-        for i, r in enumerate(rows.tolist()):
-            last = self.shown.get(r)
-            if last is None:
-                continue
-            if r in self.written:
-                out[i] = rule.written
-            else:
-                age = max(window - last - 1, 0)
-                out[i] = 1.0 - (1.0 - rule.shown) * rule.recovery ** age
+        # One lookup of every candidate in the sorted shown rows (no per-candidate Python).
+        keys = np.fromiter(self.shown.keys(), dtype=np.int64, count=len(self.shown))
+        last = np.fromiter(self.shown.values(), dtype=np.int64, count=len(self.shown))
+        order = np.argsort(keys)
+        keys, last = keys[order], last[order]
+        pos = np.minimum(np.searchsorted(keys, rows), keys.size - 1)
+        seen = keys[pos] == rows
+        age = np.maximum(window - last[pos] - 1, 0)
+        out[seen] = 1.0 - (1.0 - rule.shown) * rule.recovery ** age[seen]
+        if self.written:
+            written = np.fromiter(self.written.keys(), dtype=np.int64, count=len(self.written))
+            out[seen & np.isin(rows, written)] = rule.written
         return out.astype(_F32)
 
     def record(self, rows: np.ndarray, written: np.ndarray, window: int) -> None:
