@@ -67,6 +67,20 @@ def http(hostile: GatewayServer) -> Iterator[httpx.Client]:
         yield c
 
 
+def _stored(server: GatewayServer) -> list[tuple[Any, ...]]:
+    """Every stored session row (id, version, data): what a refusal must leave as it was."""
+    with sqlite3.connect(Path(server.env["CDR_SESSION_DB"])) as conn:
+        return conn.execute("SELECT * FROM sessions ORDER BY 1").fetchall()
+
+
+@pytest.fixture()
+def store_unchanged(hostile: GatewayServer) -> Iterator[None]:
+    """For tests whose every request is refused: the session store is the same afterwards."""
+    before = _stored(hostile)
+    yield
+    assert _stored(hostile) == before
+
+
 def no_paths(server: GatewayServer, text: str) -> None:
     """No absolute server path in a response: not the work dir, not the CKF, not /tmp."""
     assert str(server.workdir) not in text
@@ -159,6 +173,7 @@ def test_session_token_moves_to_its_own_header(http: httpx.Client) -> None:
 # ------------------------------------------------------------------ 2. bounded, clean input
 
 
+@pytest.mark.usefixtures("store_unchanged")
 def test_chat_content_has_a_limit(http: httpx.Client) -> None:
     r = http.post("/v1/chat/completions",
                   json={"messages": [{"role": "user", "content": "x" * 1_000_000}]})
@@ -172,6 +187,7 @@ def test_chat_content_has_a_limit(http: httpx.Client) -> None:
     assert error_of(r)["param"] == "messages.0.content"
 
 
+@pytest.mark.usefixtures("store_unchanged")
 @pytest.mark.parametrize("stream", [False, True])
 def test_lone_surrogate_in_chat_is_422(http: httpx.Client, stream: bool) -> None:
     body = {"messages": [{"role": "user", "content": "try \ud800 except"}], "stream": stream}
@@ -182,6 +198,7 @@ def test_lone_surrogate_in_chat_is_422(http: httpx.Client, stream: bool) -> None
     assert err["code"] == "invalid_unicode" and err["param"] == "messages.0.content"
 
 
+@pytest.mark.usefixtures("store_unchanged")
 @pytest.mark.parametrize("where", ["chat-outline", "outline-list", "outline-str", "task"])
 def test_lone_surrogate_elsewhere_is_422(http: httpx.Client, where: str) -> None:
     if where == "chat-outline":
@@ -199,13 +216,16 @@ def test_lone_surrogate_elsewhere_is_422(http: httpx.Client, where: str) -> None
     assert error_of(r)["code"] == "invalid_unicode"
 
 
-def test_lone_surrogate_in_window_text_is_422(http: httpx.Client) -> None:
+def test_lone_surrogate_in_window_text_is_422(http: httpx.Client,
+                                             hostile: GatewayServer) -> None:
     s = session(http)
     sid, tok = s["session_id"], s["token"]
     env = http.post(f"/v1/sessions/{sid}/envelope", headers={"CRP-Session": tok}).json()
+    before = _stored(hostile)
     r = http.post(f"/v1/sessions/{sid}/windows", content=raw_json({"text": "a \ud800 b"}),
                   headers={"CRP-Session": env["token"], "Content-Type": "application/json"})
     assert r.status_code == 422 and error_of(r)["code"] == "invalid_unicode"
+    assert _stored(hostile) == before
 
 
 @pytest.mark.parametrize("body,field", [
@@ -213,12 +233,14 @@ def test_lone_surrogate_in_window_text_is_422(http: httpx.Client) -> None:
     ({"task": TASK, "words": "300"}, "words"),
     ({"task": TASK, "words": 300.0}, "words"),
 ])
+@pytest.mark.usefixtures("store_unchanged")
 def test_strict_types_in_sessions(http: httpx.Client, body: dict[str, Any], field: str) -> None:
     r = http.post("/v1/sessions", json=body)
     assert r.status_code == 422, r.text
     assert error_of(r)["param"] == field
 
 
+@pytest.mark.usefixtures("store_unchanged")
 def test_strict_bool_in_chat(http: httpx.Client) -> None:
     r = http.post("/v1/chat/completions",
                   json={"messages": [{"role": "user", "content": TASK}], "stream": "yes"})
@@ -226,6 +248,7 @@ def test_strict_bool_in_chat(http: httpx.Client) -> None:
     assert error_of(r)["param"] == "stream"
 
 
+@pytest.mark.usefixtures("store_unchanged")
 def test_json_with_wrong_content_type_is_415(http: httpx.Client) -> None:
     r = http.post("/v1/sessions", content=json.dumps({"task": TASK}),
                   headers={"Content-Type": "text/plain"})
@@ -458,18 +481,12 @@ def test_keygen_prints_a_key_and_its_hash(tmp_path: Path) -> None:
 
 def test_refused_session_creation_stores_nothing(hostile: GatewayServer,
                                                  http: httpx.Client) -> None:
-    db = Path(hostile.env["CDR_SESSION_DB"])
-
-    def count() -> int:
-        with sqlite3.connect(db) as conn:
-            return int(conn.execute("SELECT COUNT(*) FROM sessions").fetchone()[0])
-
-    before = count()
+    before = _stored(hostile)
     for body in ({"task": "x" * 20_001}, {"task": "\ud800"}, {"task": TASK, "words": True}):
         r = http.post("/v1/sessions", content=raw_json(body),
                       headers={"Content-Type": "application/json"})
         assert r.status_code == 422
-    assert count() == before
+    assert _stored(hostile) == before
 
 
 # ------------------------------------------------------------------ hypothesis over text fields
@@ -496,8 +513,7 @@ def _post(c: httpx.Client, path: str, body: Any, **headers: str) -> httpx.Respon
 
 
 def _sessions(server: GatewayServer) -> int:
-    with sqlite3.connect(Path(server.env["CDR_SESSION_DB"])) as conn:
-        return int(conn.execute("SELECT COUNT(*) FROM sessions").fetchone()[0])
+    return len(_stored(server))
 
 
 @FUZZ
