@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from cdr.ranking import Ranking
     from cdr.shard_server import WindowQuery
 
-_HALF_BLOCK = 1024  # rows per block for float16 (no BLAS path; small blocks stay in cache)
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,16 +233,6 @@ def check_gate(min_relevance: Any, limit: Any) -> tuple[float, int | None]:
     if limit is not None and (isinstance(limit, bool) or int(limit) != limit or limit < 0):
         raise InvalidInputError(f"limit must be a non-negative integer, got {limit!r}")
     return gate, None if limit is None else int(limit)
-
-
-def similarities(emb: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """float32 `emb @ q`; float16 matrices are converted in cache-sized blocks."""
-    if emb.dtype == np.float32:
-        return np.asarray(emb @ q, dtype=np.float32)
-    out = np.empty(len(emb), dtype=np.float32)
-    for s in range(0, len(emb), _HALF_BLOCK):
-        out[s : s + _HALF_BLOCK] = emb[s : s + _HALF_BLOCK].astype(np.float32) @ q
-    return out
 
 
 def select_rows(emb: np.ndarray, active: np.ndarray, q: np.ndarray, gate: float,
