@@ -331,3 +331,62 @@ def test_top_k_keeps_the_lowest_positions_among_scores_tied_at_the_cut() -> None
     assert _top(score, 5).tolist() == [1, 6, 0, 2, 3]
     for k in range(1, 9):
         assert _top(score, k).tolist() == np.argsort(-score, kind="stable")[:k].tolist()
+
+
+# ------------------------------------------------------------------ row independence (issue 12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([16, 384]),
+       st.sampled_from([np.float32, np.float64]), st.integers(1, 300))
+def test_a_facts_score_does_not_depend_on_the_other_rows_ranked_with_it(seed, d, dtype, m):
+    """What a shard computes for a fact equals, bit for bit, what one index computes for it:
+    every component of a random subset of rows equals the whole matrix's at those rows (BLAS
+    products failed this: their rounding depends on the row count and a row's position)."""
+    from cdr.ranking import cdr_components, row_dots
+
+    rng = np.random.default_rng(seed)
+    n = 600
+    f = rng.standard_normal((n, d))
+    f[rng.integers(0, n, 100)] = f[rng.integers(0, n, 100)]  # exact duplicates
+    f = (f / np.linalg.norm(f, axis=1, keepdims=True)).astype(dtype)
+    q = unit(rng.standard_normal(d)).astype(dtype)
+    cols = unit(rng.standard_normal((5, d))).astype(dtype)
+    rel = row_dots(f, q)
+    imp = rng.uniform(0.5, 1.0, n).astype(dtype)
+    counts = rng.integers(0, 3, n)
+    whole = cdr_components(f, rel, imp, counts, cols[0], cols[1:], True)
+    sub = np.sort(rng.choice(n, min(m, n), replace=False))
+    part = cdr_components(np.take(f, sub, axis=0), row_dots(f[sub], q), imp[sub],
+                          counts[sub], cols[0], cols[1:], True)
+    for a, b in zip(whole, part, strict=True):
+        assert a.dtype == dtype
+        np.testing.assert_array_equal(a[sub], b)
+    np.testing.assert_array_equal(rel[sub], row_dots(f[sub], q))
+    np.testing.assert_array_equal(row_dots(f, cols)[sub], row_dots(f[sub], cols))
+    np.testing.assert_array_equal(row_dots(f[sub[:1]], cols)[0], row_dots(f, cols)[sub[0]])
+
+
+def test_rank_all_and_cdr_scores_give_a_fact_the_same_score_in_any_matrix():
+    """The array faces too: scores of rows inside a larger matrix equal those of the rows
+    alone (and a duplicated row scores exactly like its twin, so ties stay ties)."""
+    rng = np.random.default_rng(7)
+    d, n = 384, 3000
+    q = unit(rng.standard_normal(d))
+    f = unit(q + rng.standard_normal((n, d)) * 0.045)
+    f[1::2] = f[0::2]  # every row twice
+    cov, res = unit(rng.standard_normal((3, d))), unit(q + rng.standard_normal((4, d)) * 0.06)
+    full = cdr_scores(f, q, cov, np.full(3, 0.5), res, None, None)
+    sub = np.arange(1, n, 7)
+    np.testing.assert_array_equal(full[sub], cdr_scores(f[sub], q, cov, np.full(3, 0.5), res,
+                                                        None, None))
+    np.testing.assert_array_equal(full[0::2], full[1::2])
+    coverage = CoverageSet(d)
+    for c in cov:
+        coverage.add(c, 0.5, 1)
+    residual = ResidualSet([SubQuery(f"s{i}", "t") for i in range(4)], res, d)
+    r_full = rank_all(f, q, coverage=coverage, residual=residual)
+    r_sub = rank_all(f[sub], q, coverage=coverage, residual=residual)
+    assert len(r_sub) > 100
+    by_row = dict(zip(r_full.indices.tolist(), r_full.score.tolist(), strict=True))
+    assert [by_row[int(sub[i])] for i in r_sub.indices] == r_sub.score.tolist()

@@ -12,6 +12,11 @@ All three modes share Phase 1's minimum-relevance gate (§2.6) and work on array
 
 The CDR terms for M gated candidates cost one product of the (M, d) candidate block with
 ``[centroid, r₁ … r_R]``; the gate itself costs the one (N, d) mat-vec a plain cosine scan pays.
+
+Every per-fact product here is *row-independent* (`row_dots`): a fact's relevance, coverage
+and pull are computed from its own row alone, never by a BLAS product whose rounding depends
+on which other rows share the matrix. So a fact's score is bit-identical whether one CKF or
+any shard of a shard set ranks it, and near-tied facts keep one order (issue 12).
 """
 
 from __future__ import annotations
@@ -119,6 +124,22 @@ class Ranking:
         )
 
 
+def row_dots(rows: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    """(M, K): `rows[i] · vectors[k]`, each from row i alone, in the inputs' float type.
+
+    einsum (numpy's own per-row sum of products), not BLAS: BLAS kernels take rows in blocks
+    and pick kernels by matrix size, so a row's last bit depends on how many rows the matrix
+    has and where the row sits — one CKF and the shard holding a fact disagreed, and
+    near-tied facts swapped order. einsum's result for a row depends on that row and the
+    vectors only (tests/test_ranking.py checks it over random sub-matrices). About 2× a BLAS
+    gemm's time on the (M, 1 + R) products — a few ms per 10k gated candidates here."""
+    r = np.asarray(rows)
+    v = np.asarray(vectors, dtype=r.dtype)
+    if v.ndim == 1:
+        return np.einsum("ij,j->i", r, v)
+    return np.einsum("ij,kj->ik", r, v)
+
+
 def novelty_from_coverage(coverage_score: np.ndarray) -> np.ndarray:
     """max(1 − clip(coverage, 0, 0.80), 0.20): anti-correlation is not rewarded (DESIGN §3.3)."""
     penalty = np.clip(coverage_score, 0.0, COVERAGE_PENALTY_CAP)
@@ -146,7 +167,7 @@ def cdr_components(
     use_pull = coverage_nonempty and residual.shape[0] > 0
     cols = ([centroid] if centroid is not None else []) + (list(residual) if use_pull else [])
     if cols:
-        sims = embeddings @ np.stack(cols, axis=1).astype(dt, copy=False)
+        sims = row_dots(embeddings, np.stack(cols).astype(dt, copy=False))
     else:
         sims = np.zeros((m, 0), dtype=dt)
     k = 0
@@ -182,7 +203,7 @@ def _mmr_order(
         obj[taken] = -np.inf
         j = int(np.argmax(obj))
         order[i], scores[i], taken[j] = j, obj[j], True
-        np.maximum(max_sim, embeddings @ embeddings[j], out=max_sim)
+        np.maximum(max_sim, row_dots(embeddings, embeddings[j]), out=max_sim)
     return order, scores
 
 
@@ -329,7 +350,8 @@ def _rank_sections(
         raise InvalidInputError(
             f"sections has shape {sec.shape}, expected (S, {embeddings.shape[1]})")
     imp = np.ones(m, dtype=_F32) if importance is None else np.asarray(importance, dtype=_F32)
-    sims = (np.asarray(embeddings, dtype=_F32) @ sec.T) if m else np.zeros((0, len(sec)), _F32)
+    sims = row_dots(np.asarray(embeddings, dtype=_F32), sec) if m else np.zeros((0, len(sec)),
+                                                                               _F32)
     order, score, rel = sections_order(sims, imp, min_relevance)
     if top_k is not None:
         order, score, rel = order[:top_k], score[:top_k], rel[:top_k]
@@ -355,7 +377,7 @@ def rank_all(
     f = as_fact_matrix(facts, "facts")
     q = check_query(query, "query", f.shape[1])
     with np.errstate(invalid="ignore", over="ignore"):  # bad rows are refused just below
-        relevance = f @ q
+        relevance = row_dots(f, q)
     check_relevance(relevance, f, q, "facts")
     min_rel = float(kwargs.get("min_relevance", CDR_MIN_RELEVANCE))  # type: ignore[arg-type]
     gate = np.flatnonzero(relevance >= _F32(min_rel))
@@ -410,7 +432,7 @@ def cdr_scores(
             raise InvalidInputError(
                 f"ngram_counts has {ngram_counts.shape[0]} values for {n} facts")
     with np.errstate(invalid="ignore", over="ignore"):  # bad rows are refused just below
-        rel = f @ q
+        rel = row_dots(f, q)
     check_relevance(rel, f, q, "facts")
     gate = np.flatnonzero(rel >= _F32(min_relevance))
     block = np.take(f, gate, axis=0)

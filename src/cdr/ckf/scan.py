@@ -21,10 +21,11 @@ Three paths, chosen by what is on disk:
 The kernels need numba (the `fast` extra). Without it, float16 falls back to numpy block
 conversion and the int8 copy is not used: results are the same, only slower.
 
-Exactness contract: on the quantised and float16 paths, the relevance of a row is computed by
-one kernel (`_dot_rows_*`) from the row's own bytes, so it is bit-identical whichever path or
-block reached the row. The BLAS float32 path may differ from it in the last bit (BLAS sums in
-its own order); both are exact float32 dot products of the same vectors.
+Exactness contract: the relevance of a row is computed from the row's own bytes by one
+row-independent routine per storage type — numpy's einsum for float32 (the full scan, the
+rescoring of int8 survivors and the tail past the copy alike), the `f16` kernel for float16 —
+so it is bit-identical whichever path, block or shard reached the row (issue 12: a shard and
+one CKF must rank near-ties alike). BLAS is not used: its rounding depends on the row count.
 
 The int8 copy lives beside the store's array files as ``quant.e{epoch}.i8`` (codes, n × d) and
 ``quant.e{epoch}.f32`` (n × 2: scale, error bound). Rows are append-only within an epoch, so a
@@ -81,18 +82,6 @@ def _kernels() -> dict[str, Callable[..., None]]:
             out[i] = 1 if (ub >= lo and active[i]) else 0
 
     @jit
-    def dot_rows_f32(emb, rows, start, q, out):  # type: ignore[no-untyped-def]
-        # rows given: out[k] = emb[rows[k]]·q; else (empty rows) out[k] = emb[start + k]·q
-        d = emb.shape[1]
-        gathered = rows.shape[0] > 0
-        for k in nb.prange(out.shape[0]):
-            i = rows[k] if gathered else start + k
-            acc = np.float32(0.0)
-            for j in range(d):
-                acc += emb[i, j] * q[j]
-            out[k] = acc
-
-    @jit
     def dot_rows_f16(bits, rows, start, q112, out):  # type: ignore[no-untyped-def]
         # float16 → float32 without a branch: shift exponent+mantissa into float32 position,
         # read as float32 (value / 2^112, subnormals included), times 2^112 (folded into q112).
@@ -128,7 +117,7 @@ def _kernels() -> dict[str, Callable[..., None]]:
             params[i, 0] = s
             params[i, 1] = np.float32(np.sqrt(err) * (1 + 1e-5) + 1e-9)
 
-    _COMPILED = {"int8_bound": int8_bound, "f32": dot_rows_f32, "f16": dot_rows_f16,
+    _COMPILED = {"int8_bound": int8_bound, "f16": dot_rows_f16,
                  "quantise": quantise_rows}
     return _COMPILED
 
@@ -143,27 +132,25 @@ def exact_relevance(
     """Exact float32 cosine of `rows` of `emb` (float32 or float16), or of rows start…stop when
     `rows` is None, with the unit query `q`.
 
-    With kernels, one fixed-order float32 sum per row (bit-identical for a row whichever way
-    it is reached); without, numpy on the rows converted to float32 (also exact)."""
+    float32 rows: einsum per block, the same routine as the full scan (`_blas_similarities`),
+    so a row's value never depends on the path. float16 with kernels: one fixed-order float32
+    sum per row; without, numpy on the rows converted to float32 (also exact)."""
     stop = emb.shape[0] if stop is None else stop
     idx = np.zeros(0, np.int64) if rows is None else np.ascontiguousarray(rows, dtype=np.int64)
     count = (stop - start) if rows is None else idx.shape[0]
     out = np.empty(count, np.float32)
     if not count:
         return out
-    if HAVE_KERNELS and emb.dtype in (np.float32, np.float16):
-        k = _kernels()
+    if HAVE_KERNELS and emb.dtype == np.float16:
         base = np.asarray(emb)
         with _KERNEL_LOCK:
-            if base.dtype == np.float16:
-                k["f16"](base.view(np.uint16), idx, start, (q * _POW112).astype(np.float32), out)
-            else:
-                k["f32"](base, idx, start, q, out)
+            _kernels()["f16"](base.view(np.uint16), idx, start, (q * _POW112).astype(np.float32),
+                              out)
         return out
     for s in range(0, count, _BLOCK):
         block = (np.take(emb, idx[s : s + _BLOCK], axis=0) if rows is not None
                  else emb[start + s : start + min(s + _BLOCK, count)])
-        out[s : s + _BLOCK] = block.astype(np.float32) @ q
+        out[s : s + _BLOCK] = np.einsum("ij,j->i", block.astype(np.float32, copy=False), q)
     return out
 
 
@@ -328,5 +315,5 @@ def _blas_similarities(emb: np.ndarray, q: np.ndarray) -> np.ndarray:
         return np.einsum("ij,j->i", emb, q)
     out = np.empty(len(emb), dtype=np.float32)
     for s in range(0, len(emb), 4096):
-        out[s : s + 4096] = emb[s : s + 4096].astype(np.float32) @ q
+        out[s : s + 4096] = np.einsum("ij,j->i", emb[s : s + 4096].astype(np.float32), q)
     return out
