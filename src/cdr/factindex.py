@@ -14,10 +14,10 @@ coverage centroid and weight, residual matrix, gate, blacklisted 6-grams), ranki
 selection equals ranking the single-index selection.
 
 For a backend whose shards should also rank (to send back k candidates instead of `limit`),
-the exact recipe is two rounds: each shard returns its top-`limit` (relevance, row) pairs,
-the caller merges them to find the global cut-off (the `limit`-th (relevance, row) pair), then
-each shard ranks only its rows ahead of it with the broadcast values and returns its best with
-their components.
+`cdr.shard_merge` holds the exact recipe: each shard ranks its own top-`limit` and returns its
+best with its (relevance, row) head; the caller finds the global cut-off (the `limit`-th
+(relevance, row) pair) from the heads, merges, and asks a shard again with the cut-off only
+when its answer cannot prove the merge.
 The per-row arrays below (`importance`, `token_counts`, the 6-gram CSR) are whole-index
 arrays because the one-process loop indexes them by row; a backend too large for that can
 serve them lazily.

@@ -6,8 +6,9 @@ One actor per shard of a shard set (`cdr.shardset`), each mapping its own CKF di
 
 Per window the caller broadcasts the query and gate (`select`, the `FactIndex` contract: every
 shard returns its top-`limit`, `merge_selections` keeps the global top-`limit`), or for
-`rank_window` also the coverage centroid, residual matrix and blacklisted 6-grams, in the two
-rounds `cdr.factindex` describes; either way the result equals one index's exactly.
+`rank_window` also the coverage centroid, residual matrix and blacklisted 6-grams, in one
+round when the merge can be proven exact and a second to the shards where it cannot
+(`cdr.shard_merge`); either way the result equals one index's exactly.
 
 Faults: a call to a dead or restarting actor is retried until `retry_seconds` pass (actors are
 created with `max_restarts`, and a restarted actor maps its shard again); a result from a
@@ -24,6 +25,7 @@ a shared file system). Actors are named after the path in namespace "cdr", so se
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import time
@@ -37,7 +39,8 @@ import numpy as np
 from cdr.errors import CdrError, InvalidInputError
 from cdr.factindex import Selection, check_gate, check_query, merge_selections
 from cdr.ranking import RANKING_MODES, Ranking
-from cdr.shard_server import ShardRanked, ShardRows, WindowQuery
+from cdr.shard_merge import ShardTop, merge_window
+from cdr.shard_server import ShardRows, WindowQuery
 
 if TYPE_CHECKING:
     from cdr.embed import Embedder
@@ -175,6 +178,7 @@ class RayShardedIndex:
         self._embedder = embedder
         digest = hashlib.sha256(repr((str(self._set.root), self._gens)).encode()).digest()
         self._generation = int.from_bytes(digest[:7], "big")
+        self.rounds = 0  # fan-out rounds the last rank_window took (1, or 2 when unproven)
 
     # ------------------------------------------------------------------ calls with retry
 
@@ -191,9 +195,16 @@ class RayShardedIndex:
         last_error: dict[int, str] = {}
         while pending:
             refs = {i: getattr(self._actors[i], method).remote(*a) for i, a in pending.items()}
+            got: dict[int, Any] = {}
+            # One get for all (the common case): a get per shard costs a wake-up each. On a
+            # failure, the answers are sorted from the failures one by one below.
+            with contextlib.suppress(self._retryable):
+                got = dict(zip(refs, ray.get(list(refs.values()), timeout=max(
+                    0.1, deadline - time.monotonic())), strict=True))
             for i, ref in refs.items():
                 try:
-                    out = ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
+                    out = got[i] if i in got else ray.get(
+                        ref, timeout=max(0.1, deadline - time.monotonic()))
                 except self._retryable as e:
                     last_error[i] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
                     continue
@@ -349,9 +360,11 @@ class RayShardedIndex:
     def rank_window(self, w: WindowQuery) -> tuple[Ranking, np.ndarray, np.ndarray, list[str]]:
         """Phase 1 + Phase 2 ranked on the shards, merged: (ranking of the best `w.top_k`,
         their embeddings ((k, 0) when `w.vectors` is false), token counts, fact ids). Equal
-        to `rank()` over `select()` of one index holding all rows. Round 1 finds the global
-        Phase 1 cut-off (the `limit`-th (relevance, row) pair), round 2 ranks each shard's
-        rows ahead of it. MMR is sequential (each pick depends on all earlier ones), so for
+        to `rank()` over `select()` of one index holding all rows. One round: each shard
+        ranks its own Phase 1 selection and sends its best with its selection's head; the
+        caller finds the global cut-off and merges, and asks again only the shards whose
+        answer cannot prove the merge (`cdr.shard_merge`; `self.rounds` says which
+        happened). MMR is sequential (each pick depends on all earlier ones), so for
         it the gated pool is fetched with `select` and ranked here."""
         from cdr.ranking import check_mode
 
@@ -364,40 +377,15 @@ class RayShardedIndex:
                                     f"(modes: {RANKING_MODES})")
         w = replace(w, query=q, gate=gate, limit=limit)  # what the shards see is checked
         offs = [int(o) for o in self._offsets[:-1]]
-        cut: tuple[float, int] | None = None
-        if limit is not None:
-            heads = self._gather("candidates", [(q, gate, limit, o) for o in offs])
-            rows = np.concatenate([h[0] for h in heads])
-            rel = np.concatenate([h[1] for h in heads])
-            if len(rows) > limit:
-                order = np.lexsort((rows, -rel))
-                k = order[limit - 1]
-                cut = (float(rel[k]), int(rows[k]))
-        parts: list[ShardRanked] = self._gather("rank", [(w, cut, o) for o in offs])
-        return merge_ranked(parts, w.top_k, self.dim, w.mode)
+        tops: list[ShardTop] = self._gather("rank", [(w, None, o) for o in offs])
 
+        def ask_again(shards: list[int], cut: tuple[float, int]) -> list[ShardTop]:
+            return self._gather("rank", [(w, cut, offs[i]) for i in shards], shards=shards)
 
-def merge_ranked(parts: Sequence[ShardRanked], top_k: int | None, dim: int, mode: str
-                 ) -> tuple[Ranking, np.ndarray, np.ndarray, list[str]]:
-    """The best `top_k` of the shards' ranked candidates, by (-score, -relevance, row):
-    what one index's stable sort by score over its (relevance, row)-ordered selection gives."""
-    rows = np.concatenate([p.rows for p in parts]).astype(np.int64)
-    score = np.concatenate([p.score for p in parts]).astype(np.float32)
-    rel = np.concatenate([p.relevance for p in parts]).astype(np.float32)
-    order = np.lexsort((rows, -rel, -score))[:top_k]
-
-    def cat(name: str) -> np.ndarray:
-        return np.concatenate([getattr(p, name) for p in parts])[order]
-
-    ids = [i for p in parts for i in p.fact_ids]
-    ranking = Ranking(rows[order], score[order], rel[order], cat("novelty"),
-                      cat("residual_pull"), cat("ngram_penalty"), cat("coverage_score"), mode,
-                      sum(p.n_candidates for p in parts), sum(p.n_penalized for p in parts), {})
-    if any(len(p.rows) and not p.embeddings.size for p in parts):  # ranked without vectors
-        emb = np.zeros((len(order), 0), np.float32)
-    else:
-        emb = np.concatenate([p.embeddings for p in parts]).reshape(-1, dim)[order]
-    return ranking, emb, cat("token_counts"), [ids[int(j)] for j in order]
+        ranking, emb, tokens, ids, again = merge_window(tops, limit, w.top_k, self.dim, w.mode,
+                                                        ask_again)
+        self.rounds = 2 if again else 1
+        return ranking, emb, tokens, ids
 
 
 def open_index(address: str, **kwargs: Any) -> RayShardedIndex:

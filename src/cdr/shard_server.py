@@ -17,6 +17,7 @@ import numpy as np
 
 from cdr.factindex import Selection, select_rows
 from cdr.ranking import cdr_components
+from cdr.shard_merge import ShardTop, ahead
 
 _F32 = np.float32
 
@@ -57,24 +58,6 @@ class WindowQuery:
     mode: str
     top_k: int | None
     vectors: bool = True  # send the ranked rows' vectors back (the window loop needs none)
-
-
-@dataclass(frozen=True, slots=True)
-class ShardRanked:
-    """One shard's best candidates by score, with their components and what packing needs."""
-
-    rows: np.ndarray  # int64, global
-    score: np.ndarray
-    relevance: np.ndarray
-    novelty: np.ndarray
-    residual_pull: np.ndarray
-    ngram_penalty: np.ndarray
-    coverage_score: np.ndarray
-    embeddings: np.ndarray
-    token_counts: np.ndarray
-    fact_ids: list[str]
-    n_candidates: int  # candidates ranked (ahead of the global cut)
-    n_penalized: int
 
 
 class ShardServer:
@@ -120,23 +103,20 @@ class ShardServer:
         self._last = (key, sel)
         return self.snap.generation, sel
 
-    def candidates(self, q: np.ndarray, gate: float, limit: int | None, offset: int
-                   ) -> tuple[int, np.ndarray, np.ndarray]:
-        """Round 1 of a shard-side ranking: (generation, rows, relevances) of the shard's
-        top-`limit`, no embeddings; the caller merges them to find the global cut."""
-        gen, sel = self.select(q, gate, limit, offset)
-        return gen, sel.indices, sel.relevances
-
     def rank(self, w: WindowQuery, cut: tuple[float, int] | None, offset: int
-             ) -> tuple[int, ShardRanked]:
-        """Round 2: rank this shard's candidates ahead of the global cut `(relevance, row)`
-        exactly as `cdr.ranking.rank` ranks them in one index, and return the best `top_k`."""
+             ) -> tuple[int, ShardTop]:
+        """(generation, this shard's best `w.top_k` candidates) ranked exactly as
+        `cdr.ranking.rank` ranks them in one index (`cdr.shard_merge` proves the merge).
+
+        `cut` None: the first round — rank the shard's whole Phase 1 selection and send its
+        (row, relevance) head along, so the caller can find the global cut-off. `cut` given
+        (relevance, row): rank only the rows ahead of it (asked when one round could not
+        prove the merge)."""
         gen, sel = self.select(w.query, w.gate, w.limit, offset)
         rows, rel, emb = sel.indices, sel.relevances, sel.embeddings
         if cut is not None:
-            c_rel, c_row = _F32(cut[0]), int(cut[1])
-            ahead = (rel > c_rel) | ((rel == c_rel) & (rows <= c_row))
-            rows, rel, emb = rows[ahead], rel[ahead], emb[ahead]
+            keep = ahead(rel, rows, cut)
+            rows, rel, emb = rows[keep], rel[keep], emb[keep]
         local = rows - offset
         imp = np.asarray(self.snap.importance, _F32)[local]
         m = len(rows)
@@ -153,12 +133,16 @@ class ShardServer:
             raise ValueError(f"shards rank modes 'cdr' and 'relevance', not {w.mode!r}")
         # The single index orders by score, ties by selection position, i.e. by (-rel, row).
         order = np.lexsort((rows, -rel, -score))[: w.top_k]
-        tokens = np.asarray(self.snap.token_counts)[local[order]]
-        return gen, ShardRanked(
-            rows[order], score[order], rel[order], novelty[order], pull[order],
-            penalty[order], cov[order],
-            emb[order] if w.vectors else np.zeros((len(order), 0), _F32), tokens,
-            self.snap.fact_ids(local[order]), m, int((penalty > 0).sum()))
+        lo = local[order]
+        heads = cut is None and w.limit is not None
+        none = np.zeros(0, np.int64)
+        return gen, ShardTop(
+            rows[order], np.stack([score, rel, novelty, pull, penalty, cov])[:, order],
+            emb[order] if w.vectors else np.zeros((len(order), 0), _F32),
+            np.asarray(self.snap.token_counts, np.int32)[lo],
+            np.array(self.snap.fact_ids(lo), dtype="S"), m, int((penalty > 0).sum()),
+            rows if heads else none, rel if heads else none.astype(_F32),
+            penalty > 0 if heads else none.astype(bool))
 
     def facts(self, local_rows: list[int]) -> list[Any]:
         return self.snap.facts(local_rows)
