@@ -6,12 +6,12 @@ the query, as in bench/ranking.py, so ~4000 candidates pass the 0.55 gate at 1M)
 
 1. Select + CDR rank per window at N facts (default 1M): one CKF in this process, against the
    same facts as 2 and 4 shards served by Ray actors on a local cluster (loopback). For the
-   shards, `rank_window` (two rounds: global Phase 1 cut-off, then each shard ranks its rows
-   ahead of it and returns its best k with components) and, what the window loop does
-   through the `FactIndex` protocol, `select` fan-out + central rank. The top-k rows are
-   checked to be identical to the single CKF's. Per window: wall time (median), fan-out
-   overhead (an empty round trip to every shard, times the two rounds, plus the merges), and
-   memory per shard actor.
+   shards, `rank_window` (one round: each shard ranks its own Phase 1 selection and returns
+   its best k with components and its selection's head; a second round only to shards whose
+   answer cannot prove the merge, `cdr.shard_merge`) and `select` fan-out + central rank.
+   The top-k fact ids *and their order* are checked to be identical to the single CKF's.
+   Per window: wall time (median), fan-out overhead (an empty round trip to every shard
+   times the rounds taken, plus the caller's merge), and memory per shard actor.
 2. Ingest facts/s with 1 vs 2 Ray embedding workers (one BLAS thread each), MiniLM on the
    standard library's reference topics (`cdr.samples`), after a warm-up.
 3. A model of 100M facts over K machines from those measurements.
@@ -31,6 +31,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -49,8 +50,10 @@ from _machine import cpu_name  # noqa: E402
 from cdr.ckf.snapshot import CKFSnapshot  # noqa: E402
 from cdr.ckf.writer import CKFWriter, create_ckf  # noqa: E402
 from cdr.coverage import CoverageSet, ResidualSet, SubQuery  # noqa: E402
+from cdr.factindex import check_query  # noqa: E402
 from cdr.ranking import rank  # noqa: E402
-from cdr.ray_index import RayShardedIndex, connect, merge_ranked  # noqa: E402
+from cdr.ray_index import RayShardedIndex, connect  # noqa: E402
+from cdr.shard_merge import global_cut, merge_window  # noqa: E402
 from cdr.shard_server import WindowQuery  # noqa: E402
 from cdr.shardset import create_shard_set, shard_of  # noqa: E402
 
@@ -156,20 +159,21 @@ def bench_sharded(path: Path, queries: list[tuple]) -> dict[str, Any]:
     rng = np.random.default_rng(3)
     try:
         x.shard_pids()  # actors up
-        rw, sc, noop, merges, tops = [], [], [], [], []
+        rw, sc, noop, merges, rounds, tops = [], [], [], [], [], []
         for q, cov, res, bl in queries:
             w = WindowQuery(q, GATE, LIMIT, cov.centroid(), True, res.embeddings, bl, "cdr",
                             TOP_K)
             t = time.perf_counter()
             *_, ids = x.rank_window(w)
             rw.append(time.perf_counter() - t)
+            rounds.append(x.rounds)
             tops.append(ids)  # fact ids: each set numbers its rows in its own order
-            # Another query of the same kind: shards keep their last Phase 1 result (round 2
-            # of rank_window reuses round 1's), and this must not be a cache hit.
-            q = (q + 0.01 * rng.standard_normal(DIM)).astype(np.float32)
-            q /= np.linalg.norm(q)
+            # Another query of the same kind: shards keep their last Phase 1 result, and
+            # this must not be a cache hit.
+            q2 = (q + 0.01 * rng.standard_normal(DIM)).astype(np.float32)
+            q2 /= np.linalg.norm(q2)
             t = time.perf_counter()
-            sel = x.select(q, GATE, LIMIT)
+            sel = x.select(q2, GATE, LIMIT)
             counts = x.ngram_index.count_in(bl)[sel.indices]
             rank(sel.embeddings, sel.relevances, importance=x.importance[sel.indices],
                  ngram_counts=counts, coverage=cov, residual=res, mode="cdr",
@@ -178,18 +182,22 @@ def bench_sharded(path: Path, queries: list[tuple]) -> dict[str, Any]:
             t = time.perf_counter()
             x.shard_pids()
             noop.append(time.perf_counter() - t)
-            # The caller's merge work for one window: round 1 cut-off + round 2 merge.
-            parts = x._gather("rank", [(w, None, int(o)) for o in x._offsets[:-1]])
+            # The caller's merge work for one window (the answers fetched beforehand, a
+            # second round's too, so that only the merge is timed).
+            wq = replace(w, query=check_query(q, DIM, MODEL))
+            offs = [int(o) for o in x._offsets[:-1]]
+            first = x._gather("rank", [(wq, None, o) for o in offs])
+            cut = global_cut(first, LIMIT)
+            second = (x._gather("rank", [(wq, cut, o) for o in offs]) if cut is not None
+                      else [])
             t = time.perf_counter()
-            heads = [(p.rows, p.relevance) for p in parts]
-            rows = np.concatenate([h[0] for h in heads])
-            rel = np.concatenate([h[1] for h in heads])
-            np.lexsort((rows, -rel))
-            merge_ranked(parts, TOP_K, DIM, "cdr")
+            merge_window(list(first), LIMIT, TOP_K, DIM, "cdr",
+                         lambda which, _cut, second=second: [second[i] for i in which])
             merges.append(time.perf_counter() - t)
         mem = x._gather("memory", [() for _ in range(x.n_shards)], check_gen=False)
         return {"rank_window_ms": median_ms(rw[1:]), "select_central_ms": median_ms(sc[1:]),
                 "noop_ms": median_ms(noop[1:]), "merge_ms": median_ms(merges[1:]),
+                "rounds": float(np.mean(rounds[1:])),
                 "rss_mb": [m["rss"] / 2**20 for m in mem],
                 "matrix_mb": [m["matrix"] / 2**20 for m in mem], "tops": tops}
     finally:
@@ -216,20 +224,20 @@ def bench_ingest(root: Path, n_topics: int, workers_list: list[int]) -> dict[int
     return out
 
 
-def model_rows(one_ms_per_m: float, noop_ms: float, merge_ms: float, s4_rss: float
+def model_rows(one_ms_per_m: float, noop_ms: float, merge_ms: float, rounds: float
                ) -> list[str]:
     """100M facts over K machines, from this run's measurements (see the report's notes)."""
     lines = ["| K machines | facts per machine | matrix per machine | scan per window "
-             "(per shard, parallel) | broadcast bytes | returned bytes | merge + 2 round "
+             "(per shard, parallel) | broadcast bytes | returned bytes | merge + round "
              "trips | window estimate |", "|---|---|---|---|---|---|---|---|"]
     broadcast = 4 * DIM * (1 + 1 + 4) + 8 * 200 + 64  # query, centroid, 4 residual, 200 6-grams
     for k in (1, 2, 4, 8, 16, 32, 64):
         per = 100e6 / k
         scan = one_ms_per_m * per / 1e6
-        round1 = 12 * min(LIMIT, per)  # (rel, row) per candidate
-        round2 = TOP_K * (4 * DIM + 4 * 7 + 8 + 70)  # vector, components, row, fact id
-        back = k * (round1 + round2)
-        net = 2 * noop_ms + merge_ms * k / 4  # merge grows with the candidates merged
+        head = 13 * min(LIMIT, per)  # (rel, row, penalised) per candidate
+        best = TOP_K * (4 * DIM + 4 * 6 + 8 + 4 + 32)  # vector, components, row, tokens, id
+        back = k * (head + best)
+        net = rounds * noop_ms + merge_ms * k / 4  # merge grows with the candidates merged
         lines.append(f"| {k} | {per / 1e6:.1f}M | {per * DIM * 4 / 2**30:.0f} GiB | "
                      f"{scan:.0f} ms | {broadcast * k / 1024:.1f} KiB | {back / 1024:.0f} KiB | "
                      f"{net:.1f} ms | {scan + net:.0f} ms |")
@@ -294,7 +302,7 @@ def write_report(args: Any, one_ms: float, shard: dict[int, dict], ingest: dict[
                  load0: tuple, load1: tuple, seconds: float) -> None:
     n_m = args.facts / 1e6
     s4 = shard[4]
-    overhead4 = 2 * s4["noop_ms"] + s4["merge_ms"]
+    overhead4 = s4["rounds"] * s4["noop_ms"] + s4["merge_ms"]
     speedup = ingest[2] / ingest[1]
     lines = [
         "# Sharded index on Ray: measured here, modelled for 100M facts",
@@ -313,8 +321,8 @@ def write_report(args: Any, one_ms: float, shard: dict[int, dict], ingest: dict[
         "coverage entries, 4 residual sub-queries, 200 blacklisted 6-grams). Medians over "
         f"{args.windows - 1} windows (first dropped).",
         "",
-        "| index | wall per window | fan-out overhead (2 empty round trips + merges) | "
-        "memory per shard (RSS / matrix) | top-k equal to 1 CKF |",
+        "| index | wall per window | fan-out overhead (rounds × empty round trip + merge) | "
+        "memory per shard (RSS / matrix) | top-k ids and order equal to 1 CKF |",
         "|---|---|---|---|---|",
         f"| 1 CKF, in process | {one_ms:.1f} ms | — | — | — |",
     ]
@@ -323,8 +331,9 @@ def write_report(args: Any, one_ms: float, shard: dict[int, dict], ingest: dict[
                                                               strict=True))
         lines.append(
             f"| {s} Ray shards, `rank_window` | {r['rank_window_ms']:.1f} ms | "
-            f"{2 * r['noop_ms'] + r['merge_ms']:.1f} ms ({r['noop_ms']:.2f} ms × 2 + "
-            f"{r['merge_ms']:.2f} ms) | {mem} | {'yes' if r['same'] else '**no**'} |")
+            f"{r['rounds'] * r['noop_ms'] + r['merge_ms']:.1f} ms ({r['noop_ms']:.2f} ms × "
+            f"{r['rounds']:.2f} + {r['merge_ms']:.2f} ms) | {mem} | "
+            f"{'yes' if r['same'] else '**no**'} |")
         lines.append(f"| {s} Ray shards, `select` + central rank (the loop today) | "
                      f"{r['select_central_ms']:.1f} ms | — | — | — |")
     lines += [
@@ -336,8 +345,9 @@ def write_report(args: Any, one_ms: float, shard: dict[int, dict], ingest: dict[
         "shows the cost of the distribution, not its gain. The gain is memory and scan time "
         "per machine once shards sit on different machines (the model below).",
         "`select` + central rank ships every candidate's vector to the caller (4000 × 1.5 KB "
-        "= 6 MB per window); `rank_window` ships ~12 bytes per candidate plus k full rows, "
-        "which is what makes it the path across machines.",
+        "= 6 MB per window); `rank_window` ships ~13 bytes per candidate plus k full rows, "
+        "which is what makes it the path across machines. Rounds: the mean number of "
+        "fan-outs per `rank_window` (1 = every merge proven from one round).",
         "",
         "## Ingest with Ray embedding workers (one BLAS thread each)",
         "",
@@ -353,19 +363,20 @@ def write_report(args: Any, one_ms: float, shard: dict[int, dict], ingest: dict[
         "",
         f"From this run: one process scans and ranks {n_m:.1f}M facts in {one_ms:.0f} ms "
         f"({one_ms / n_m:.0f} ms per million, on a loaded core); an empty fan-out round trip "
-        f"costs {s4['noop_ms']:.2f} ms on loopback (add the network's RTT per round across "
+        f"costs {s4['noop_ms']:.2f} ms on loopback, {s4['rounds']:.2f} rounds per window "
+        f"(add the network's RTT per round across "
         f"machines: ~0.1–0.5 ms in one rack); the caller's merge of 4 shards' results costs "
         f"{s4['merge_ms']:.2f} ms. Each machine holds 100M/K rows × 1.5 KB in page cache "
         "(the whole matrix must stay resident: a scan reads all of it every window).",
         "",
-        *model_rows(one_ms / n_m, s4["noop_ms"], s4["merge_ms"], 0.0),
+        *model_rows(one_ms / n_m, s4["noop_ms"], s4["merge_ms"], s4["rounds"]),
         "",
         "Reading: the scan is the cost and it divides by K. Broadcast is ~10 KB per shard. "
-        f"What comes back grows with K: round 1 returns up to the Phase 1 limit ({LIMIT}) "
-        "(relevance, row) pairs per shard (12 bytes each, ~47 KB), round 2 k full rows "
+        f"What comes back grows with K: each shard's head of up to the Phase 1 limit ({LIMIT}) "
+        "(relevance, row, penalised) triples (13 bytes each, ~51 KB) and k full rows "
         f"(k = {TOP_K}, ~100 KB) — so ~150 KB per shard per window, ~10 MB at 64 machines, "
-        "about 1 ms on 10 GbE per window at the caller. Cutting round 1 to relevances only "
-        "(4 bytes) or to a per-shard share of the limit would shrink it; not done. The "
+        "about 1 ms on 10 GbE per window at the caller. Sending the head only when a shard "
+        "holds more than its share of the limit would shrink it; not done. The "
         "window estimate assumes shards scan in parallel on their own cores (our loaded "
         "2-core figure per million is pessimistic for a dedicated machine). 100M facts need "
         "≥ 8 machines of 32 GB for the float32 matrix alone (float16 storage halves that).",

@@ -229,6 +229,10 @@ def ingest_documents(
     done = 0
     if progress:
         progress("embed", 0, total)
+    prefetch = getattr(ckf.embedder, "prefetch", None)
+    if prefetch is not None and total:  # cdr.ray_ingest: embed ahead while we commit
+        prefetch([d.content for k, p in enumerate(plans) for d in (p.drafts or ())
+                  if new_first.get(d.id) == k], batch_size=batch_size)
 
     def embed(texts: list[str]) -> np.ndarray:
         nonlocal done
