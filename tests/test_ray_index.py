@@ -9,6 +9,7 @@ one (2 CPUs, no dashboard, loopback) started here and shut down at the end of th
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import time
@@ -398,8 +399,16 @@ def test_ingest_on_the_cluster_equals_a_local_ingest(cluster: None, tmp_path: Pa
     docs = pydoc_topics_dir(tmp_path / "docs", topics=["truth", "pass", "lambda", "del"])
     ticks: list[tuple[str, int, int]] = []
     model = RayEmbedder(None, workers=2, task_texts=16)
-    rep = ingest_sharded(tmp_path / "kb", [str(docs)], 2, embedder=model,
-                         progress=lambda *a: ticks.append(a))
+    asked: list[int] = []  # texts each encode call asked for
+    real_encode = model.encode
+    model.encode = lambda texts, **kw: (asked.append(len(texts)), real_encode(texts, **kw))[1]
+    try:
+        rep = ingest_sharded(tmp_path / "kb", [str(docs)], 2, embedder=model,
+                             progress=lambda *a: ticks.append(a))
+        assert model._prefetched == {}  # every text ingest announced was taken
+    finally:
+        model.close()
+    assert sum(asked) == rep.embedded  # prefetched or not, each new text embedded once
     assert rep.facts_added > 0 and rep.embedded == rep.facts_added
     embeds = [t for t in ticks if t[0] == "embed"]
     assert embeds[-1][1] == embeds[-1][2] == rep.embedded  # one bar over the whole job
@@ -415,3 +424,38 @@ def test_ingest_on_the_cluster_equals_a_local_ingest(cluster: None, tmp_path: Pa
                 np.testing.assert_allclose(v, by_id[fid], atol=1e-5)
                 n += 1
     assert n == len(by_id)
+
+
+def test_ray_embedder_pieces_prefetch_and_a_clear_error_without_cpus(cluster: None) -> None:
+    from cdr.embed import default_embedder
+    from cdr.errors import CdrError
+    from cdr.ray_ingest import RayEmbedder
+
+    model = RayEmbedder(None, workers=2, task_texts=4)
+    try:
+        # Equal pieces, a few per worker, none above task_texts, covering every text once.
+        for n in (1, 2, 7, 8, 9, 30):
+            pieces = model._pieces(n)
+            assert [b - a for a, b in pieces] and pieces[0][0] == 0 and pieces[-1][1] == n
+            assert all(p[1] == q[0] for p, q in itertools.pairwise(pieces))
+            sizes = [b - a for a, b in pieces]
+            assert max(sizes) <= 4 and max(sizes) - min(sizes) <= 1
+            assert len(pieces) >= min(n, 2 * 4)
+        texts = [f"sentence number {i} about {w}" for i, w in
+                 enumerate(["lists", "tuples", "sets", "dicts"] * 5)]
+        local = default_embedder().encode(texts)
+        np.testing.assert_allclose(model.encode(texts), local, atol=1e-5)
+        model.prefetch(texts[3:15])
+        assert len(model._prefetched) == 12
+        got = model.encode(texts)  # part from the prefetch, the rest embedded now
+        np.testing.assert_allclose(got, local, atol=1e-5)
+        assert model._prefetched == {}
+        model.prefetch(texts[:2])
+        model.forget()
+        assert model._prefetched == {}
+        assert model.encode([]).shape == (0, model.dim)
+    finally:
+        model.close()
+    # More workers than the cluster has CPUs: a clear error instead of a wait forever.
+    with pytest.raises(CdrError, match="did not start within 3 s: each needs one free CPU"):
+        RayEmbedder(None, workers=16, start_seconds=3)

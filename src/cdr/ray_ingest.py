@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from cdr.embed import Progress, validate_texts
-from cdr.errors import InvalidInputError
+from cdr.errors import CdrError, InvalidInputError
 
 ONE_THREAD = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
 TASK_TEXTS = 256  # most texts per piece: large enough to amortise a call (~ms)
@@ -50,6 +51,10 @@ class EmbedWorker:
     def describe(self) -> tuple[str, int]:
         return self.model.model_id, int(self.model.dim)
 
+    def cpu_seconds(self) -> float:
+        """CPU time this actor's process has used (benchmarks: busy share of a worker)."""
+        return time.process_time()
+
     def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
         return self.model.encode(texts, batch_size=batch_size)
 
@@ -58,7 +63,8 @@ class RayEmbedder:
     """Embeds on a Ray cluster with `workers` actors (one core each); see the module doc."""
 
     def __init__(self, address: str | None = None, *, workers: int = 2,
-                 spec: str | None = None, task_texts: int = TASK_TEXTS) -> None:
+                 spec: str | None = None, task_texts: int = TASK_TEXTS,
+                 start_seconds: float = 300.0) -> None:
         import ray
 
         from cdr.ray_index import connect
@@ -75,7 +81,15 @@ class RayEmbedder:
             num_cpus=1, runtime_env={"env_vars": dict(ONE_THREAD)}, max_restarts=3,
             max_task_retries=3)  # encode is a pure function of its input: safe to rerun
         self._actors = [cls.remote(spec) for _ in range(workers)]
-        described = ray.get([a.describe.remote() for a in self._actors])  # all loaded
+        try:  # every model loaded before the job starts
+            described = ray.get([a.describe.remote() for a in self._actors],
+                                timeout=start_seconds)
+        except ray.exceptions.GetTimeoutError:
+            self.close()
+            free = ray.available_resources().get("CPU", 0)
+            raise CdrError(
+                f"{workers} embedding worker(s) did not start within {start_seconds:g} s: each "
+                f"needs one free CPU in the Ray cluster ({free:g} free now)") from None
         self.model_id, self.dim = described[0]
         self._lock = threading.Lock()
         self._next = 0  # the actor the next piece goes to
@@ -135,6 +149,12 @@ class RayEmbedder:
                 if progress:
                     progress(len(rows))
         return out
+
+    def cpu_seconds(self) -> list[float]:
+        """CPU seconds each worker has used so far (a benchmark's busy share)."""
+        import ray
+
+        return ray.get([a.cpu_seconds.remote() for a in self._actors])
 
     def forget(self) -> None:
         """Drop prefetched texts nobody asked for (their results are released)."""
