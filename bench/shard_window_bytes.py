@@ -2,7 +2,7 @@
 (`RankingIndex.rank_window`, top candidates without vectors) against `select` fan-out +
 central ranking, on the built-in types topics (479 MiniLM facts, 3 shards), 3 cdr windows.
 
-Counts the pickled size of every shard reply (`candidates`, `rank`, `select`): what crosses
+Counts the pickled size of every shard reply (`rank`, `select`): what crosses
 the object store. Usage: `CDR_RAY_ADDRESS=127.0.0.1:PORT python bench/shard_window_bytes.py`
 (a Ray head with token auth, as `.ci/run` starts; the shard actors are stopped at the end).
 """
@@ -58,7 +58,7 @@ def main() -> None:
 
     def counting(self: RayShardedIndex, method: str, args: Any, **kw: Any) -> Any:
         out = gather(self, method, args, **kw)
-        if method in ("candidates", "rank", "select"):
+        if method in ("rank", "select"):
             replies.append(len(pickle.dumps(out)))
         return out
 
