@@ -80,18 +80,44 @@ def is_ray_address(value: object) -> bool:
     return isinstance(value, str) and value.startswith(SCHEME)
 
 
+FORM = f"{SCHEME}HOST:PORT/ABS_PATH"
+
+
+class BadIndexAddressError(InvalidInputError):
+    """A malformed `ray://` address (CLI: exit 2). The message names the problem but never
+    repeats the address: what follows `ray://` may carry a credential by mistake."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(f"bad Ray index address: {problem}; want {FORM}, e.g. "
+                         f"{SCHEME}127.0.0.1:6379/srv/kb.shards")
+
+
 def parse_address(value: str) -> RayAddress:
-    """`ray://127.0.0.1:6379/srv/kb.shards` → host, port, absolute shard-set path."""
+    """`ray://127.0.0.1:6379/srv/kb.shards` → host, port, absolute shard-set path.
+
+    The one parser of index addresses: `--ckf`, `CDR_CKF` (CLI and gateway settings) and
+    `open_index` all come here, so an address means the same everywhere."""
     if not is_ray_address(value):
-        raise InvalidInputError(f"not a Ray index address (want {SCHEME}HOST:PORT/PATH): "
-                                f"{value!r}")
+        raise BadIndexAddressError(f"it does not start with {SCHEME}")
     rest = value[len(SCHEME):]
     hostport, sep, path = rest.partition("/")
+    if "@" in hostport:
+        raise BadIndexAddressError("a Ray address carries no user or password (found '@')")
+    if any(c in rest for c in "?#"):
+        raise BadIndexAddressError("a query or fragment ('?', '#') is not part of it")
+    if any(ord(c) < 32 or c.isspace() for c in rest):
+        raise BadIndexAddressError("it contains whitespace or control characters")
     host, colon, port = hostport.rpartition(":")
-    if not sep or not path or not colon or not host or not port.isdigit() \
-            or not 0 < int(port) < 65536:
-        raise InvalidInputError(f"bad Ray index address {value!r}: want "
-                                f"{SCHEME}HOST:PORT/PATH, e.g. {SCHEME}127.0.0.1:6379/srv/kb")
+    if not colon:
+        raise BadIndexAddressError("no port after the host (HOST:PORT)")
+    if not host:
+        raise BadIndexAddressError("no host before the port")
+    if not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+        raise BadIndexAddressError("the port must be a number within 1..65535")
+    if not sep or not path.strip("/"):
+        raise BadIndexAddressError("no shard-set path after HOST:PORT")
+    if ".." in Path(path).parts:
+        raise BadIndexAddressError("the path must not contain '..'")
     return RayAddress(host, int(port), Path("/" + path.lstrip("/")))
 
 
