@@ -96,6 +96,11 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         limiter = _limit_blas(blas_threads)
         await asyncio.get_running_loop().run_in_executor(None, gw.kb.warm)
+        # Jobs of replicas killed mid-upload: failed now rather than `running` forever.
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, gw.jobs.reap_expired)
+        except Exception:  # the store may be briefly down; GET /jobs reaps them later
+            log.exception("could not check upload jobs for expired leases")
         gw.kb.start_watching()
         try:
             yield

@@ -104,6 +104,11 @@ class GatewaySettings(BaseSettings):
     # `--ckf ray://...`: how long a request waits for a dead shard actor to come back
     # before it fails with a 503 naming the shard.
     ray_retry_seconds: float = Field(60.0, gt=0, le=3600)
+    # An upload job's lease: a replica killed mid-job has its jobs marked failed this long
+    # after its last renewal (renewed every third of it).
+    job_lease_seconds: float = Field(30.0, ge=1, le=3600)
+    # Facts per committed batch of an upload job (what a killed replica can lose at most).
+    upload_commit_facts: int = Field(256, ge=1, le=100_000)
 
     _dev_secret: str | None = PrivateAttr(default=None)
     _ray_address: str | None = PrivateAttr(default=None)
