@@ -173,6 +173,7 @@ class RayShardedIndex:
         self._set = read_manifest(root)
         self._label = label or str(self._set.root)
         self.retry_seconds = float(retry_seconds)
+        self._max_restarts = max_restarts
         self._retryable = _retryable()
         tag = hashlib.sha256(str(self._set.root).encode()).hexdigest()[:12]
         cls = _actor_class()
@@ -239,6 +240,23 @@ class RayShardedIndex:
                         f"({last_error.get(i, 'timed out')})")
                 time.sleep(0.2)
         return [results[i] for i in which]
+
+    @property
+    def generations(self) -> list[int]:
+        """Each shard's generation this index was built on."""
+        return list(self._gens)
+
+    def refresh(self) -> list[int]:
+        """Ask every actor to map its shard's newest state; the generations they now serve
+        (differing from `generations`: open a new index to serve them)."""
+        return self._gather("refresh", [() for _ in self._actors], check_gen=False)
+
+    def reopened(self) -> RayShardedIndex:
+        """A new index on the shards' newest states, sharing this one's actors and settings
+        (this one keeps answering for requests still using it)."""
+        return RayShardedIndex(self._set.root, retry_seconds=self.retry_seconds,
+                               embedder=self._embedder, label=self._label,
+                               max_restarts=self._max_restarts)
 
     def shard_pids(self) -> list[int]:
         """The process serving each shard (what an operator — or a test — kills)."""
@@ -314,7 +332,7 @@ class RayShardedIndex:
                limit: int | None = None) -> Selection:
         q = check_query(query_vector, self.dim, self.model_id)
         gate, limit = check_gate(min_relevance, limit)
-        parts = self._gather("select", [(q, gate, limit, int(self._offsets[i]))
+        parts = self._gather("select", [(q, gate, limit, int(self._offsets[i]), self._gens[i])
                                         for i in range(self.n_shards)])
         return merge_selections(parts, limit, self.dim)
 
@@ -330,8 +348,9 @@ class RayShardedIndex:
         r, shard = self._split(rows)
         out: list[Any] = [None] * len(r)
         owners = sorted(set(shard.tolist()))
-        asked = [(list((r[shard == s] - self._offsets[s]).tolist()),) for s in owners]
-        answers = self._gather(method, asked, check_gen=False, shards=owners)
+        asked = [(list((r[shard == s] - self._offsets[s]).tolist()), self._gens[s])
+                 for s in owners]
+        answers = self._gather(method, asked, shards=owners)
         for s, ans in zip(owners, answers, strict=True):
             for pos, item in zip(np.flatnonzero(shard == s), ans, strict=True):
                 out[pos] = item
@@ -352,7 +371,7 @@ class RayShardedIndex:
         return np.stack(got).astype(np.float32, copy=False)
 
     def stats(self) -> dict[str, Any]:
-        per = self._gather("stats", [() for _ in self._actors], check_gen=False)
+        per = self._gather("stats", [(g,) for g in self._gens])
         keys = ("rows", "active_facts", "active_tokens", "documents", "stale_documents",
                 "ngram_hashes", "size_bytes", "code_facts")
         out: dict[str, Any] = {k: sum(int(p.get(k, 0)) for p in per) for k in keys}
@@ -392,14 +411,16 @@ class RayShardedIndex:
         offs = [int(o) for o in self._offsets[:-1]]
         cut: tuple[float, int] | None = None
         if limit is not None:
-            heads = self._gather("candidates", [(q, gate, limit, o) for o in offs])
+            heads = self._gather("candidates", [(q, gate, limit, o, g)
+                                                for o, g in zip(offs, self._gens, strict=True)])
             rows = np.concatenate([h[0] for h in heads])
             rel = np.concatenate([h[1] for h in heads])
             if len(rows) > limit:
                 order = np.lexsort((rows, -rel))
                 k = order[limit - 1]
                 cut = (float(rel[k]), int(rows[k]))
-        parts: list[ShardRanked] = self._gather("rank", [(w, cut, o) for o in offs])
+        parts: list[ShardRanked] = self._gather(
+            "rank", [(w, cut, o, g) for o, g in zip(offs, self._gens, strict=True)])
         return merge_ranked(parts, w.top_k, self.dim, w.mode)
 
 

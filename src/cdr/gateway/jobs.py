@@ -224,20 +224,24 @@ class IngestJobs:
 
     def _run(self, job: IngestJob) -> None:
         """On the writer thread; every failure ends up in the job, never lost in a future."""
-        from cdr.ckf.ingest import DocumentInput, ingest_documents
+        from cdr.ckf.ingest import DocumentInput, IngestReport, ingest_documents
 
         job.status, job.started = "running", time.time()
         try:
             self._save(job)
-            ckf = self.kb.writer()
             docs = [DocumentInput(UPLOAD_PREFIX + f.name, f.path.read_bytes(), f.kind)
                     for f in job.files]
-            report = ingest_documents(ckf, docs, source_type=job.source_type,
-                                      importance=job.importance,
-                                      commit_every=self.commit_facts)
+            report = IngestReport()
+            owner: dict[int, Any] = {}
+            # One CKF: one group. A shard set: each document to its owning shard.
+            for ckf, positions in self.kb.route([d.source for d in docs]):
+                ingest_documents(ckf, [docs[p] for p in positions],
+                                 source_type=job.source_type, importance=job.importance,
+                                 commit_every=self.commit_facts, report=report)
+                owner.update(dict.fromkeys(positions, ckf))
             job.report = report.to_dict()
-            for d in docs:
-                state = ckf.document_state(d.source)
+            for pos, d in enumerate(docs):
+                state = owner[pos].document_state(d.source)
                 job.documents.append({
                     "source": d.source,
                     "doc_id": state["doc_id"] if state else None,
