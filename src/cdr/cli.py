@@ -208,7 +208,7 @@ def report_command(
 @app.command()
 def serve(
     ckf: Annotated[str | None, typer.Option(
-        help="CKF directory, or a Ray-served shard set ray://HOST:PORT/ABS_PATH (read-only).",
+        help="CKF directory, or a Ray-served shard set ray://HOST:PORT/ABS_PATH.",
         envvar="CDR_CKF")] = None,
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port.")] = 8088,
