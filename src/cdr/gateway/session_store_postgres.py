@@ -38,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from cdr.errors import InvalidInputError, NotFoundError
 from cdr.gateway.session_store import (
@@ -71,6 +71,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
 )
 _ADVISORY_KEY = 0x6364725F73746F72  # "cdr_stor": serialises migrations across replicas
+
+
+_R = TypeVar("_R")
+
+
+def _changed(cursor: Any) -> bool:
+    return bool(cursor.rowcount > 0)
 
 
 def is_postgres_url(value: object) -> bool:
@@ -317,28 +324,30 @@ class PostgresSessionStore:
     # Job leases (see `cdr.gateway.job_store`), on the jobs table only; each is one
     # statement, atomic against every replica.
 
-    def _lease_sql(self, sql: str, args: tuple[Any, ...]) -> Any:
+    def _lease_sql(self, sql: str, args: tuple[Any, ...],
+                   read: Callable[[Any], _R]) -> _R:
+        """Run one lease statement and `read` its cursor while the connection is ours."""
         if self._table != JOBS_TABLE:
             raise InvalidInputError("leases are kept for upload jobs only")
         with self._shared.connection() as conn:
-            return conn.execute(sql.format(t=self._table), args)
+            return read(conn.execute(sql.format(t=self._table), args))
 
     def take_lease(self, job_id: str, owner: str, until: float) -> bool:
         _check(job_id)
         return bool(self._lease_sql(
             "UPDATE {t} SET owner = %s, lease_until = %s WHERE id = %s AND owner IS NULL",
-            (owner, until, job_id)).rowcount > 0)
+            (owner, until, job_id), _changed))
 
     def renew_lease(self, job_id: str, owner: str, until: float | None) -> bool:
         _check(job_id)
         return bool(self._lease_sql(
             "UPDATE {t} SET lease_until = %s WHERE id = %s AND owner = %s "
-            "AND lease_until IS NOT NULL", (until, job_id, owner)).rowcount > 0)
+            "AND lease_until IS NOT NULL", (until, job_id, owner), _changed))
 
     def lease_of(self, job_id: str) -> tuple[str, float | None] | None:
         _check(job_id)
         row = self._lease_sql("SELECT owner, lease_until FROM {t} WHERE id = %s "
-                              "AND owner IS NOT NULL", (job_id,)).fetchone()
+                              "AND owner IS NOT NULL", (job_id,), lambda c: c.fetchone())
         return None if row is None else (row[0], None if row[1] is None else float(row[1]))
 
     def expire_lease(self, job_id: str, expected_version: int, data: str, now: float) -> bool:
@@ -346,12 +355,11 @@ class PostgresSessionStore:
         return bool(self._lease_sql(
             "UPDATE {t} SET data = %s, version = version + 1, updated = %s, "
             "lease_until = NULL WHERE id = %s AND version = %s AND lease_until < %s",
-            (data.encode("utf-8"), self._clock(), job_id, expected_version, now)
-        ).rowcount > 0)
+            (data.encode("utf-8"), self._clock(), job_id, expected_version, now), _changed))
 
     def expired_ids(self, now: float) -> list[str]:
         rows = self._lease_sql('SELECT id FROM {t} WHERE lease_until < %s ORDER BY id '
-                               'COLLATE "C"', (now,)).fetchall()
+                               'COLLATE "C"', (now,), lambda c: c.fetchall())
         return [r[0] for r in rows]
 
     def close(self) -> None:
