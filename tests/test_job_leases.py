@@ -3,8 +3,9 @@ job owns it and renews a lease; whoever looks at a job whose lease ran out marks
 atomically against a renewal — and never a job whose owner is still renewing. Plus the
 schema migrations that add the lease columns, with the rows already stored kept.
 
-`IngestJobs.reap` is exercised here on a real store with a job written the way a replica
-writes one; the SIGKILL of a real replica mid-upload is in `test_gateway_job_crash.py`.
+`reap_job` is exercised here on real stores with jobs written the way a replica writes
+them, and `IngestJobs`' heartbeat keeps a live owner's job from being reaped; the SIGKILL of a
+real replica mid-upload is in `test_gateway_job_crash.py`.
 """
 
 from __future__ import annotations
@@ -151,3 +152,26 @@ def test_postgres_version_1_schema_is_migrated_keeping_its_rows(pg_schema_dsn: s
         assert jobs.lease_of("j1") is None and jobs.take_lease("j1", "A", 5.0)
         with pytest.raises(Exception, match="upload jobs only"):
             s.take_lease("j1", "A", 5.0)  # the sessions table has no leases
+
+
+def test_a_live_owner_keeps_its_job_and_a_stopped_one_loses_it(tmp_path: Path) -> None:
+    """The heartbeat renews past several lease lengths; once it stops (as when the process
+    dies), the job is reaped."""
+    import time
+
+    from cdr.gateway.jobs import IngestJobs
+
+    store = SQLiteSessionStore(tmp_path / "jobs.sqlite3")
+    jobs = IngestJobs(None, store=store, lease_seconds=3.0)  # type: ignore[arg-type]
+    store.create("j1", job("running"))
+    jobs._lease("j1")
+    time.sleep(7.0)  # more than two lease lengths
+    assert jobs.reap("j1") is None
+    assert jobs.get("j1").status == "running"
+    jobs.close()  # the heartbeat stops: the owner is gone
+    owner, until = store.lease_of("j1")
+    assert owner == jobs.owner and until is not None
+    time.sleep(max(0.0, until - time.time()) + 0.2)
+    assert jobs.get("j1").status == "failed"  # a read reaps it
+    assert jobs.get("j1").to_json()["error"].startswith(LEASE_EXPIRED)
+    store.close()
