@@ -1,10 +1,13 @@
 """The writer contract, and the HTTP plumbing the LLM writers share.
 
 Every writer takes OpenAI-style chat messages and returns text, a finish reason and token
-usage, so the window loop never cares who wrote a window. The LLM writers are built on
+usage, so the window loop never cares who wrote a window. The model-backed writers are built
+on `WriterBase` (request checks; usage estimated where none came; a token-limited text cut back
+to complete paragraphs) and hand text on through `Pieces`. The HTTP ones are built on
 `HttpChatWriter`, which owns what all chat APIs share and what is easy to get wrong: retries
 with backoff that honour `Retry-After`, never retrying once text has been handed to the caller
-(a retry would duplicate it), and errors that carry the upstream status and body.
+(a retry would duplicate it), the stream's bookkeeping, and errors that carry the upstream
+status and body; each provider's module keeps only its wire format.
 """
 
 from __future__ import annotations
