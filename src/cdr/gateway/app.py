@@ -234,5 +234,6 @@ def serve(ckf: Path | str | None, host: str = "127.0.0.1", port: int = 8088) -> 
     log.info("cdr gateway on http://%s:%d (CKF %s, writer %s)", host, port,
              settings.ckf or "none", settings.writer)
     uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5,
+                timeout_keep_alive=settings.keepalive_seconds,
                 http=guarded_h11(settings.read_timeout_seconds),
                 h11_max_incomplete_event_size=settings.max_header_bytes)

@@ -99,6 +99,11 @@ class GatewaySettings(BaseSettings):
     api_keys: SecretStr | None = None
     # Deadline for a request's headers, and for its whole body once the headers are in.
     read_timeout_seconds: float = Field(15.0, gt=0, le=3600)
+    # How long an idle keep-alive connection stays open. Longer than the 5 s that httpx (and
+    # so the `openai` package) keeps an idle connection: when both sides use 5 s, a busy
+    # server closes the socket just as the client reuses it, and the client's POST fails with
+    # "connection reset by peer" (seen in the 50-session concurrency test under load).
+    keepalive_seconds: float = Field(30.0, gt=0, le=3600)
     # Request line plus headers; larger is answered 431.
     max_header_bytes: int = Field(32_768, ge=1024, le=1 << 20)
     # `--ckf ray://...`: how long a request waits for a dead shard actor to come back
