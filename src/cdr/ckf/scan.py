@@ -47,9 +47,14 @@ except ImportError:  # pragma: no cover - exercised only where numba is absent
     _nb = None
 
 HAVE_KERNELS = _nb is not None
-# Below this many rows the exact float32 mat-vec is fast enough that a quantised copy does not
-# pay for its disk (a quarter of the float32 file) and its build; see bench/results/ranking.md.
-QUANT_MIN_ROWS = 1_000_000
+# From this many rows on, the store keeps the int8 copy (its writer extends it after every
+# commit that adds rows); below it exact float32 is the only path. Chosen by measurement
+# (bench/results/ranking.md, scan paths): at 100k rows the copy saved nothing in one run
+# (0.96x the float32 scan's CPU; rescoring the ~1% that pass plus the kernels' fixed cost) and
+# up to 0.23x in another, at 200k it is clearly ahead (0.35x), and there the exact scan alone
+# (~16 ms of CPU) reaches most of the gateway's 25 ms envelope budget. The copy costs 26% more
+# disk and ~7 us of CPU per row to build (negligible next to embedding a real fact).
+QUANT_MIN_ROWS = 200_000
 # Slack on the int8 bound for float32 rounding of s·(c·q): |error| ≤ d·u·s·Σ|c_j q_j| ≤ d·u·s‖c‖
 # with u = 2⁻²⁴, i.e. ≤ 2.3e-5 at d = 384 for unit rows; 1e-4 leaves 4× headroom.
 BOUND_EPS = 1e-4
@@ -208,6 +213,13 @@ def quantise(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     params[:, 0] = scale
     params[:, 1] = (err * (1 + 1e-5) + 1e-9).astype(np.float32)
     return codes, params
+
+
+def wants_quantised(n_rows: int) -> bool:
+    """Whether a store of `n_rows` facts keeps an int8 copy: at `QUANT_MIN_ROWS` and above,
+    and only where the kernels that scan it exist (without numba `select` ignores a copy).
+    The store's writer extends the copy after every commit that adds rows."""
+    return HAVE_KERNELS and n_rows >= QUANT_MIN_ROWS
 
 
 def quant_paths(root: Path, epoch: int) -> tuple[Path, Path]:
