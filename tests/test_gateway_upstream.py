@@ -205,6 +205,37 @@ def test_relay_writes_every_window_through_the_upstream_llm(http, oai, chat):
     assert text == comp.choices[0].message.content
 
 
+def overlong_reply(messages: list[dict[str, str]]) -> str:
+    """A model that writes past the token limit: its sections' paragraphs run on, so every
+    window is cut mid-paragraph (finish "length")."""
+    prompt = messages[-1]["content"]
+    headings = [line for line in prompt.splitlines() if line.startswith("## ")] or ["## Notes"]
+    body = " ".join(f"Sentence {i} about the topic ends here." for i in range(40))
+    return "\n\n".join(f"{h}\n\n{body}\n\n{body}" for h in headings)
+
+
+def test_a_streamed_window_cut_by_the_token_limit_carries_only_what_was_kept(http, oai, chat):
+    """Issue 9: a window cut off by max_tokens keeps its last complete paragraph; the stream
+    must not have shown the client the dropped tail, so streamed == non-streamed == stored."""
+    chat.reply = overlong_reply
+    comp = oai.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": TASK}], extra_body={"crp": CRP})
+    whole = comp.choices[0].message.content
+    assert chat.requests and all(
+        len(overlong_reply(r.body["messages"]).split()) > r.body["max_tokens"]
+        for r in chat.requests)  # every window really was cut by the limit
+    chat.reset()
+    chat.reply = overlong_reply
+    stream = oai.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": TASK}], extra_body={"crp": CRP},
+        stream=True)
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text == whole
+    # No window's unfinished paragraph reached the client: every paragraph ends a sentence.
+    paragraphs = [p for p in text.split("\n\n") if p and not p.startswith("#")]
+    assert paragraphs and all(p.rstrip().endswith(".") for p in paragraphs)
+
+
 def test_upstream_failures_are_502_and_keep_the_session(http, oai, chat, llm_gateway):
     chat.fail_next(1, status=400, message="context length exceeded upstream")
     r = http.post("/v1/chat/completions", json={

@@ -124,6 +124,11 @@ def test_gateway_streams_two_real_windows_to_the_openai_client(local_gateway):
     trace = tr.json()
     assert len(trace["windows"]) == len(windows)
     assert trace["windows"][0]["output"].strip()
+    # What was streamed is what the session kept: a window cut by the 128-token limit drops
+    # its unfinished tail from the stream as well as from the stored window.
+    from cdr.gateway.relay import assemble
+
+    assert text == assemble([w["output"] for w in trace["windows"]])
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
 
 
