@@ -33,6 +33,8 @@ copy of the first n rows stays valid as the store grows; rows past it are scanne
 
 from __future__ import annotations
 
+import contextlib
+import mmap
 import os
 import threading
 from collections.abc import Callable
@@ -305,6 +307,7 @@ def gated_rows(
     use_quant = HAVE_KERNELS and quantised is not None and quantised.n > 0
     if use_quant:
         assert quantised is not None
+        _advise_random(emb)
         m = quantised.n
         lo = np.float32(float(g) - BOUND_EPS)
         mask = np.empty(m, np.uint8)
@@ -329,6 +332,20 @@ def gated_rows(
     rel = exact_relevance(emb, None, q)
     idx = np.flatnonzero((rel >= g) & active)
     return idx, rel[idx]
+
+
+def _advise_random(emb: np.ndarray) -> None:
+    """Tell the kernel that a memory-mapped float matrix is read at random rows: with the
+    copy, the float rows are read only to rescore the few candidates (and to scan the short
+    tail past the copy). Without the hint each cold candidate's page fault reads ahead
+    ~128 KB, ~85 rows nobody asked for: at 10M facts a cold select read hundreds of MB and
+    spent seconds of CPU faulting them in (bench/results/ranking.md). A matrix that is not a
+    map, or a system without madvise, is left alone."""
+    mm = getattr(emb, "_mmap", None)
+    if mm is None or not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_RANDOM"):
+        return
+    with contextlib.suppress(OSError, ValueError):
+        mm.madvise(mmap.MADV_RANDOM)
 
 
 def _blas_similarities(emb: np.ndarray, q: np.ndarray) -> np.ndarray:
