@@ -218,3 +218,20 @@ def test_sigkill_mid_bulk_leaves_the_ckf_intact(tmp_path, emb, monkeypatch, mode
         assert ckf.check() == []
         assert covered_rows(path, ckf.epoch, DIM) == ckf.n_rows
         _assert_select_is_exact(ckf, topic, 0.1)
+
+
+def test_rescoring_rows_come_from_a_separate_map_of_the_same_file(tmp_path):
+    """Candidates are rescored through a second mapping (advised MADV_RANDOM), never by
+    changing the store's own map, whose full scans need readahead; slices and in-memory
+    arrays are used as they are."""
+    path = tmp_path / "rows.f32"
+    data = _unit(np.random.default_rng(4).normal(size=(50, DIM)))
+    data.tofile(path)
+    own = np.memmap(path, dtype=np.float32, mode="r", shape=(50, DIM))
+    view = scan._random_rows(own)
+    assert view is not own and np.shares_memory(view, own) is False
+    assert np.array_equal(view, data) and view.shape == own.shape
+    assert scan._random_rows(own) is view  # one mapping per store snapshot, reused
+    part = own[10:20]
+    assert scan._random_rows(part) is part
+    assert scan._random_rows(data) is data

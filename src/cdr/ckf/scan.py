@@ -307,7 +307,7 @@ def gated_rows(
     use_quant = HAVE_KERNELS and quantised is not None and quantised.n > 0
     if use_quant:
         assert quantised is not None
-        _advise_random(emb)
+        emb = _random_rows(emb)
         m = quantised.n
         lo = np.float32(float(g) - BOUND_EPS)
         mask = np.empty(m, np.uint8)
@@ -334,18 +334,34 @@ def gated_rows(
     return idx, rel[idx]
 
 
-def _advise_random(emb: np.ndarray) -> None:
-    """Tell the kernel that a memory-mapped float matrix is read at random rows: with the
-    copy, the float rows are read only to rescore the few candidates (and to scan the short
-    tail past the copy). Without the hint each cold candidate's page fault reads ahead
-    ~128 KB, ~85 rows nobody asked for: at 10M facts a cold select read hundreds of MB and
-    spent seconds of CPU faulting them in (bench/results/ranking.md). A matrix that is not a
-    map, or a system without madvise, is left alone."""
-    mm = getattr(emb, "_mmap", None)
-    if mm is None or not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_RANDOM"):
-        return
-    with contextlib.suppress(OSError, ValueError):
-        mm.madvise(mmap.MADV_RANDOM)
+_RANDOM: dict[tuple[str, int, tuple[int, ...], str], np.ndarray] = {}
+
+
+def _random_rows(emb: np.ndarray) -> np.ndarray:
+    """The float rows to rescore candidates from: a second, read-only mapping of the same file
+    advised MADV_RANDOM. With the copy the float rows are read only at the few candidates
+    (and the short tail past the copy); through the default mapping each cold candidate's page
+    fault reads ~128 KB ahead, ~85 rows nobody asked for: at 10M facts a cold select read
+    hundreds of MB and spent seconds of CPU faulting them in (bench/results/ranking.md). A
+    separate mapping, so full scans of the store's own map keep their readahead. Anything that
+    is not a file map (or a system without madvise) is used as it is."""
+    name = getattr(emb, "filename", None)
+    if (not isinstance(emb, np.memmap) or not isinstance(emb.base, mmap.mmap)  # not a slice
+            or name is None or not hasattr(mmap, "MADV_RANDOM")):
+        return emb
+    key = (str(name), int(emb.offset), tuple(emb.shape), emb.dtype.str)
+    with _OPEN_LOCK:
+        view = _RANDOM.get(key)
+        if view is None:
+            view = np.memmap(name, dtype=emb.dtype, mode="r", offset=emb.offset,
+                             shape=emb.shape)
+            mm = getattr(view, "_mmap", None)
+            if mm is not None and hasattr(mm, "madvise"):
+                with contextlib.suppress(OSError, ValueError):
+                    mm.madvise(mmap.MADV_RANDOM)
+            _RANDOM.clear()  # one store's rows at a time, like the copy
+            _RANDOM[key] = view
+        return view
 
 
 def _blas_similarities(emb: np.ndarray, q: np.ndarray) -> np.ndarray:
