@@ -381,7 +381,8 @@ def code_hash() -> str:
 
     h = hashlib.sha256()
     files = sorted((ROOT / "src" / "cdr").rglob("*.py"))
-    files += [BENCH / f"quality_{x}.py" for x in ("arms", "metrics", "tasks", "options")]
+    files += [BENCH / f"quality_{x}.py" for x in ("arms", "metrics", "tasks", "options",
+                                                            "lexical")]
     for p in files:
         h.update(p.relative_to(ROOT).as_posix().encode())
         h.update(p.read_bytes())

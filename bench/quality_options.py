@@ -19,6 +19,7 @@ from typing import Any
 
 from cdr.fit import FIT_FACTS_PER_WORD, FIT_MARGIN, WORDS_PER_TOKEN, WORDS_PER_WRITTEN_FACT
 from cdr.memory import MemoryRule
+from quality_lexical import Bm25Fused
 
 PRESET = "cdr fresh"
 
@@ -56,6 +57,26 @@ def option_sweep_specs() -> list[tuple[str, str, dict[str, Any]]]:
          {"profile": "fresh", "expansion_widens": False}),
         ("fresh widen 30", "preset, each expansion adds up to 30 facts to Phase 1",
          {"profile": "fresh", "expansion_widen_limit": 30}),
+        ("fresh widen 5", "preset, each expansion adds up to 5 facts to Phase 1",
+         {"profile": "fresh", "expansion_widen_limit": 5}),
+        ("fresh widen 3", "preset, each expansion adds up to 3 facts to Phase 1",
+         {"profile": "fresh", "expansion_widen_limit": 3}),
+        ("fresh top-up 5", "preset, each expansion tops its section up to 5 facts past its gate",
+         {"profile": "fresh", "expansion_top_up": True, "expansion_widen_limit": 5}),
+        ("fresh top-up 10", "preset, each expansion tops its section up to 10 facts",
+         {"profile": "fresh", "expansion_top_up": True, "expansion_widen_limit": 10}),
+        ("fresh top-up 20", "preset, each expansion tops its section up to 20 facts",
+         {"profile": "fresh", "expansion_top_up": True, "expansion_widen_limit": 20}),
+        ("fresh widened × rel", "preset, widened-in facts scored × relevance / gate",
+         {"profile": "fresh", "expansion_widened_weight": True}),
+        ("fresh top-up 10 × rel", "preset, top-up 10 and widened-in facts × relevance / gate",
+         {"profile": "fresh", "expansion_top_up": True, "expansion_widen_limit": 10,
+          "expansion_widened_weight": True}),
+        ("fresh bm25", "preset, expansions' nearest facts by cosine fused with BM25 (bm25s, RRF)",
+         {"profile": "fresh", "expansion_scorer": Bm25Fused()}),
+        ("fresh top-up 10 bm25", "preset, top-up 10, expansions by cosine fused with BM25",
+         {"profile": "fresh", "expansion_top_up": True, "expansion_widen_limit": 10,
+          "expansion_scorer": Bm25Fused()}),
         ("fresh -expanded", "preset without expanded sub-queries",
          {"profile": "fresh", "queries": "titles"}),
         ("fresh -fit", "preset without fitted envelopes", {"profile": "fresh",
