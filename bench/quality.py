@@ -1075,6 +1075,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--sweep", choices=("all", "options", "none"), default="all",
                     help="which settings sweep to run: all, only the options' variants "
                          "(issue 13), or none (= --no-sweep)")
+    ap.add_argument("--sweep-arms", default=None,
+                    help="comma-separated sweep arms to run (default: the whole --sweep set)")
     ap.add_argument("--no-ingest", action="store_true",
                     help="use the CKF as it is, without re-ingesting the docs (development)")
     ap.add_argument("--out", type=Path, default=RESULTS / "quality.md")
@@ -1108,6 +1110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.sweep == "options":
             opt_names = {n for n, _, _ in option_sweep_specs()}
             sweep = [a for a in sweep if a.name in opt_names]
+        if args.sweep_arms:
+            only = args.sweep_arms.split(",")
+            sweep = [a for a in sweep if a.name in only]
         jobs = [(t, a) for t in corpus.tasks for a in arms]
         jobs += [(t, a) for a in sweep for t in corpus.tasks]
         bar = progress.add_task("runs", total=len(jobs))

@@ -356,6 +356,28 @@ def test_fact_memory_follows_the_facts_through_a_compaction(types_ckf_path, tmp_
         assert set(session.fact_memory.shown) == set(shown) | set(second.prepared.envelope.fact_ids)
 
 
+def test_a_session_stored_with_row_keyed_memory_loads_and_runs_as_before(types_ckf):
+    """Sessions stored by the first version of the option keyed memory by CKF row: they load,
+    and (the CKF unchanged) their next window is the one the id-keyed session gets."""
+    gen = generator(types_ckf, memory="facts")
+    session = gen.start(BUILTIN_TYPES_TASK, BUILTIN_TYPES_OUTLINE)
+    gen.step(session)
+    stored = session.to_dict()
+    mem = stored["fact_memory"]
+    assert mem["key"] == "fact_id"
+
+    def rows(pairs: list[list]) -> list[list[int]]:
+        r = types_ckf.rows_for_ids([f for f, _ in pairs]).tolist()
+        return [[row, w] for row, (_, w) in zip(r, pairs, strict=True)]
+
+    stored["fact_memory"] = {"shown": rows(mem["shown"]), "written": rows(mem["written"])}
+    old = Session.from_dict(json.loads(json.dumps(stored)), types_ckf.ngram_index)
+    assert old.fact_memory.legacy_rows is not None and len(old.fact_memory) == len(mem["shown"])
+    a, b = gen.step(old), gen.step(session)
+    assert a.prepared.envelope.fact_ids == b.prepared.envelope.fact_ids
+    assert old.fact_memory == session.fact_memory and old.fact_memory.legacy_rows is None
+
+
 def test_fit_packs_fewer_facts_than_the_budget(types_ckf):
     spec = generator(types_ckf)
     fit = generator(types_ckf, envelope="fit")
