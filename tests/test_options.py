@@ -249,7 +249,12 @@ def test_top_up_widening_adds_only_what_a_section_lacks(types_ckf):
 def test_widened_in_facts_are_weighted_by_how_close_they_got():
     np.testing.assert_allclose(widened_weights(np.array([0.5, 0.4, 0.3, -0.1]), 0.4),
                                [1.0, 1.0, 0.75, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(widened_weights(np.array([0.5, 0.3, 0.2]), 0.4, 2.0),
+                               [1.0, 0.5625, 0.25], rtol=1e-6)
     np.testing.assert_array_equal(widened_weights(np.array([0.1]), 0.0), [1.0])
+    np.testing.assert_array_equal(widened_weights(np.array([0.1]), 0.4, 0.0), [1.0])
+    with pytest.raises(InvalidInputError, match="power"):
+        widened_weights(np.array([0.1]), 0.4, -1.0)
 
 
 def test_widened_phase1_is_the_union_of_the_gates_with_query_relevances(types_ckf):

@@ -38,8 +38,8 @@ EXPANSION_FACTS = 5
 EXPANSION_WIDEN_LIMIT = 10
 # Whether an expansion adds only what the query's selection lacks for its section (top-up).
 EXPANSION_TOP_UP = False
-# Whether facts widened in below the query's gate are scored × relevance / gate.
-EXPANSION_WIDENED_WEIGHT = False
+# Facts widened in below the query's gate are scored × (relevance / gate)^this (0 = off).
+EXPANSION_WIDENED_POWER = 0.0
 
 # (sub-query texts, pool fact texts, dense cosines (M, Q)) -> scores (M, Q), higher = nearer.
 NeighbourScorer = Callable[[Sequence[str], Sequence[str], np.ndarray], np.ndarray]
@@ -108,12 +108,14 @@ def widened_selection(ckf: Any, query: np.ndarray, expanded: np.ndarray, gate: f
     return type(base)(rows[order], rel[order], emb[order])
 
 
-def widened_weights(relevance: np.ndarray, gate: float) -> np.ndarray:
+def widened_weights(relevance: np.ndarray, gate: float, power: float = 1.0) -> np.ndarray:
     """Score multipliers for a widened pool: a fact below the query's gate (it came in
-    through an expansion) is weighted by how close it got, `relevance / gate` (clipped to
-    [0, 1]); facts past the gate keep 1. Makes a section's off-query facts the last resort,
-    used when nothing nearer the task is left for it."""
+    through an expansion) is weighted by how close it got, `(relevance / gate)^power`
+    (the ratio clipped to [0, 1]); facts past the gate keep 1. Makes a section's off-query
+    facts a later resort than facts nearer the task. power 0 weighs nothing."""
     rel = np.asarray(relevance, dtype=np.float64)
-    if gate <= 0:
+    if not np.isfinite(power) or power < 0:
+        raise InvalidInputError(f"widened weight power must be ≥ 0, got {power}")
+    if gate <= 0 or power == 0:
         return np.ones(rel.shape[0], dtype=np.float32)
-    return np.clip(rel / gate, 0.0, 1.0).astype(np.float32)
+    return (np.clip(rel / gate, 0.0, 1.0) ** power).astype(np.float32)

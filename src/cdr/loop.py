@@ -46,7 +46,7 @@ from cdr.expansion import (
     EXPANSION_FACTS,
     EXPANSION_TOP_UP,
     EXPANSION_WIDEN_LIMIT,
-    EXPANSION_WIDENED_WEIGHT,
+    EXPANSION_WIDENED_POWER,
     NeighbourScorer,
     expand_sub_queries,
     widened_selection,
@@ -153,8 +153,8 @@ class GenerationConfig:
     expansion_widens: bool = True  # expanded sub-queries also widen Phase 1 (cdr.expansion)
     expansion_widen_limit: int = EXPANSION_WIDEN_LIMIT  # facts each expansion may add
     expansion_top_up: bool = EXPANSION_TOP_UP  # ... only what its section lacks in the pool
-    # Facts below the query's gate (widened in) scored × relevance / gate (cdr.expansion).
-    expansion_widened_weight: bool = EXPANSION_WIDENED_WEIGHT
+    # Facts below the query's gate (widened in) scored × (relevance / gate)^power (0 = off).
+    expansion_widened_power: float = EXPANSION_WIDENED_POWER
     # Scores (pool × sub-queries) that pick each expansion's nearest facts instead of the
     # cosines, e.g. dense fused with BM25 (the benchmark's lexical arm); None = cosines.
     expansion_scorer: NeighbourScorer | None = None
@@ -453,8 +453,9 @@ class Generator:
                 mode=session.ranking, min_relevance=gate,
                 mmr_lambda=cfg.mmr_lambda, rows=sel.indices, sections=section_vecs,
             )
-            if gate < 0 and cfg.expansion_widened_weight:  # widened-in facts: last resort
-                w = widened_weights(ranking.relevance, session.min_relevance)
+            if gate < 0 and cfg.expansion_widened_power:  # widened-in facts: later resort
+                w = widened_weights(ranking.relevance, session.min_relevance,
+                                    cfg.expansion_widened_power)
                 ranking.score = (ranking.score * w).astype(np.float32)
                 ranking = ranking.take(np.argsort(-ranking.score, kind="stable"))
         if session.options.memory == "facts":  # cdr.memory
