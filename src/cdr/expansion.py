@@ -19,7 +19,13 @@ centroid) sits between the sections, so a page's more specific sections can have
 at all (the benchmark measured 90.6% of sections reachable on average, 23.1% on the worst
 page); their expansions reach them. The facts keep their *query* relevance in the ranking
 (so the relevance the trace and the benchmark report is the same measure as the spec's), and
-their CDR score uses max(relevance, residual pull) as the spec's effective relevance does.
+their CDR score uses max(relevance, residual pull) as the spec's effective relevance does —
+times (relevance / gate)² for the facts below the query's gate (`widened_weights`). Unweighted,
+those facts' residual pull put them first from Window 2 on and cost the envelopes a sixth of
+their relevance; weighted, they are spent after the task's own facts, while the wider pool still
+keeps small pools from running dry (the benchmark's sweep: bench/results/quality.md).
+`top_up` (each expansion adds only what its section lacks) and a `NeighbourScorer` (e.g. BM25
+fused with the cosine) were measured and are off by default.
 """
 
 from __future__ import annotations
