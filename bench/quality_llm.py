@@ -59,7 +59,7 @@ DEFAULT_PAGES = (
     "library/configparser.html",
 )
 # The arms in the order they run within a task: the comparison that matters most first.
-DEFAULT_ARMS = ("relevance", "cdr", "sections", "xquad")
+DEFAULT_ARMS = ("relevance", "cdr", "cdr-fresh", "xquad", "sections")
 ARM_LABELS = {
     "relevance": "relevance only (SPEC-003 Phase 2)",
     "cdr": "CDR (ours, spec defaults)",

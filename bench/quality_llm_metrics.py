@@ -22,48 +22,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-_FENCE = re.compile(r"^\s*(```|~~~)")
-_HEADING = re.compile(r"^\s*#{1,6}\s")
-_BULLET = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
-_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z`\"'(\[])")
+from cdr.quality import (  # noqa: F401  (re-exported: the report and tests use them here)
+    MIN_SENTENCE_WORDS,
+    semantic_repetition,
+    sentences,
+    unit_rows,
+)
+
 _WORD = re.compile(r"[A-Za-z0-9_]+")
-MIN_SENTENCE_WORDS = 4
 _STOP = ("a an the and or of to in on for with by is are be was were it its this that these "
          "those as at from can you your if not no but so which will may also than then there "
          "their they use used using into each any all when how what")
 STOPWORDS = frozenset(_STOP.split())
-
-
-def sentences(text: str, min_words: int = MIN_SENTENCE_WORDS) -> list[str]:
-    """The prose sentences of Markdown `text`: headings and code blocks left out, list items
-    and paragraphs split at sentence ends; fragments under `min_words` words dropped."""
-    out: list[str] = []
-    in_code = False
-    block: list[str] = []
-
-    def flush() -> None:
-        if block:
-            para = " ".join(block)
-            out.extend(s.strip() for s in _SPLIT.split(para))
-            block.clear()
-
-    for line in text.splitlines():
-        if _FENCE.match(line):
-            flush()
-            in_code = not in_code
-            continue
-        if in_code or _HEADING.match(line):
-            flush()
-            continue
-        if not line.strip():
-            flush()
-            continue
-        if _BULLET.match(line):
-            flush()
-            line = _BULLET.sub("", line)
-        block.append(line.strip())
-    flush()
-    return [s for s in out if len(s.split()) >= min_words]
 
 
 def content_words(text: str) -> set[str]:
@@ -80,42 +50,13 @@ def containment(a: set[str], b: set[str]) -> float:
     return len(a & b) / len(a) if a else 0.0
 
 
-def _unit(v: np.ndarray) -> np.ndarray:
-    v = np.asarray(v, dtype=np.float64)
-    if v.size == 0:
-        return v.reshape(0, v.shape[-1] if v.ndim == 2 else 0)
-    n = np.linalg.norm(v, axis=1, keepdims=True)
-    return v / np.where(n == 0, 1.0, n)
-
-
-def semantic_repetition(windows: Sequence[np.ndarray], threshold: float) -> list[float]:
-    """Per window, the share of its sentences (rows of its (k, d) array) whose cosine to some
-    sentence of an earlier window is ≥ `threshold`. Window 1 has nothing earlier: 0. A window
-    with no sentences: NaN (it wrote nothing to judge)."""
-    out: list[float] = []
-    earlier: list[np.ndarray] = []
-    for vecs in windows:
-        v = _unit(np.asarray(vecs, dtype=np.float64))
-        if v.shape[0] == 0:
-            out.append(math.nan)
-            continue
-        if earlier:
-            prev = np.concatenate(earlier)
-            best = (v @ prev.T).max(axis=1)
-            out.append(float(np.mean(best >= threshold)))
-        else:
-            out.append(0.0)
-        earlier.append(v)
-    return out
-
-
 def grounding(sentence_vecs: np.ndarray, fact_vecs: np.ndarray, threshold: float) -> float:
     """Share of sentences whose best cosine to a fact reaches `threshold` (NaN: no sentence;
     0 when there are no facts: nothing could ground them)."""
-    s = _unit(np.asarray(sentence_vecs, dtype=np.float64))
+    s = unit_rows(np.asarray(sentence_vecs, dtype=np.float64))
     if s.shape[0] == 0:
         return math.nan
-    f = _unit(np.asarray(fact_vecs, dtype=np.float64))
+    f = unit_rows(np.asarray(fact_vecs, dtype=np.float64))
     if f.shape[0] == 0:
         return 0.0
     return float(np.mean((s @ f.T).max(axis=1) >= threshold))
@@ -126,8 +67,8 @@ def subtopic_coverage(sentence_vecs: np.ndarray, fact_vecs: np.ndarray,
     """Share of the task's `n_topics` sub-topics the text covers: a sub-topic counts when some
     sentence's cosine to one of its labelled facts (`fact_topics[i]` for row i of
     `fact_vecs`) reaches `threshold` — the text says something that section says."""
-    s = _unit(np.asarray(sentence_vecs, dtype=np.float64))
-    f = _unit(np.asarray(fact_vecs, dtype=np.float64))
+    s = unit_rows(np.asarray(sentence_vecs, dtype=np.float64))
+    f = unit_rows(np.asarray(fact_vecs, dtype=np.float64))
     if n_topics <= 0:
         return math.nan
     if s.shape[0] == 0 or f.shape[0] == 0:

@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,25 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
+
+
+def stop_process(proc: subprocess.Popen[bytes], grace: float) -> None:
+    """Stop a child server by its PID: SIGTERM, so it shuts down cleanly, then SIGKILL if it
+    is still running after `grace` seconds."""
+    if proc.poll() is not None:
+        return
+    os.kill(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=5)
+
+
+def delta_text(chunks: Iterable[Any]) -> str:
+    """What a streamed chat completion says: its chunks' first-choice deltas, joined (chunks
+    without choices, such as the final usage chunk, carry no text)."""
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
 
 class GatewayServer:
     """One gateway process. `env` holds its `CDR_*` settings."""
@@ -139,14 +158,8 @@ class GatewayServer:
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
+        if proc is not None:
+            stop_process(proc, grace=15)
 
     def restart(self) -> GatewayServer:
         self.stop()

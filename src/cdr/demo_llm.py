@@ -70,16 +70,45 @@ def run_windows(
     return ArmRun(ranking, events, session, time.perf_counter() - t0)
 
 
-def words_table(run: ArmRun) -> Table:
+def restated_shares(outputs: list[str], embedder: Any) -> list[float]:
+    """Per window, the share of its sentences that restate an earlier window in other words
+    (`cdr.quality.semantic_repetition` at the threshold `make bench-llm` calibrated); NaN for a
+    window with no prose sentence."""
+    import numpy as np
+
+    from cdr.quality import SEMANTIC_REPETITION_THRESHOLD, semantic_repetition, sentences
+
+    vecs = []
+    for text in outputs:
+        sents = sentences(text)
+        vecs.append(np.asarray(embedder.encode(sents)) if sents else np.zeros((0, 1)))
+    return semantic_repetition(vecs, SEMANTIC_REPETITION_THRESHOLD)
+
+
+def words_table(run: ArmRun, restated: list[float]) -> Table:
     from cdr.dpe import word_count
 
     t = Table(title=f"ranking = {run.ranking}: what the model wrote")
-    for col in ("win", "words kept", "finish", "attributed", "chatter/off-plan", "seconds"):
+    for col in ("win", "words kept", "finish", "attributed", "chatter/off-plan", "restated",
+                "seconds"):
         t.add_column(col, justify="right")
-    for e in run.events:
+    for e, share in zip(run.events, restated, strict=True):
         t.add_row(str(e.number), str(word_count(e.output)), e.finish_reason,
                   str(sum(e.report.words.values())), str(e.report.unattributed_words),
-                  f"{e.seconds:.0f}")
+                  "-" if share != share else f"{share:.0%}", f"{e.seconds:.0f}")
+    return t
+
+
+def restated_table(restated: dict[str, list[float]], words: dict[str, int]) -> Table:
+    """Words written and semantic repetition over windows 2+, per ranking."""
+    t = Table(title="What the model wrote (restated: share of windows 2+'s sentences that "
+                    "restate an earlier window)")
+    for col in ("ranking", "words", "restated"):
+        t.add_column(col, justify="right")
+    for ranking, shares in restated.items():
+        later = [x for x in shares[1:] if x == x]
+        t.add_row(ranking, str(words[ranking]),
+                  f"{sum(later) / len(later):.1%}" if later else "-")
     return t
 
 
@@ -111,6 +140,8 @@ def main(argv: list[str] | None = None) -> None:
     console.print(f"\n[bold]Task:[/] {TASK}\n[bold]Model:[/] {writer.model_path}\n"
                   f"[bold]Outline:[/] " + "; ".join(OUTLINE.strip().splitlines()) + "\n")
     results = {}
+    restated: dict[str, list[float]] = {}
+    words: dict[str, int] = {}
     for ranking in ("cdr", "relevance"):
         def show(e: Any, ranking: str = ranking) -> None:
             console.print(f"  {ranking} window {e.number}: {len(e.output.split())} words, "
@@ -126,8 +157,11 @@ def main(argv: list[str] | None = None) -> None:
         (args.out / f"trace-llm-{ranking}.json").write_text(
             json.dumps(build_trace(run.session, run.events), indent=2), "utf-8")
         console.print(window_table(run.events, f"ranking = {ranking}"))
-        console.print(words_table(run))
+        restated[ranking] = restated_shares([e.output for e in run.events], store.embedder)
+        words[ranking] = sum(len(e.output.split()) for e in run.events)
+        console.print(words_table(run, restated[ranking]))
     console.print(summary_table(results))
+    console.print(restated_table(restated, words))
     console.print(f"\nDocuments and traces in {args.out}/ (guide-llm-cdr.md, "
                   f"guide-llm-relevance.md, trace-llm-*.json). Total "
                   f"{time.perf_counter() - t0:.0f}s.")

@@ -55,6 +55,7 @@ from cdr.expansion import (
 from cdr.factindex import FactIndex, RankingIndex, Selection
 from cdr.fit import FIT_FACTS_PER_WORD, fit_facts, planned_words
 from cdr.headers import SAFETY_ONLY_HEADERS, crp_headers
+from cdr.kept_stream import KeptStream
 from cdr.memory import DEFAULT_MEMORY_RULE, MemoryRule, apply_memory, written_rows
 from cdr.options import SessionOptions, resolve_options
 from cdr.prompt import WORDS_PER_TOKEN, PlanSection, build_user_prompt, fit_plan
@@ -594,12 +595,15 @@ class Generator:
             return empty
         result: WriterResult | None = None
         error: UpstreamError | None = None
+        held = KeptStream(on_delta) if on_delta is not None else None
         try:
-            result = self.write(prepared, on_delta)
+            result = self.write(prepared, held.feed if held is not None else None)
             text = result.text
         except UpstreamError as exc:
             error = exc
             text = getattr(exc, "partial_text", "") or ""
+        if held is not None:
+            held.finish(text)
         return self.complete(session, prepared, text, result=result, error=error,
                              seconds=_since(started))
 

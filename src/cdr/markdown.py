@@ -130,13 +130,8 @@ def keep_complete(text: str) -> tuple[str, str]:
         return "", text
     if text.endswith("\n\n") and not _open_fence(text):
         return text, ""
-    blocks = parse_blocks(text)
-    lines = text.splitlines(keepends=True)
-    keep = blocks[:-1] if blocks else []
-    while keep and keep[-1].kind == "heading":
-        keep.pop()
-    if keep:
-        cut = sum(len(line) for line in lines[: keep[-1].end])
+    cut = complete_blocks_end(text)
+    if cut:
         kept = text[:cut].rstrip() + "\n"
         return kept, text[cut:].lstrip("\n")
     ends = list(_SENTENCE_END.finditer(text))
@@ -144,6 +139,22 @@ def keep_complete(text: str) -> tuple[str, str]:
         return "", text
     cut = ends[-1].end()
     return text[:cut].rstrip() + "\n", text[cut:]
+
+
+def complete_blocks_end(text: str) -> int:
+    """Where the complete top-level blocks of `text` end (0: none is complete yet).
+
+    A block is complete once another block has begun after it; a heading with nothing under
+    it yet is not. More text appended later cannot undo that, which is what lets a stream
+    release a block as soon as the next one starts (`cdr.kept_stream`)."""
+    blocks = parse_blocks(text)
+    keep = blocks[:-1] if blocks else []
+    while keep and keep[-1].kind == "heading":
+        keep.pop()
+    if not keep:
+        return 0
+    lines = text.splitlines(keepends=True)
+    return sum(len(line) for line in lines[: keep[-1].end])
 
 
 def _open_fence(text: str) -> bool:
