@@ -17,8 +17,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cdr.expansion import EXPANSION_WIDENED_POWER
 from cdr.fit import FIT_FACTS_PER_WORD, FIT_MARGIN, WORDS_PER_TOKEN, WORDS_PER_WRITTEN_FACT
 from cdr.memory import MemoryRule
+from quality_lexical import Bm25Fused
 
 PRESET = "cdr fresh"
 
@@ -35,6 +37,7 @@ OPTION_SPECS: tuple[tuple[str, str, dict[str, Any]], ...] = (
 def option_sweep_specs() -> list[tuple[str, str, dict[str, Any]]]:
     """Variants of the rules' tunables, each on top of the preset unless said."""
     r = MemoryRule()
+    p = EXPANSION_WIDENED_POWER
     specs: list[tuple[str, str, dict[str, Any]]] = [
         ("fresh mem shown=written", "preset, written facts weighted as shown ones (0.2)",
          {"profile": "fresh", "memory_rule": MemoryRule(written=r.shown)}),
@@ -42,26 +45,32 @@ def option_sweep_specs() -> list[tuple[str, str, dict[str, Any]]]:
          {"profile": "fresh", "memory_rule": MemoryRule(shown=0.5)}),
         ("fresh mem recovery 0.5", "preset, shown-unwritten weight recovers ×0.5 per window",
          {"profile": "fresh", "memory_rule": MemoryRule(recovery=0.5)}),
-        ("fresh mem written 0", "preset, written facts weighted 0",
-         {"profile": "fresh", "memory_rule": MemoryRule(written=0.0)}),
         ("fresh fit ×0.67", "preset, fit ratio × 2/3",
          {"profile": "fresh", "fit_facts_per_word": FIT_FACTS_PER_WORD * 2 / 3}),
         ("fresh fit ×2", "preset, fit ratio × 2",
          {"profile": "fresh", "fit_facts_per_word": FIT_FACTS_PER_WORD * 2}),
-        ("fresh expand k=2", "preset, expansion from 2 nearest facts",
-         {"profile": "fresh", "expansion_facts": 2}),
-        ("fresh expand k=10", "preset, expansion from 10 nearest facts",
-         {"profile": "fresh", "expansion_facts": 10}),
+        # Widening: how many facts each expansion adds, and how widened-in facts are weighted
+        # (× (relevance / gate)^power; the preset: 10 facts, power 2).
         ("fresh no widening", "preset, expansions do not widen Phase 1",
          {"profile": "fresh", "expansion_widens": False}),
-        ("fresh widen 30", "preset, each expansion adds up to 30 facts to Phase 1",
-         {"profile": "fresh", "expansion_widen_limit": 30}),
+        ("fresh widen 10 unweighted", "preset, widened-in facts not weighted (power 0)",
+         {"profile": "fresh", "expansion_widened_power": 0.0}),
+        ("fresh widen 10 × rel", "preset, widened-in facts × (relevance / gate)¹",
+         {"profile": "fresh", "expansion_widened_power": 1.0}),
+        ("fresh widen 7 unweighted", "preset, widen 7, widened-in facts not weighted",
+         {"profile": "fresh", "expansion_widen_limit": 7, "expansion_widened_power": 0.0}),
+        ("fresh widen 5 × rel²", f"preset, widen 5 (power {p:g})",
+         {"profile": "fresh", "expansion_widen_limit": 5}),
+        ("fresh widen 20 × rel²", f"preset, widen 20 (power {p:g})",
+         {"profile": "fresh", "expansion_widen_limit": 20}),
+        ("fresh top-up 10", "preset, each expansion only tops its section up to 10 facts",
+         {"profile": "fresh", "expansion_top_up": True}),
+        ("fresh bm25", "preset, expansions' nearest facts by cosine fused with BM25 (bm25s, RRF)",
+         {"profile": "fresh", "expansion_scorer": Bm25Fused()}),
         ("fresh -expanded", "preset without expanded sub-queries",
          {"profile": "fresh", "queries": "titles"}),
         ("fresh -fit", "preset without fitted envelopes", {"profile": "fresh",
                                                            "envelope": "budget"}),
-        ("memory+expanded", "fact memory and expanded sub-queries, spec envelope",
-         {"memory": "facts", "queries": "expanded"}),
     ]
     return specs
 

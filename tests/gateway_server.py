@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +64,25 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+
+def stop_process(proc: subprocess.Popen[bytes], grace: float) -> None:
+    """Stop a child server by its PID: SIGTERM, so it shuts down cleanly, then SIGKILL if it
+    is still running after `grace` seconds."""
+    if proc.poll() is not None:
+        return
+    os.kill(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=5)
+
+
+def delta_text(chunks: Iterable[Any]) -> str:
+    """What a streamed chat completion says: its chunks' first-choice deltas, joined (chunks
+    without choices, such as the final usage chunk, carry no text)."""
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
 class GatewayServer:
     """One gateway process. `env` holds its `CDR_*` settings."""
 
@@ -97,6 +116,10 @@ class GatewayServer:
             pass_fds: tuple[int, ...] = ()
         else:
             sock = socket.socket()
+            # uvicorn wraps an `--fd` socket as AF_UNIX, so asyncio never sets TCP_NODELAY on
+            # the connections it accepts; Linux copies it from the listener instead. Without
+            # it a response written in two sends waits ~40 ms for the client's delayed ACK.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.bind(("127.0.0.1", 0))
             sock.listen(256)
             self.port = int(sock.getsockname()[1])
@@ -139,14 +162,8 @@ class GatewayServer:
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
+        if proc is not None:
+            stop_process(proc, grace=15)
 
     def restart(self) -> GatewayServer:
         self.stop()

@@ -14,6 +14,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -295,6 +296,42 @@ def test_headers_that_never_end_are_closed(hostile: GatewayServer) -> None:
         data = _read_all(s)
     assert data.startswith(b"HTTP/1.1 408"), data[:200]
     assert json.loads(data.partition(b"\r\n\r\n")[2])["error"]["code"] == "request_timeout"
+
+
+def test_an_idle_keep_alive_connection_outlives_the_clients_own_expiry(
+        hostile: GatewayServer) -> None:
+    """httpx (and so the `openai` package) keeps an idle connection for 5 s. A server that
+    closes idle connections at 5 s too races the client's next request on a busy machine:
+    the request meets a closing socket ("connection reset by peer") and, being a POST, is
+    not retried. The server keeps idle connections longer than that (CDR_KEEPALIVE_SECONDS)."""
+    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", hostile.port)) as s:
+        s.settimeout(30)
+        s.sendall(request)
+        assert _read_response(s).startswith(b"HTTP/1.1 200")
+        time.sleep(6.5)  # idle past the 5 s a client allows itself
+        s.sendall(request)
+        again = _read_response(s)
+    assert again.startswith(b"HTTP/1.1 200"), again[:200]
+
+
+def _read_response(sock: socket.socket) -> bytes:
+    """One whole response (headers, then content-length bytes); b"" if the server closed."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        piece = sock.recv(65536)
+        if not piece:
+            return data
+        data += piece
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:")))
+    while len(body) < length:
+        piece = sock.recv(65536)
+        if not piece:
+            break
+        body += piece
+    return head + b"\r\n\r\n" + body
 
 
 # ------------------------------------------------------------------ 3. nothing leaks

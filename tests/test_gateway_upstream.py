@@ -22,7 +22,15 @@ from openai import OpenAI
 from cdr.trace import TRACE_SCHEMA
 from cdr.writers import get_writer
 from tests.chat_server import DEFAULT_BODY, ChatServer, digest
-from tests.gateway_server import CRP, OUTLINE, TASK, WINDOW_TOKENS, GatewayServer, base_env
+from tests.gateway_server import (
+    CRP,
+    OUTLINE,
+    TASK,
+    WINDOW_TOKENS,
+    GatewayServer,
+    base_env,
+    delta_text,
+)
 
 pytest_plugins = ["tests.gateway_server"]
 
@@ -58,6 +66,14 @@ def http(llm_gateway, chat):
 @pytest.fixture()
 def oai(llm_gateway) -> OpenAI:
     return OpenAI(base_url=llm_gateway.openai_base_url, api_key="x", max_retries=0, timeout=120)
+
+
+def crp_completion(oai: OpenAI, *, stream: bool = False) -> Any:
+    """The gateway's CRP completion of TASK in the test outline: the whole reply, or with
+    `stream` its chunk stream."""
+    return oai.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": TASK}], extra_body={"crp": CRP},
+        stream=stream)
 
 
 def wait_for(http: httpx.Client, job_id: str) -> dict[str, Any]:
@@ -198,10 +214,7 @@ def test_relay_writes_every_window_through_the_upstream_llm(http, oai, chat):
 
     chat.reset()
     chat.reply = extractive_reply
-    stream = oai.chat.completions.create(
-        model="m", messages=[{"role": "user", "content": TASK}], extra_body={"crp": CRP},
-        stream=True)
-    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    text = delta_text(crp_completion(oai, stream=True))
     assert text == comp.choices[0].message.content
 
 
@@ -218,18 +231,14 @@ def test_a_streamed_window_cut_by_the_token_limit_carries_only_what_was_kept(htt
     """Issue 9: a window cut off by max_tokens keeps its last complete paragraph; the stream
     must not have shown the client the dropped tail, so streamed == non-streamed == stored."""
     chat.reply = overlong_reply
-    comp = oai.chat.completions.create(
-        model="m", messages=[{"role": "user", "content": TASK}], extra_body={"crp": CRP})
+    comp = crp_completion(oai)
     whole = comp.choices[0].message.content
     assert chat.requests and all(
         len(overlong_reply(r.body["messages"]).split()) > r.body["max_tokens"]
         for r in chat.requests)  # every window really was cut by the limit
     chat.reset()
     chat.reply = overlong_reply
-    stream = oai.chat.completions.create(
-        model="m", messages=[{"role": "user", "content": TASK}], extra_body={"crp": CRP},
-        stream=True)
-    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    text = delta_text(crp_completion(oai, stream=True))
     assert text == whole
     # No window's unfinished paragraph reached the client: every paragraph ends a sentence.
     paragraphs = [p for p in text.split("\n\n") if p and not p.startswith("#")]
@@ -254,17 +263,14 @@ def test_upstream_failures_are_502_and_keep_the_session(http, oai, chat, llm_gat
     # Streaming, failing before any text: still a plain 502.
     chat.fail_next(1, status=404, message="no such model upstream")
     with pytest.raises(openai.APIStatusError) as e:
-        list(oai.chat.completions.create(model="m", messages=[{"role": "user", "content": TASK}],
-                                         extra_body={"crp": CRP}, stream=True))
+        list(crp_completion(oai, stream=True))
     assert e.value.status_code == 502 and e.value.body["upstream_status"] == 404
 
     # Streaming, the upstream drops after sending text: an error event ends the stream.
     chat.cut_next(1, after=3)
     got: list[str] = []
     with pytest.raises(openai.APIError) as e:
-        for c in oai.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": TASK}],
-                extra_body={"crp": CRP}, stream=True):
+        for c in crp_completion(oai, stream=True):
             if c.choices:
                 got.append(c.choices[0].delta.content or "")
     assert "".join(got).startswith("Reply")

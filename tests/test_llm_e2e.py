@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -30,7 +29,9 @@ from tests.gateway_server import (
     GatewayServer,
     base_env,
     child_env,
+    delta_text,
     free_port,
+    stop_process,
 )
 
 pytestmark = pytest.mark.llm
@@ -107,7 +108,7 @@ def test_gateway_streams_two_real_windows_to_the_openai_client(local_gateway):
         extra_body={"crp": crp}, stream_options={"include_usage": True})
     assert raw.headers["content-type"].startswith("text/event-stream")
     chunks = list(raw.parse())
-    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    text = delta_text(chunks)
     assert text.strip()
     extras = [c.model_extra.get("crp") for c in chunks]
     windows = [x for x in extras if x and x["event"] == "window"]
@@ -161,13 +162,7 @@ def llama_server(model_path, tmp_path_factory) -> Iterator[str]:
             time.sleep(0.2)
         yield base
     finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=5)
+        stop_process(proc, grace=20)
 
 
 @pytest.mark.parametrize("stream", [True, False])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 from pathlib import Path
 
 import httpx
@@ -19,7 +20,7 @@ from cdr.ckf import CKF
 from cdr.cli import app
 from cdr.coverage import SubQuery
 from cdr.errors import InvalidInputError
-from cdr.expansion import expand_sub_queries, widened_selection
+from cdr.expansion import expand_sub_queries, widened_selection, widened_weights
 from cdr.fit import FIT_MIN_FACTS, fit_facts, planned_words
 from cdr.gateway.schemas import GenerationOptions
 from cdr.gateway.session_record import SessionRecord
@@ -92,25 +93,44 @@ def test_unknown_profiles_and_stored_keys_are_refused():
 
 def test_memory_weights_shown_written_and_recovering():
     mem = FactMemory()
-    mem.record(np.array([10, 11, 12]), np.array([True, False, False]), window=1)
-    mem.record(np.array([12]), np.array([False]), window=2)
-    rows = np.array([10, 11, 12, 13])
+    mem.record(["f10", "f11", "f12"], np.array([True, False, False]), window=1)
+    mem.record(["f12"], np.array([False]), window=2)
+    ids = ["f10", "f11", "f12", "f13"]
     rule = MemoryRule(shown=0.2, written=0.05, recovery=1.0)
-    np.testing.assert_allclose(mem.weights(rows, 2, rule), [0.05, 0.2, 0.2, 1.0], rtol=1e-6)
-    np.testing.assert_allclose(mem.weights(rows, 3, rule), [0.05, 0.2, 0.2, 1.0], rtol=1e-6)
-    # Recovery: 1 − (1 − 0.2)·0.5^(w − last − 1); row 11 last shown in 1, row 12 in 2.
+    np.testing.assert_allclose(mem.weights(ids, 2, rule), [0.05, 0.2, 0.2, 1.0], rtol=1e-6)
+    np.testing.assert_allclose(mem.weights(ids, 3, rule), [0.05, 0.2, 0.2, 1.0], rtol=1e-6)
+    # Recovery: 1 − (1 − 0.2)·0.5^(w − last − 1); f11 last shown in 1, f12 in 2.
     rec = MemoryRule(shown=0.2, written=0.0, recovery=0.5)
-    np.testing.assert_allclose(mem.weights(rows, 3, rec), [0.0, 0.6, 0.2, 1.0], rtol=1e-6)
-    np.testing.assert_allclose(mem.weights(rows, 4, rec), [0.0, 0.8, 0.6, 1.0], rtol=1e-6)
+    np.testing.assert_allclose(mem.weights(ids, 3, rec), [0.0, 0.6, 0.2, 1.0], rtol=1e-6)
+    np.testing.assert_allclose(mem.weights(ids, 4, rec), [0.0, 0.8, 0.6, 1.0], rtol=1e-6)
     # Written once stays written (its first window kept); showing it again changes nothing.
-    mem.record(np.array([10]), np.array([False]), window=3)
-    assert mem.written == {10: 1} and mem.shown == {10: 3, 11: 1, 12: 2}
+    mem.record(["f10"], np.array([False]), window=3)
+    assert mem.written == {"f10": 1} and mem.shown == {"f10": 3, "f11": 1, "f12": 2}
     assert FactMemory.from_dict(mem.to_dict()) == mem
+    assert mem.to_dict()["key"] == "fact_id"
     assert FactMemory.from_dict(None) == FactMemory()
     with pytest.raises(InvalidInputError, match="fact memory is damaged"):
-        FactMemory.from_dict({"shown": [[1]], "written": []})
+        FactMemory.from_dict({"key": "fact_id", "shown": [["f1"]], "written": []})
+    with pytest.raises(InvalidInputError, match="aligned"):
+        mem.record(["f1", "f2"], np.array([True]), window=4)
     with pytest.raises(InvalidInputError, match="within"):
         MemoryRule(shown=1.5)
+
+
+def test_row_keyed_memory_from_the_first_version_migrates_to_fact_ids():
+    # The first version stored {"shown": [[row, window]], "written": [[row, window]]}.
+    old = {"shown": [[0, 1], [2, 2]], "written": [[0, 1]]}
+    mem = FactMemory.from_dict(old)
+    assert len(mem) == 2 and mem.legacy_rows is not None and not mem.shown
+    # Stored again before any window: still the rows, under their own key.
+    assert FactMemory.from_dict(mem.to_dict()) == mem
+    with pytest.raises(InvalidInputError, match="migrated"):
+        mem.weights(["a"], 3)
+    ids = np.array(["a", "b", "c"])
+    mem.migrate(lambda rows: ids[rows].tolist())
+    assert mem.shown == {"a": 1, "c": 2} and mem.written == {"a": 1}
+    assert mem.legacy_rows is None and "legacy_rows" not in mem.to_dict()
+    np.testing.assert_allclose(mem.weights(["a", "b", "c"], 3), [0.05, 1.0, 0.2], rtol=1e-6)
 
 
 def test_written_means_most_of_the_facts_6grams_are_in_the_text():
@@ -135,10 +155,14 @@ def _ranking(rows: list[int], scores: list[float]) -> Ranking:
                    np.zeros(n, f), np.zeros(n, f), np.zeros(n, f), "cdr", n)
 
 
+def _ids(rows: np.ndarray) -> list[str]:
+    return [f"f{r}" for r in np.asarray(rows).tolist()]
+
+
 def test_apply_memory_reranks_and_lets_exit3_see_stale_facts():
     mem = FactMemory()
-    mem.record(np.array([1, 2]), np.array([True, False]), window=1)
-    r = apply_memory(_ranking([1, 2, 3], [0.9, 0.8, 0.3]), mem, 2)
+    mem.record(["f1", "f2"], np.array([True, False]), window=1)
+    r = apply_memory(_ranking([1, 2, 3], [0.9, 0.8, 0.3]), mem, 2, _ids)
     assert r.indices.tolist() == [3, 2, 1]
     np.testing.assert_allclose(r.score, [0.3, 0.16, 0.045], rtol=1e-6)
     np.testing.assert_allclose(r.memory, [1.0, 0.2, 0.05], rtol=1e-6)
@@ -189,6 +213,50 @@ def test_expansion_adds_the_nearest_facts_to_each_title():
         expand_sub_queries(titles, np.zeros((2, 4), np.float32))
 
 
+def test_expansion_neighbours_can_come_from_another_score():
+    titles = np.array([[1, 0, 0], [0, 1, 0]], np.float32)
+    pool = np.array([[1, 0, 0], [0, 1, 0], [0, 0, 1]], np.float32)
+    # By cosine title 1 would take fact 0; a scorer that prefers fact 2 for it moves it there.
+    near = np.array([[0.1, 0.0], [0.0, 0.9], [0.5, 0.1]])
+    out = expand_sub_queries(titles, pool, k=1, near=near)
+    np.testing.assert_allclose(out[0], np.array([1, 0, 1]) / np.sqrt(2), atol=1e-6)
+    np.testing.assert_allclose(out[1], [0, 1, 0], atol=1e-6)
+    with pytest.raises(InvalidInputError, match="neighbour scores"):
+        expand_sub_queries(titles, pool, k=1, near=np.zeros((3, 3)))
+
+
+def test_top_up_widening_adds_only_what_a_section_lacks(types_ckf):
+    gen = generator(types_ckf, queries="expanded")
+    s = gen.start(BUILTIN_TYPES_TASK, BUILTIN_TYPES_OUTLINE)
+    gate = s.min_relevance
+    base = types_ckf.select(s.query_vector, gate, 4000)
+    per = 10
+    want: set[int] = set(base.indices.tolist())
+    for v in s.expanded_embeddings:
+        have = int((base.embeddings @ v >= gate).sum())
+        own = types_ckf.select(v, gate, per).indices.tolist()
+        want |= set([r for r in own if r not in set(base.indices.tolist())][:max(per - have, 0)])
+    up = widened_selection(types_ckf, s.query_vector, s.expanded_embeddings, gate, 4000, per,
+                           top_up=True)
+    full = widened_selection(types_ckf, s.query_vector, s.expanded_embeddings, gate, 4000, per)
+    assert set(up.indices.tolist()) == want
+    assert set(base.indices.tolist()) <= want <= set(full.indices.tolist())
+    # A section with enough material in the query's pool adds nothing.
+    assert widened_selection(types_ckf, s.query_vector, s.expanded_embeddings, gate, 4000, 0,
+                             top_up=True).indices.tolist() == base.indices.tolist()
+
+
+def test_widened_in_facts_are_weighted_by_how_close_they_got():
+    np.testing.assert_allclose(widened_weights(np.array([0.5, 0.4, 0.3, -0.1]), 0.4),
+                               [1.0, 1.0, 0.75, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(widened_weights(np.array([0.5, 0.3, 0.2]), 0.4, 2.0),
+                               [1.0, 0.5625, 0.25], rtol=1e-6)
+    np.testing.assert_array_equal(widened_weights(np.array([0.1]), 0.0), [1.0])
+    np.testing.assert_array_equal(widened_weights(np.array([0.1]), 0.4, 0.0), [1.0])
+    with pytest.raises(InvalidInputError, match="power"):
+        widened_weights(np.array([0.1]), 0.4, -1.0)
+
+
 def test_widened_phase1_is_the_union_of_the_gates_with_query_relevances(types_ckf):
     gen = generator(types_ckf, queries="expanded")
     s = gen.start(BUILTIN_TYPES_TASK, BUILTIN_TYPES_OUTLINE)
@@ -232,8 +300,9 @@ def test_a_fresh_session_round_trips_and_runs_its_options_after_reloading(types_
     np.testing.assert_allclose(np.linalg.norm(session.expanded_embeddings, axis=1), 1, atol=1e-5)
     first = gen.step(session)
     shown = set(first.prepared.rows.tolist())
-    assert session.fact_memory.shown == dict.fromkeys(shown, 1)
-    assert set(session.fact_memory.written) <= shown and session.fact_memory.written
+    assert session.fact_memory.shown == dict.fromkeys(first.prepared.envelope.fact_ids, 1)
+    assert set(session.fact_memory.written) <= set(first.prepared.envelope.fact_ids)
+    assert session.fact_memory.written
     back = Session.from_json(session.to_json(), types_ckf.ngram_index)
     assert back.to_json() == session.to_json()
     assert back.options == session.options and back.fact_memory == session.fact_memory
@@ -254,6 +323,64 @@ def test_a_fresh_session_round_trips_and_runs_its_options_after_reloading(types_
     assert all(0 <= f["memory"] <= 1 for f in trace["windows"][1]["envelope"])
     assert "memory" not in trace["windows"][0]["envelope"][0] or \
         trace["windows"][0]["envelope"][0]["memory"] == 1.0
+
+
+def test_fact_memory_follows_the_facts_through_a_compaction(types_ckf_path, tmp_path):
+    """`cdr ckf compact` between two windows renumbers rows; the memory, keyed by fact id,
+    still weighs the same facts (and not the ones that moved into their old rows)."""
+    shutil.copytree(types_ckf_path, tmp_path / "c.ckf")
+    with CKF.open(tmp_path / "c.ckf") as ckf:
+        gen = generator(ckf, memory="facts")
+        session = gen.start(BUILTIN_TYPES_TASK, BUILTIN_TYPES_OUTLINE)
+        first = gen.step(session)
+        shown = list(first.prepared.envelope.fact_ids)
+        old_rows = first.prepared.rows.copy()
+        # Delete the document holding the lowest row none of window 1's facts came from.
+        docs = [(min(ckf.document_rows(d["doc_id"])), d["doc_id"]) for d in ckf.documents()]
+        low = min(d for d in docs if not set(ckf.document_rows(d[1])) & set(old_rows.tolist()))
+        assert low[0] < old_rows.min()
+        ckf.delete_document(low[1])
+        ckf.compact()
+        new_rows = ckf.rows_for_ids(shown)
+        assert (new_rows != old_rows).all()  # every shown fact moved
+        weights = session.fact_memory.weights(ckf.fact_ids(new_rows), 2)
+        written = {f for f in shown if f in session.fact_memory.written}
+        np.testing.assert_allclose(weights, [0.05 if f in written else 0.2 for f in shown],
+                                   rtol=1e-6)
+        # The facts now in the old rows are other facts: not remembered.
+        moved_in = [f for f in ckf.fact_ids(old_rows[old_rows < ckf.n_rows]) if f not in shown]
+        assert moved_in and (session.fact_memory.weights(moved_in, 2) == 1.0).all()
+        # The next window ranks on the compacted CKF: each fact's memory weight is its own.
+        second = gen.step(session)
+        env = second.prepared.envelope
+        order = {f: i for i, f in enumerate(ckf.fact_ids(env.ranking.indices))}
+        got = [float(env.ranking.memory[order[f]]) for f in env.fact_ids]
+        want = [0.05 if f in written else 0.2 if f in shown else 1.0 for f in env.fact_ids]
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+        assert 1.0 in want  # fresh facts first, as ever
+        assert set(session.fact_memory.shown) == set(shown) | set(second.prepared.envelope.fact_ids)
+
+
+def test_a_session_stored_with_row_keyed_memory_loads_and_runs_as_before(types_ckf):
+    """Sessions stored by the first version of the option keyed memory by CKF row: they load,
+    and (the CKF unchanged) their next window is the one the id-keyed session gets."""
+    gen = generator(types_ckf, memory="facts")
+    session = gen.start(BUILTIN_TYPES_TASK, BUILTIN_TYPES_OUTLINE)
+    gen.step(session)
+    stored = session.to_dict()
+    mem = stored["fact_memory"]
+    assert mem["key"] == "fact_id"
+
+    def rows(pairs: list[list]) -> list[list[int]]:
+        r = types_ckf.rows_for_ids([f for f, _ in pairs]).tolist()
+        return [[row, w] for row, (_, w) in zip(r, pairs, strict=True)]
+
+    stored["fact_memory"] = {"shown": rows(mem["shown"]), "written": rows(mem["written"])}
+    old = Session.from_dict(json.loads(json.dumps(stored)), types_ckf.ngram_index)
+    assert old.fact_memory.legacy_rows is not None and len(old.fact_memory) == len(mem["shown"])
+    a, b = gen.step(old), gen.step(session)
+    assert a.prepared.envelope.fact_ids == b.prepared.envelope.fact_ids
+    assert old.fact_memory == session.fact_memory and old.fact_memory.legacy_rows is None
 
 
 def test_fit_packs_fewer_facts_than_the_budget(types_ckf):

@@ -62,10 +62,10 @@ def test_schema_is_created_with_its_version_and_satisfies_the_protocol(pg_schema
     assert tables(pg_schema_dsn) == set()
     with PostgresSessionStore(pg_schema_dsn) as s:
         assert isinstance(s, SessionStore)
-        assert s.schema_version() == POSTGRES_SCHEMA_VERSION == 1
+        assert s.schema_version() == POSTGRES_SCHEMA_VERSION == 2
     assert tables(pg_schema_dsn) == {"cdr_sessions", "cdr_jobs", "cdr_schema_version"}
     with psycopg.connect(pg_schema_dsn) as conn:
-        assert conn.execute("SELECT version FROM cdr_schema_version").fetchall() == [(1,)]
+        assert conn.execute("SELECT version FROM cdr_schema_version").fetchall() == [(2,)]
 
 
 def test_replicas_opening_at_once_migrate_once(pg_schema_dsn):
@@ -87,7 +87,7 @@ def test_replicas_opening_at_once_migrate_once(pg_schema_dsn):
         t.join()
     assert errors == [] and len(stores) == 6
     with psycopg.connect(pg_schema_dsn) as conn:
-        assert conn.execute("SELECT version FROM cdr_schema_version").fetchall() == [(1,)]
+        assert conn.execute("SELECT version FROM cdr_schema_version").fetchall() == [(2,)]
     for s in stores:
         s.close()
 
@@ -96,7 +96,7 @@ def test_a_newer_schema_is_refused_naming_both_versions(pg_schema_dsn):
     PostgresSessionStore(pg_schema_dsn).close()
     with psycopg.connect(pg_schema_dsn, autocommit=True) as conn:
         conn.execute("UPDATE cdr_schema_version SET version = 99")
-    with pytest.raises(InvalidInputError, match="schema version 99; this cdr understands up to 1"):
+    with pytest.raises(InvalidInputError, match="schema version 99; this cdr understands up to 2"):
         PostgresSessionStore(pg_schema_dsn)
 
 

@@ -205,6 +205,6 @@ def test_an_unavailable_shard_is_a_503_naming_the_shard() -> None:
 
 def test_commands_taking_an_index_by_address_check_it() -> None:
     result = runner.invoke(main_app, ["generate", "a task", "--ckf", "ray://127.0.0.1/kb"])
-    assert result.exit_code == 1 and "bad Ray index address" in result.output
+    assert result.exit_code == 2 and "bad Ray index address" in result.output
     result = runner.invoke(main_app, ["serve", "--ckf", "ray://127.0.0.1/srv/kb"])
-    assert result.exit_code == 1 and "bad Ray index address" in result.output
+    assert result.exit_code == 2 and "bad Ray index address" in result.output

@@ -121,6 +121,13 @@ def generate(
             outline_text = outline.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise fail(f"cannot read outline {outline}: {exc}", 2) from None
+    from cdr.index_open import check_index_address
+
+    try:
+        check_index_address(ckf)
+    except CdrError as exc:  # a malformed ray:// address: one plain line, exit 2, as `serve`
+        sys.stderr.write(f"error: {' '.join(str(exc).split())}\n")
+        raise typer.Exit(2) from None
     try:
         from cdr.index_open import open_fact_index
 
@@ -201,7 +208,7 @@ def report_command(
 @app.command()
 def serve(
     ckf: Annotated[str | None, typer.Option(
-        help="CKF directory, or a Ray-served shard set ray://HOST:PORT/ABS_PATH (read-only).",
+        help="CKF directory, or a Ray-served shard set ray://HOST:PORT/ABS_PATH.",
         envvar="CDR_CKF")] = None,
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port.")] = 8088,
@@ -212,8 +219,7 @@ def serve(
     except ImportError as exc:
         raise fail(f"the gateway is not available: {exc}") from None
     try:
-        where = ckf if ckf is None or ckf.startswith("ray://") else Path(ckf)  # ray: a shard set
-        run_server(ckf=where, host=host, port=port)
+        run_server(ckf=ckf, host=host, port=port)  # a directory or ray://, parsed by settings
     except CdrError as exc:
         if type(exc).__name__ == "GatewayConfigError":  # one plain line, exit 2 (usage)
             sys.stderr.write(f"error: {' '.join(str(exc).split())}\n")

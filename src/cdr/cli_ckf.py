@@ -354,7 +354,9 @@ def compact_command(ckf: CkfOption) -> None:
 @ckf_app.command("index")
 def index_command(ckf: CkfOption) -> None:
     """Build or extend the int8 copy that makes Phase 1 `select` scan a quarter of the bytes
-    (exact results; worth it from ~1M facts). Incremental: rerun after ingesting more."""
+    (exact results). Every commit that adds rows extends it already once a store holds
+    200,000 facts (`cdr.ckf.scan.QUANT_MIN_ROWS`); run this for a smaller store, or to
+    catch up at once. Incremental."""
     from cdr.ckf.scan import HAVE_KERNELS, build_quantised
 
     with _errors():

@@ -4,8 +4,10 @@ relevance-only side by side.
 Same CKF, task, outline and tables as `make demo`, plus the words each window kept, how it
 finished (a token-limited window keeps its complete paragraphs) and its seconds. The documents
 and traces land in demo-output/ (guide-llm-cdr.md, guide-llm-relevance.md, trace-llm-*.json).
-A window costs ~35–90 s on a 2-core CPU, so the defaults (4 windows, 3,072-token context,
-768 generated tokens) keep the demo near 10 minutes.
+A window costs ~50–150 s on a 2-core CPU (the bench-llm windows, 2,048-token context, 320
+generated tokens, took 49–154 s), so the defaults (3 windows per ranking, 2,048-token context,
+512 generated tokens) keep the demo near 10–15 minutes; `--windows`, `--context-tokens` and
+`--generation-tokens` make it longer.
 
 `run_windows` is the one helper that runs N windows of a task with a writer and returns the
 events with timings; the LLM quality benchmark calls it per arm.
@@ -121,11 +123,11 @@ def main(argv: list[str] | None = None) -> None:
     from cdr.writers import get_writer
 
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--windows", type=int, default=4)
-    parser.add_argument("--words", type=int, default=1800)
-    parser.add_argument("--context-tokens", type=int, default=3072,
+    parser.add_argument("--windows", type=int, default=3)
+    parser.add_argument("--words", type=int, default=1200)
+    parser.add_argument("--context-tokens", type=int, default=2048,
                         help="envelope budget (cl100k); the model gets 1.3x this as context")
-    parser.add_argument("--generation-tokens", type=int, default=768)
+    parser.add_argument("--generation-tokens", type=int, default=512)
     parser.add_argument("--out", type=Path, default=Path("demo-output"))
     parser.add_argument("--cache", type=Path, default=cache_dir() / "demo")
     args = parser.parse_args(argv)

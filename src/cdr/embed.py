@@ -79,6 +79,32 @@ def _check_batch_size(batch_size: int) -> None:
         raise InvalidInputError(f"batch_size must be a positive integer, got {batch_size!r}")
 
 
+
+class _CheckedEncoder:
+    """`Embedder.encode`'s input contract, kept in one place so that every embedder enforces
+    it alike: texts pass `validate_texts`, the batch size is a positive integer, and no texts
+    give a (0, dim) array without touching the model. Subclasses write `_encode`."""
+
+    dim: int
+
+    def encode(
+        self,
+        texts: Sequence[str],
+        *,
+        batch_size: int = 32,
+        progress: Progress | None = None,
+    ) -> np.ndarray:
+        """float32 (len(texts), dim), rows L2-normalised; `progress(k)` after each k texts."""
+        texts = validate_texts(texts)
+        _check_batch_size(batch_size)
+        if not texts:
+            return np.empty((0, self.dim), dtype=np.float32)
+        return self._encode(texts, batch_size, progress)
+
+    def _encode(self, texts: list[str], batch_size: int, progress: Progress | None) -> np.ndarray:
+        """`encode` for at least one valid text."""
+        raise NotImplementedError
+
 def _normalise_rows(vecs: np.ndarray, what: str, offset: int = 0) -> np.ndarray:
     """Unit rows in float32; a zero (or non-finite) row is an error naming its input index
     (`offset` + row)."""
@@ -262,7 +288,7 @@ class _BlasLimit:
 _single_threaded_blas = _BlasLimit()
 
 
-class MiniLMEmbedder:
+class MiniLMEmbedder(_CheckedEncoder):
     """all-MiniLM-L6-v2 (BERT, 6 layers, 384 hidden, 12 heads) on numpy, mean-pooled.
 
     Texts are sorted by token length before batching so a batch pads to similar lengths; the
@@ -326,19 +352,9 @@ class MiniLMEmbedder:
         """Word-piece ids with [CLS]/[SEP], truncated as the model sees them."""
         return [e.ids for e in self._tok.encode_batch(validate_texts(texts))]
 
-    def encode(
-        self,
-        texts: Sequence[str],
-        *,
-        batch_size: int = 32,
-        progress: Progress | None = None,
-    ) -> np.ndarray:
-        texts = validate_texts(texts)
-        _check_batch_size(batch_size)
+    def _encode(self, texts: list[str], batch_size: int, progress: Progress | None) -> np.ndarray:
         n = len(texts)
         out = np.empty((n, self.dim), dtype=np.float32)
-        if n == 0:
-            return out
         ids = [e.ids for e in self._tok.encode_batch(texts)]
         lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=n)
         order = np.argsort(lengths, kind="stable")
@@ -426,7 +442,7 @@ def default_embedder() -> MiniLMEmbedder:
 # --------------------------------------------------------------------------- remote
 
 
-class RemoteEmbedder:
+class RemoteEmbedder(_CheckedEncoder):
     """Any OpenAI-compatible `POST {base_url}/embeddings` server (OpenAI, vLLM, TEI, Ollama...).
 
     Retries 429, 5xx and connection failures with exponential backoff (honouring a numeric
@@ -483,17 +499,7 @@ class RemoteEmbedder:
         assert self._dim is not None
         return self._dim
 
-    def encode(
-        self,
-        texts: Sequence[str],
-        *,
-        batch_size: int = 32,
-        progress: Progress | None = None,
-    ) -> np.ndarray:
-        texts = validate_texts(texts)
-        _check_batch_size(batch_size)
-        if not texts:
-            return np.empty((0, self.dim), dtype=np.float32)
+    def _encode(self, texts: list[str], batch_size: int, progress: Progress | None) -> np.ndarray:
         parts = []
         for start in range(0, len(texts), batch_size):
             chunk = texts[start : start + batch_size]

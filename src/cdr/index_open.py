@@ -10,6 +10,15 @@ from typing import Any
 from cdr.errors import InvalidInputError
 
 
+def check_index_address(spec: str | Path) -> None:
+    """Refuse a malformed `ray://` address (`BadIndexAddressError`) before anything opens;
+    a directory is checked when it is opened."""
+    from cdr.ray_index import is_ray_address, parse_address
+
+    if is_ray_address(str(spec)):
+        parse_address(str(spec))
+
+
 def open_fact_index(spec: str | Path, **ray_options: Any) -> Any:
     """A `FactIndex` for `spec`. A local shard-set directory is refused with the address to
     use instead: its shards are served by Ray actors, not mapped into this process."""

@@ -44,9 +44,13 @@ from cdr.envelope import (
 from cdr.errors import CdrError, InvalidInputError, UpstreamError
 from cdr.expansion import (
     EXPANSION_FACTS,
+    EXPANSION_TOP_UP,
     EXPANSION_WIDEN_LIMIT,
+    EXPANSION_WIDENED_POWER,
+    NeighbourScorer,
     expand_sub_queries,
     widened_selection,
+    widened_weights,
 )
 from cdr.factindex import FactIndex, RankingIndex, Selection
 from cdr.fit import FIT_FACTS_PER_WORD, fit_facts, planned_words
@@ -149,6 +153,12 @@ class GenerationConfig:
     expansion_facts: int = EXPANSION_FACTS
     expansion_widens: bool = True  # expanded sub-queries also widen Phase 1 (cdr.expansion)
     expansion_widen_limit: int = EXPANSION_WIDEN_LIMIT  # facts each expansion may add
+    expansion_top_up: bool = EXPANSION_TOP_UP  # ... only what its section lacks in the pool
+    # Facts below the query's gate (widened in) scored × (relevance / gate)^power (0 = off).
+    expansion_widened_power: float = EXPANSION_WIDENED_POWER
+    # Scores (pool × sub-queries) that pick each expansion's nearest facts instead of the
+    # cosines, e.g. dense fused with BM25 (the benchmark's lexical arm); None = cosines.
+    expansion_scorer: NeighbourScorer | None = None
 
     def session_options(self) -> SessionOptions:
         """The profile's options with single ones on top; an unknown value is refused."""
@@ -309,7 +319,13 @@ class Generator:
         expanded = None
         if self.options.queries == "expanded":  # cdr.expansion: once, from Phase 1's pool
             pool = self.ckf.select(query, self.min_relevance, PHASE1_LIMIT)
-            expanded = expand_sub_queries(sq_emb, pool.embeddings, self.config.expansion_facts)
+            near = None
+            if self.config.expansion_scorer is not None and len(pool.indices):
+                texts = [f.content for f in self.ckf.facts(pool.indices)]
+                near = self.config.expansion_scorer([sq.text for sq in sqs], texts,
+                                                    pool.embeddings @ sq_emb.T)
+            expanded = expand_sub_queries(sq_emb, pool.embeddings, self.config.expansion_facts,
+                                          near=near)
         return Session.start(
             task, sqs, sq_emb, query, self.embedder.model_id,
             max_windows=self.config.max_windows, min_relevance=self.min_relevance,
@@ -331,7 +347,8 @@ class Generator:
         if session.expanded_embeddings is not None and self.config.expansion_widens:
             return widened_selection(self.ckf, session.query_vector, session.expanded_embeddings,
                                      session.min_relevance, PHASE1_LIMIT,
-                                     self.config.expansion_widen_limit)
+                                     self.config.expansion_widen_limit,
+                                     self.config.expansion_top_up)
         return self.ckf.select(session.query_vector, session.min_relevance, PHASE1_LIMIT)
 
     def prepare(self, session: Session) -> PreparedWindow:
@@ -437,9 +454,14 @@ class Generator:
                 mode=session.ranking, min_relevance=gate,
                 mmr_lambda=cfg.mmr_lambda, rows=sel.indices, sections=section_vecs,
             )
+            if gate < 0 and cfg.expansion_widened_power:  # widened-in facts: later resort
+                w = widened_weights(ranking.relevance, session.min_relevance,
+                                    cfg.expansion_widened_power)
+                ranking.score = (ranking.score * w).astype(np.float32)
+                ranking = ranking.take(np.argsort(-ranking.score, kind="stable"))
         if session.options.memory == "facts":  # cdr.memory
             ranking = apply_memory(ranking, session.fact_memory, session.window_count + 1,
-                                   cfg.memory_rule)
+                                   self.ckf.fact_ids, cfg.memory_rule)
         return pack(ranking, self.ckf.fact_ids, self.ckf.token_counts[ranking.indices],
                     budget, anchor, max_facts)
 
@@ -528,7 +550,8 @@ class Generator:
         if session.options.memory == "facts":  # cdr.memory: what was shown, what was written
             written = written_rows(prepared.rows, text, session.blacklist.index,
                                    self.config.memory_rule.written_share)
-            session.fact_memory.record(prepared.rows, written, prepared.number)
+            session.fact_memory.migrate(self.ckf.fact_ids)
+            session.fact_memory.record(prepared.envelope.fact_ids, written, prepared.number)
         if self.config.safety_check is not None:
             session.spend_safety(self.config.safety_check(prepared.number, text))
         env = prepared.envelope

@@ -16,6 +16,9 @@ The rule, per candidate fact at window w (a multiplier on its CDR score, `Rankin
   is set aside, and with `recovery` < 1 it drifts back as the windows go on, to be used once
   its section comes up.
 
+Memory is keyed by fact id, not CKF row: a compaction (`cdr ckf compact`) renumbers rows under a
+running session, and a row-keyed memory would then weigh other facts.
+
 Written is detected from the fact's stored 6-gram hashes (`NgramIndex`), so it works where
 only rows are known (the sidecar's stored envelope) and for any writer that keeps the facts'
 wording; a paraphrasing writer's facts count as shown-unwritten (the milder weight).
@@ -24,7 +27,7 @@ The defaults are the benchmark's winners (bench/results/quality.md, "Fact memory
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,60 +61,92 @@ DEFAULT_MEMORY_RULE = MemoryRule()
 
 @dataclass
 class FactMemory:
-    """Per session: for each fact row sent so far, the last window it was shown in and the
-    first window it was written in (0 = not written)."""
+    """Per session: for each fact sent so far (by fact id, which compaction and re-ingest
+    keep, unlike CKF rows), the last window it was shown in and the first window it was
+    written in (0 = not written).
 
-    shown: dict[int, int] = field(default_factory=dict)
-    written: dict[int, int] = field(default_factory=dict)
+    `legacy_rows` holds memory stored by an earlier version keyed by CKF row; the loop turns
+    it into fact ids (`migrate`) against the CKF it next ranks on — right if the CKF was not
+    compacted since it was stored, which is all a row ever meant."""
+
+    shown: dict[str, int] = field(default_factory=dict)
+    written: dict[str, int] = field(default_factory=dict)
+    legacy_rows: dict[str, dict[int, int]] | None = None
 
     def __len__(self) -> int:
-        return len(self.shown)
+        return len(self.shown) + (len(self.legacy_rows["shown"]) if self.legacy_rows else 0)
 
-    def weights(self, rows: np.ndarray, window: int,
+    def migrate(self, fact_ids: Callable[[np.ndarray], Sequence[str]]) -> None:
+        """Row-keyed memory (stored before fact ids) to fact ids, with `fact_ids(rows)` of the
+        current CKF; a no-op once done or when there is none."""
+        if not self.legacy_rows:
+            self.legacy_rows = None
+            return
+        for name in ("shown", "written"):
+            old = self.legacy_rows[name]
+            rows = np.fromiter(old.keys(), dtype=np.int64, count=len(old))
+            ids = fact_ids(rows) if rows.size else []
+            target = getattr(self, name)
+            for fid, w in zip(ids, old.values(), strict=True):
+                target.setdefault(fid, w)
+        self.legacy_rows = None
+
+    def weights(self, ids: Sequence[str], window: int,
                 rule: MemoryRule = DEFAULT_MEMORY_RULE) -> np.ndarray:
-        """The multiplier of each row (CKF rows of the candidates) at window `window`."""
-        rows = np.asarray(rows, dtype=np.int64)
-        out = np.ones(rows.shape[0], dtype=np.float64)
+        """The multiplier of each candidate (its fact id) at window `window`."""
+        if self.legacy_rows:
+            raise InvalidInputError("row-keyed fact memory must be migrated to fact ids first")
+        out = np.ones(len(ids), dtype=np.float64)
         if not self.shown:
             return out.astype(_F32)
-        # One lookup of every candidate in the sorted shown rows (no per-candidate Python).
-        keys = np.fromiter(self.shown.keys(), dtype=np.int64, count=len(self.shown))
-        last = np.fromiter(self.shown.values(), dtype=np.int64, count=len(self.shown))
-        order = np.argsort(keys)
-        keys, last = keys[order], last[order]
-        pos = np.minimum(np.searchsorted(keys, rows), keys.size - 1)
-        seen = keys[pos] == rows
-        age = np.maximum(window - last[pos] - 1, 0)
+        # One dict lookup per candidate; the weights themselves are one vector operation.
+        last = np.fromiter((self.shown.get(f, 0) for f in ids), dtype=np.int64, count=len(ids))
+        seen = last > 0
+        age = np.maximum(window - last - 1, 0)
         out[seen] = 1.0 - (1.0 - rule.shown) * rule.recovery ** age[seen]
         if self.written:
-            written = np.fromiter(self.written.keys(), dtype=np.int64, count=len(self.written))
-            out[seen & np.isin(rows, written)] = rule.written
+            was = np.fromiter((f in self.written for f in ids), dtype=bool, count=len(ids))
+            out[seen & was] = rule.written
         return out.astype(_F32)
 
-    def record(self, rows: np.ndarray, written: np.ndarray, window: int) -> None:
-        """After window `window`: `rows` were in its envelope, `written` (bool, aligned) made
-        it into its text."""
-        rows = np.asarray(rows, dtype=np.int64)
+    def record(self, ids: Sequence[str], written: np.ndarray, window: int) -> None:
+        """After window `window`: the facts `ids` were in its envelope, `written` (bool,
+        aligned) made it into its text."""
         written = np.asarray(written, dtype=bool)
-        if rows.shape != written.shape:
-            raise InvalidInputError("written must be aligned with rows")
-        for r, w in zip(rows.tolist(), written.tolist(), strict=True):
-            self.shown[r] = window
+        if written.shape != (len(ids),):
+            raise InvalidInputError("written must be aligned with the fact ids")
+        if window < 1:
+            raise InvalidInputError(f"window numbers start at 1, got {window}")
+        for f, w in zip(ids, written.tolist(), strict=True):
+            self.shown[str(f)] = window
             if w:
-                self.written.setdefault(r, window)
+                self.written.setdefault(str(f), window)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"shown": [[r, w] for r, w in sorted(self.shown.items())],
-                "written": [[r, w] for r, w in sorted(self.written.items())]}
+        out: dict[str, Any] = {"key": "fact_id",
+                               "shown": [[f, w] for f, w in sorted(self.shown.items())],
+                               "written": [[f, w] for f, w in sorted(self.written.items())]}
+        if self.legacy_rows:  # not migrated yet (stored and loaded without a window between)
+            out["legacy_rows"] = {k: [[r, w] for r, w in sorted(v.items())]
+                                  for k, v in self.legacy_rows.items()}
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> FactMemory:
+        """Stored memory: keyed by fact id (`"key": "fact_id"`), or the first version's rows
+        (no `key`: kept in `legacy_rows` until `migrate`)."""
         if not data:
             return cls()
         try:
-            return cls({int(r): int(w) for r, w in data["shown"]},
-                       {int(r): int(w) for r, w in data["written"]})
-        except (KeyError, TypeError, ValueError) as exc:
+            if data.get("key") == "fact_id":
+                legacy = data.get("legacy_rows")
+                return cls({str(f): int(w) for f, w in data["shown"]},
+                           {str(f): int(w) for f, w in data["written"]},
+                           {k: {int(r): int(w) for r, w in legacy[k]}
+                            for k in ("shown", "written")} if legacy else None)
+            return cls(legacy_rows={k: {int(r): int(w) for r, w in data[k]}
+                                    for k in ("shown", "written")})
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise InvalidInputError(f"stored fact memory is damaged: {exc!r}") from None
 
 
@@ -136,10 +171,14 @@ def written_rows(rows: np.ndarray, text: str, index: NgramIndex | None,
 
 
 def apply_memory(ranking: Ranking, memory: FactMemory, window: int,
+                 fact_ids: Callable[[np.ndarray], Sequence[str]],
                  rule: MemoryRule = DEFAULT_MEMORY_RULE) -> Ranking:
     """The ranking with each fact's score times its memory weight, re-sorted (stable, so
-    ties keep CDR's order); the weights ride along in `Ranking.memory`."""
-    weights = memory.weights(ranking.indices, window, rule)
+    ties keep CDR's order); the weights ride along in `Ranking.memory`. `fact_ids(rows)` is
+    the CKF's row → fact id lookup (row-keyed memory is migrated with it first)."""
+    memory.migrate(fact_ids)
+    weights = memory.weights(fact_ids(ranking.indices) if memory.shown else
+                             [""] * len(ranking.indices), window, rule)
     ranking.memory = weights
     ranking.score = (ranking.score * weights).astype(_F32)
     return ranking.take(np.argsort(-ranking.score, kind="stable"))

@@ -83,18 +83,44 @@ def is_ray_address(value: object) -> bool:
     return isinstance(value, str) and value.startswith(SCHEME)
 
 
+FORM = f"{SCHEME}HOST:PORT/ABS_PATH"
+
+
+class BadIndexAddressError(InvalidInputError):
+    """A malformed `ray://` address (CLI: exit 2). The message names the problem but never
+    repeats the address: what follows `ray://` may carry a credential by mistake."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(f"bad Ray index address: {problem}; want {FORM}, e.g. "
+                         f"{SCHEME}127.0.0.1:6379/srv/kb.shards")
+
+
 def parse_address(value: str) -> RayAddress:
-    """`ray://127.0.0.1:6379/srv/kb.shards` → host, port, absolute shard-set path."""
+    """`ray://127.0.0.1:6379/srv/kb.shards` → host, port, absolute shard-set path.
+
+    The one parser of index addresses: `--ckf`, `CDR_CKF` (CLI and gateway settings) and
+    `open_index` all come here, so an address means the same everywhere."""
     if not is_ray_address(value):
-        raise InvalidInputError(f"not a Ray index address (want {SCHEME}HOST:PORT/PATH): "
-                                f"{value!r}")
+        raise BadIndexAddressError(f"it does not start with {SCHEME}")
     rest = value[len(SCHEME):]
     hostport, sep, path = rest.partition("/")
+    if "@" in hostport:
+        raise BadIndexAddressError("a Ray address carries no user or password (found '@')")
+    if any(c in rest for c in "?#"):
+        raise BadIndexAddressError("a query or fragment ('?', '#') is not part of it")
+    if any(ord(c) < 32 or c.isspace() for c in rest):
+        raise BadIndexAddressError("it contains whitespace or control characters")
     host, colon, port = hostport.rpartition(":")
-    if not sep or not path or not colon or not host or not port.isdigit() \
-            or not 0 < int(port) < 65536:
-        raise InvalidInputError(f"bad Ray index address {value!r}: want "
-                                f"{SCHEME}HOST:PORT/PATH, e.g. {SCHEME}127.0.0.1:6379/srv/kb")
+    if not colon:
+        raise BadIndexAddressError("no port after the host (HOST:PORT)")
+    if not host:
+        raise BadIndexAddressError("no host before the port")
+    if not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+        raise BadIndexAddressError("the port must be a number within 1..65535")
+    if not sep or not path.strip("/"):
+        raise BadIndexAddressError("no shard-set path after HOST:PORT")
+    if ".." in Path(path).parts:
+        raise BadIndexAddressError("the path must not contain '..'")
     return RayAddress(host, int(port), Path("/" + path.lstrip("/")))
 
 
@@ -150,6 +176,7 @@ class RayShardedIndex:
         self._set = read_manifest(root)
         self._label = label or str(self._set.root)
         self.retry_seconds = float(retry_seconds)
+        self._max_restarts = max_restarts
         self._retryable = _retryable()
         tag = hashlib.sha256(str(self._set.root).encode()).hexdigest()[:12]
         cls = _actor_class()
@@ -225,6 +252,23 @@ class RayShardedIndex:
                 time.sleep(0.2)
         return [results[i] for i in which]
 
+    @property
+    def generations(self) -> list[int]:
+        """Each shard's generation this index was built on."""
+        return list(self._gens)
+
+    def refresh(self) -> list[int]:
+        """Ask every actor to map its shard's newest state; the generations they now serve
+        (differing from `generations`: open a new index to serve them)."""
+        return self._gather("refresh", [() for _ in self._actors], check_gen=False)
+
+    def reopened(self) -> RayShardedIndex:
+        """A new index on the shards' newest states, sharing this one's actors and settings
+        (this one keeps answering for requests still using it)."""
+        return RayShardedIndex(self._set.root, retry_seconds=self.retry_seconds,
+                               embedder=self._embedder, label=self._label,
+                               max_restarts=self._max_restarts)
+
     def shard_pids(self) -> list[int]:
         """The process serving each shard (what an operator — or a test — kills)."""
         return self._gather("pid", [() for _ in self._actors], check_gen=False)
@@ -299,7 +343,7 @@ class RayShardedIndex:
                limit: int | None = None) -> Selection:
         q = check_query(query_vector, self.dim, self.model_id)
         gate, limit = check_gate(min_relevance, limit)
-        parts = self._gather("select", [(q, gate, limit, int(self._offsets[i]))
+        parts = self._gather("select", [(q, gate, limit, int(self._offsets[i]), self._gens[i])
                                         for i in range(self.n_shards)])
         return merge_selections(parts, limit, self.dim)
 
@@ -315,8 +359,9 @@ class RayShardedIndex:
         r, shard = self._split(rows)
         out: list[Any] = [None] * len(r)
         owners = sorted(set(shard.tolist()))
-        asked = [(list((r[shard == s] - self._offsets[s]).tolist()),) for s in owners]
-        answers = self._gather(method, asked, check_gen=False, shards=owners)
+        asked = [(list((r[shard == s] - self._offsets[s]).tolist()), self._gens[s])
+                 for s in owners]
+        answers = self._gather(method, asked, shards=owners)
         for s, ans in zip(owners, answers, strict=True):
             for pos, item in zip(np.flatnonzero(shard == s), ans, strict=True):
                 out[pos] = item
@@ -337,7 +382,7 @@ class RayShardedIndex:
         return np.stack(got).astype(np.float32, copy=False)
 
     def stats(self) -> dict[str, Any]:
-        per = self._gather("stats", [() for _ in self._actors], check_gen=False)
+        per = self._gather("stats", [(g,) for g in self._gens])
         keys = ("rows", "active_facts", "active_tokens", "documents", "stale_documents",
                 "ngram_hashes", "size_bytes", "code_facts")
         out: dict[str, Any] = {k: sum(int(p.get(k, 0)) for p in per) for k in keys}
@@ -377,10 +422,13 @@ class RayShardedIndex:
                                     f"(modes: {RANKING_MODES})")
         w = replace(w, query=q, gate=gate, limit=limit)  # what the shards see is checked
         offs = [int(o) for o in self._offsets[:-1]]
-        tops: list[ShardTop] = self._gather("rank", [(w, None, o) for o in offs])
+        gens = self._gens
+        tops: list[ShardTop] = self._gather(
+            "rank", [(w, None, o, g) for o, g in zip(offs, gens, strict=True)])
 
         def ask_again(shards: list[int], cut: tuple[float, int]) -> list[ShardTop]:
-            return self._gather("rank", [(w, cut, offs[i]) for i in shards], shards=shards)
+            return self._gather("rank", [(w, cut, offs[i], gens[i]) for i in shards],
+                                shards=shards)
 
         ranking, emb, tokens, ids, again = merge_window(tops, limit, w.top_k, self.dim, w.mode,
                                                         ask_again)

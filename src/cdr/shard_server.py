@@ -2,13 +2,19 @@
 
 Kept free of Ray so that the per-shard arithmetic is the same code the single CKF runs
 (`select_rows`, `cdr_components`) and can be read and tested without a cluster. Each server
-maps its own CKF directory (one committed state, fixed for its life); a restarted actor maps it
-again and reports its generation, so the caller can tell a changed shard from a restarted one.
+maps its own CKF directory. `refresh()` maps a newer committed state when the shard changed
+(an upload through the gateway, `cdr ingest --shards` from outside) and keeps the last few
+states mapped: every call names the generation the caller's index was built on, and is
+answered from that state while it is kept, so requests in flight on an older index finish
+unchanged while new ones use the new state — what the local gateway's snapshots give. A
+restarted actor maps only the newest state; a call for a state it does not hold gets the
+generation it does serve, which the caller refuses (and reopens its index).
 """
 
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +26,7 @@ from cdr.ranking import cdr_components
 from cdr.shard_merge import ShardTop, ahead
 
 _F32 = np.float32
+KEEP_GENERATIONS = 4  # states kept mapped for requests still on an older index
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +76,8 @@ class ShardServer:
         self.path = Path(path)
         self.shard = shard
         self.snap = CKFSnapshot.open(self.path)
-        self._last: tuple[tuple[bytes, float, int | None, int], Selection] | None = None
+        self._kept: OrderedDict[int, Any] = OrderedDict([(self.snap.generation, self.snap)])
+        self._last: tuple[tuple[int, bytes, float, int | None, int], Selection] | None = None
 
     def pid(self) -> int:
         """The serving process (tests kill it to prove restarts)."""
@@ -87,24 +95,51 @@ class ShardServer:
     def generation(self) -> int:
         return self.snap.generation
 
+    def refresh(self) -> int:
+        """Map the shard's newest committed state if it changed (one meta-row read when it
+        did not); returns the generation now served to new indexes."""
+        from cdr.ckf.snapshot import CKFSnapshot
+
+        if self.snap.latest_generation() == self.snap.generation:
+            return self.snap.generation
+        fresh = CKFSnapshot.open(self.path)
+        _ = fresh.ngram_index  # build before any caller ranks on it
+        self.snap = fresh
+        self._kept[fresh.generation] = fresh
+        self._kept.move_to_end(fresh.generation)
+        while len(self._kept) > KEEP_GENERATIONS:
+            _, old = self._kept.popitem(last=False)
+            old.close()
+        return fresh.generation
+
+    def _at(self, generation: int | None) -> Any:
+        """The kept state of `generation` (None: the newest); an unknown one gets the
+        newest, whose generation the caller then refuses."""
+        if generation is None:
+            return self.snap
+        return self._kept.get(generation, self.snap)
+
     def rows(self) -> ShardRows:
+        """The newest state's per-row arrays (refreshed first: a new index starts there)."""
+        self.refresh()
         s = self.snap
         return ShardRows(s.model_id, s.dim, s.generation, np.asarray(s.active),
                          np.asarray(s.importance), np.asarray(s.token_counts),
                          np.asarray(s.ngram_offsets), np.asarray(s.ngram_hashes))
 
-    def select(self, q: np.ndarray, gate: float, limit: int | None, offset: int
-               ) -> tuple[int, Selection]:
+    def select(self, q: np.ndarray, gate: float, limit: int | None, offset: int,
+               generation: int | None = None) -> tuple[int, Selection]:
         """(generation, Phase 1 over this shard with rows numbered from `offset`)."""
-        key = (np.asarray(q, _F32).tobytes(), float(gate), limit, offset)
+        snap = self._at(generation)
+        key = (snap.generation, np.asarray(q, _F32).tobytes(), float(gate), limit, offset)
         if self._last is not None and self._last[0] == key:
-            return self.snap.generation, self._last[1]
-        sel = select_rows(self.snap.embeddings, self.snap.active, q, gate, limit, offset)
+            return snap.generation, self._last[1]
+        sel = select_rows(snap.embeddings, snap.active, q, gate, limit, offset)
         self._last = (key, sel)
-        return self.snap.generation, sel
+        return snap.generation, sel
 
-    def rank(self, w: WindowQuery, cut: tuple[float, int] | None, offset: int
-             ) -> tuple[int, ShardTop]:
+    def rank(self, w: WindowQuery, cut: tuple[float, int] | None, offset: int,
+             generation: int | None = None) -> tuple[int, ShardTop]:
         """(generation, this shard's best `w.top_k` candidates) ranked exactly as
         `cdr.ranking.rank` ranks them in one index (`cdr.shard_merge` proves the merge).
 
@@ -112,19 +147,20 @@ class ShardServer:
         (row, relevance) head along, so the caller can find the global cut-off. `cut` given
         (relevance, row): rank only the rows ahead of it (asked when one round could not
         prove the merge)."""
-        gen, sel = self.select(w.query, w.gate, w.limit, offset)
+        snap = self._at(generation)
+        gen, sel = self.select(w.query, w.gate, w.limit, offset, snap.generation)
         rows, rel, emb = sel.indices, sel.relevances, sel.embeddings
         if cut is not None:
             keep = ahead(rel, rows, cut)
             rows, rel, emb = rows[keep], rel[keep], emb[keep]
         local = rows - offset
-        imp = np.asarray(self.snap.importance, _F32)[local]
+        imp = np.asarray(snap.importance, _F32)[local]
         m = len(rows)
         zeros = np.zeros(m, _F32)
         if w.mode == "cdr":
             counts = None
             if len(w.blacklist):
-                counts = self.snap.ngram_index.count_in(w.blacklist)[local]
+                counts = snap.ngram_index.count_in(w.blacklist)[local]
             score, novelty, pull, penalty, cov = cdr_components(
                 emb, rel, imp, counts, w.centroid, w.residual, w.coverage_nonempty)
         elif w.mode == "relevance":
@@ -139,19 +175,28 @@ class ShardServer:
         return gen, ShardTop(
             rows[order], np.stack([score, rel, novelty, pull, penalty, cov])[:, order],
             emb[order] if w.vectors else np.zeros((len(order), 0), _F32),
-            np.asarray(self.snap.token_counts, np.int32)[lo],
-            np.array(self.snap.fact_ids(lo), dtype="S"), m, int((penalty > 0).sum()),
+            np.asarray(snap.token_counts, np.int32)[lo],
+            np.array(snap.fact_ids(lo), dtype="S"), m, int((penalty > 0).sum()),
             rows if heads else none, rel if heads else none.astype(_F32),
             penalty > 0 if heads else none.astype(bool))
 
-    def facts(self, local_rows: list[int]) -> list[Any]:
-        return self.snap.facts(local_rows)
+    # Reads by local row: (generation, result), so rows are never read from another state.
 
-    def fact_ids(self, local_rows: list[int]) -> list[str]:
-        return self.snap.fact_ids(local_rows)
+    def facts(self, local_rows: list[int], generation: int | None = None
+              ) -> tuple[int, list[Any]]:
+        snap = self._at(generation)
+        return snap.generation, snap.facts(local_rows)
 
-    def vectors(self, local_rows: list[int]) -> np.ndarray:
-        return self.snap.vectors(local_rows)
+    def fact_ids(self, local_rows: list[int], generation: int | None = None
+                 ) -> tuple[int, list[str]]:
+        snap = self._at(generation)
+        return snap.generation, snap.fact_ids(local_rows)
 
-    def stats(self) -> dict[str, Any]:
-        return self.snap.stats()
+    def vectors(self, local_rows: list[int], generation: int | None = None
+                ) -> tuple[int, np.ndarray]:
+        snap = self._at(generation)
+        return snap.generation, snap.vectors(local_rows)
+
+    def stats(self, generation: int | None = None) -> tuple[int, dict[str, Any]]:
+        snap = self._at(generation)
+        return snap.generation, snap.stats()

@@ -34,6 +34,8 @@ copy of the first n rows stays valid as the store grows; rows past it are scanne
 
 from __future__ import annotations
 
+import contextlib
+import mmap
 import os
 import threading
 from collections.abc import Callable
@@ -48,9 +50,14 @@ except ImportError:  # pragma: no cover - exercised only where numba is absent
     _nb = None
 
 HAVE_KERNELS = _nb is not None
-# Below this many rows the exact float32 mat-vec is fast enough that a quantised copy does not
-# pay for its disk (a quarter of the float32 file) and its build; see bench/results/ranking.md.
-QUANT_MIN_ROWS = 1_000_000
+# From this many rows on, the store keeps the int8 copy (its writer extends it after every
+# commit that adds rows); below it exact float32 is the only path. Chosen by measurement
+# (bench/results/ranking.md, scan paths): at 100k rows the copy saved nothing in one run
+# (0.96x the float32 scan's CPU; rescoring the ~1% that pass plus the kernels' fixed cost) and
+# up to 0.23x in another, at 200k it is clearly ahead (0.35x), and there the exact scan alone
+# (~16 ms of CPU) reaches most of the gateway's 25 ms envelope budget. The copy costs 26% more
+# disk and ~7 us of CPU per row to build (negligible next to embedding a real fact).
+QUANT_MIN_ROWS = 200_000
 # Slack on the int8 bound for float32 rounding of s·(c·q): |error| ≤ d·u·s·Σ|c_j q_j| ≤ d·u·s‖c‖
 # with u = 2⁻²⁴, i.e. ≤ 2.3e-5 at d = 384 for unit rows; 1e-4 leaves 4× headroom.
 BOUND_EPS = 1e-4
@@ -197,6 +204,13 @@ def quantise(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return codes, params
 
 
+def wants_quantised(n_rows: int) -> bool:
+    """Whether a store of `n_rows` facts keeps an int8 copy: at `QUANT_MIN_ROWS` and above,
+    and only where the kernels that scan it exist (without numba `select` ignores a copy).
+    The store's writer extends the copy after every commit that adds rows."""
+    return HAVE_KERNELS and n_rows >= QUANT_MIN_ROWS
+
+
 def quant_paths(root: Path, epoch: int) -> tuple[Path, Path]:
     return root / f"quant.e{epoch}.i8", root / f"quant.e{epoch}.f32"
 
@@ -280,6 +294,7 @@ def gated_rows(
     use_quant = HAVE_KERNELS and quantised is not None and quantised.n > 0
     if use_quant:
         assert quantised is not None
+        emb = _random_rows(emb)
         m = quantised.n
         lo = np.float32(float(g) - BOUND_EPS)
         mask = np.empty(m, np.uint8)
@@ -304,6 +319,36 @@ def gated_rows(
     rel = exact_relevance(emb, None, q)
     idx = np.flatnonzero((rel >= g) & active)
     return idx, rel[idx]
+
+
+_RANDOM: dict[tuple[str, int, tuple[int, ...], str], np.ndarray] = {}
+
+
+def _random_rows(emb: np.ndarray) -> np.ndarray:
+    """The float rows to rescore candidates from: a second, read-only mapping of the same file
+    advised MADV_RANDOM. With the copy the float rows are read only at the few candidates
+    (and the short tail past the copy); through the default mapping each cold candidate's page
+    fault reads ~128 KB ahead, ~85 rows nobody asked for: at 10M facts a cold select read
+    hundreds of MB and spent seconds of CPU faulting them in (bench/results/ranking.md). A
+    separate mapping, so full scans of the store's own map keep their readahead. Anything that
+    is not a file map (or a system without madvise) is used as it is."""
+    name = getattr(emb, "filename", None)
+    if (not isinstance(emb, np.memmap) or not isinstance(emb.base, mmap.mmap)  # not a slice
+            or name is None or not hasattr(mmap, "MADV_RANDOM")):
+        return emb
+    key = (str(name), int(emb.offset), tuple(emb.shape), emb.dtype.str)
+    with _OPEN_LOCK:
+        view = _RANDOM.get(key)
+        if view is None:
+            view = np.memmap(name, dtype=emb.dtype, mode="r", offset=emb.offset,
+                             shape=emb.shape)
+            mm = getattr(view, "_mmap", None)
+            if mm is not None and hasattr(mm, "madvise"):
+                with contextlib.suppress(OSError, ValueError):
+                    mm.madvise(mmap.MADV_RANDOM)
+            _RANDOM.clear()  # one store's rows at a time, like the copy
+            _RANDOM[key] = view
+        return view
 
 
 def _blas_similarities(emb: np.ndarray, q: np.ndarray) -> np.ndarray:

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import re
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -30,6 +32,12 @@ from cdr.ckf.txn import WriteTxn, chunks
 from cdr.errors import CdrError, InvalidInputError
 
 _LOCK_TIMEOUT = 60.0
+# SQLite page cache of the writer connection, KiB (negative = KiB in the pragma). The default
+# 2 MB makes every insert into the `facts.id` index (random content hashes) a page-cache miss
+# once a store has a few million facts; 256 MB holds that index for ~5M facts, is allocated
+# only as pages are used, and is a writer's, not a reader's (bench/results/ingest.md).
+_WRITER_CACHE_KIB = 262_144
+log = logging.getLogger(__name__)
 # What a gateway keeps beside the CKF it serves (its SQLite session and job stores and their
 # WAL files): `cdr serve --ckf NEWDIR` writes these before the first upload creates the CKF.
 _GATEWAY_STATE = re.compile(r"^sessions(\.jobs)?\.sqlite3(-wal|-shm|-journal)?$")
@@ -91,6 +99,7 @@ class CKFWriter:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._conn = connect(self.path / DB_NAME)
+        self._conn.execute(f"PRAGMA cache_size=-{_WRITER_CACHE_KIB}")
         self._lock = threading.RLock()
         try:
             self.layout: Layout = read_layout(self._conn, self.path)
@@ -159,6 +168,25 @@ class CKFWriter:
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
+            if txn.n_rows > txn.base_rows:
+                self._extend_quantised()
+
+    def _extend_quantised(self) -> None:
+        """Extend the int8 copy (`cdr.ckf.scan`) over newly committed rows once the store
+        has `QUANT_MIN_ROWS` facts; call under the file lock, after a COMMIT. Incremental, so
+        each commit pays for its own rows only. The copy is an accelerator derived from the
+        committed rows: if building it fails (disk full), the commit stands, `select` scans
+        the uncovered rows exactly, and the next commit tries again."""
+        from cdr.ckf import scan
+
+        st = read_state(self._conn, self.path, self.layout)
+        if not scan.wants_quantised(st.n_rows):
+            return
+        try:
+            scan.build_quantised(self.path, st.epoch, st.embeddings)
+        except OSError as exc:
+            log.warning("%s: the int8 scan copy was not extended (%s); select scans the "
+                        "rows it does not cover exactly", self.path, exc)
 
     def delete_document(self, doc_id: str) -> int:
         """Remove a document; returns how many facts left the selectable set."""
@@ -201,11 +229,17 @@ class CKFWriter:
         ids = [fact_id(c) for c in contents]
         if len(set(ids)) != len(ids):
             raise InvalidInputError("append_raw contents must be distinct")
+        # No lookup of the ids first (a point query per row into a large random index):
+        # `facts.id` is UNIQUE, so a content already stored fails the INSERT and the whole
+        # transaction (arrays included: nothing is committed) rolls back.
         with self.writing() as txn:
-            if txn.lookup(ids):
-                raise InvalidInputError("some contents are already in the CKF")
-            txn.append_raw_document(source, importance, contents, vectors, tokens, ngram_lists,
-                                    ids)
+            try:
+                txn.append_raw_document(source, importance, contents, vectors, tokens,
+                                        ngram_lists, ids)
+            except sqlite3.IntegrityError as exc:
+                if "facts.id" not in str(exc):
+                    raise
+                raise InvalidInputError("some contents are already in the CKF") from None
 
     # ------------------------------------------------------------------ maintenance queries
 

@@ -50,12 +50,21 @@ from cdr.gateway.settings import (
     load_settings,
 )
 from cdr.gateway.shard_kb import index_root
-from cdr.ray_index import is_ray_address
 from cdr.writers import Writer
 
 __all__ = ["create_app", "serve"]
 
 log = logging.getLogger("cdr.gateway")
+
+
+def open_ray_index(settings: GatewaySettings) -> Any:
+    """The Ray-served shard set the settings name (`CDR_CKF` / `--ckf ray://...`), or None
+    for a local CKF directory."""
+    if settings.ray_address is None:
+        return None
+    from cdr.index_open import open_fact_index
+
+    return open_fact_index(settings.ray_address, retry_seconds=settings.ray_retry_seconds)
 
 
 def create_app(
@@ -68,6 +77,8 @@ def create_app(
     directory) and `writer` override what the settings name. Refuses insecure or unusable
     settings (no signing secret or API keys outside dev mode, no session store)."""
     settings = settings or load_settings()
+    if ckf is None:
+        ckf = open_ray_index(settings)  # CDR_CKF=ray://... read by the factory itself
     if ckf is not None:
         path = Path(ckf) if isinstance(ckf, str | Path) else index_root(ckf)
         settings = settings.model_copy(update={
@@ -85,6 +96,11 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         limiter = _limit_blas(blas_threads)
         await asyncio.get_running_loop().run_in_executor(None, gw.kb.warm)
+        # Jobs of replicas killed mid-upload: failed now rather than `running` forever.
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, gw.jobs.reap_expired)
+        except Exception:  # the store may be briefly down; GET /jobs reaps them later
+            log.exception("could not check upload jobs for expired leases")
         gw.kb.start_watching()
         try:
             yield
@@ -204,26 +220,20 @@ def serve(ckf: Path | str | None, host: str = "127.0.0.1", port: int = 8088) -> 
 
     from cdr.gateway.protocol import guarded_h11
 
-    ray_address = str(ckf) if ckf is not None and is_ray_address(str(ckf)) else None
-    if ray_address is not None:  # a shard set served by Ray: settings see its directory
-        from cdr.ray_index import parse_address
-
-        ckf = parse_address(ray_address).path
-    overrides: dict[str, Any] = {} if ckf is None else {"ckf": Path(ckf)}
+    # `--ckf` and `CDR_CKF` go through the same settings field, so a ray:// address is parsed
+    # by one parser either way (settings keep its directory in `ckf`).
+    overrides: dict[str, Any] = {} if ckf is None else {"ckf": str(ckf)}
     settings = load_settings(**overrides)
     if settings.dev and not is_loopback(host):
         raise GatewayConfigError(
             f"CDR_DEV=1 serves on loopback only (127.0.0.1, ::1, localhost), not {host!r}: "
             "dev mode has no API keys and may have a throwaway signing secret")
-    index = None
-    if ray_address is not None:
-        from cdr.index_open import open_fact_index
-
-        index = open_fact_index(ray_address, retry_seconds=settings.ray_retry_seconds)
+    index = open_ray_index(settings)
     app = create_app(settings, ckf=index)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     log.info("cdr gateway on http://%s:%d (CKF %s, writer %s)", host, port,
              settings.ckf or "none", settings.writer)
     uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5,
+                timeout_keep_alive=settings.keepalive_seconds,
                 http=guarded_h11(settings.read_timeout_seconds),
                 h11_max_incomplete_event_size=settings.max_header_bytes)

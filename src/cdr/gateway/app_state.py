@@ -110,7 +110,9 @@ class Gateway:
         self.signer = signer if signer is not None else settings.token_signer()
         self.store = store if store is not None else settings.session_store()
         self.metrics = GatewayMetrics()
-        self.jobs = IngestJobs(self.kb, store=job_store_for(self.store))
+        self.jobs = IngestJobs(self.kb, store=job_store_for(self.store),
+                               lease_seconds=settings.job_lease_seconds,
+                               commit_facts=settings.upload_commit_facts)
         self.sessions = SessionCache()
         self.selections = SelectionCache()
         self.executor = ThreadPoolExecutor(max_workers=CHAT_THREADS,
@@ -119,6 +121,7 @@ class Gateway:
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.kb.close()
+        self.jobs.close()
         self.jobs.store.close()
         self.store.close()
 

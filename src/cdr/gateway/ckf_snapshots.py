@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -169,6 +169,11 @@ class KnowledgeBase:
 
             self._writer = CKF.open_or_create(self.path)
         return self._writer
+
+    def route(self, sources: Sequence[str]) -> list[tuple[CKF, list[int]]]:
+        """Where documents `sources` are written: all to the one writer (a shard set splits
+        them by owner, `shard_kb`). Writer thread only."""
+        return [(self.writer(), list(range(len(sources))))]
 
     def submit(self, fn: Callable[[], _T]) -> Future[_T]:
         """Run `fn()` on the single writer thread, then swap in the new state."""

@@ -9,15 +9,85 @@ kind as the sessions':
 * SQLite: a second file beside the session file (`sessions.sqlite3` -> `sessions.jobs.sqlite3`);
   replicas on one machine share it as they share the session file.
 * memory (tests, an injected memory session store): in this process only.
+
+Leases (schema version 2 of both stores): the replica that accepts an upload takes a lease on
+its job (`owner`, `lease_until` columns beside the row) and renews it every third of
+`CDR_JOB_LEASE_SECONDS` while the job is queued or running, then releases it. A replica that
+is killed stops renewing; the next replica to read the job (`GET /v1/ckf/jobs/{id}`), or any
+replica starting up, finds the lease run out and marks the job failed (`reap_job`) in one
+conditional write (`expire_lease`: only if the row is unchanged and the lease still expired),
+so a slow owner that renews in time always wins.
+
+Why failed rather than resumed: the uploaded files sit in the dead replica's staging
+directory, which no other replica can read; and ingest commits whole documents in atomic
+batches, so what was committed stays in the CKF exactly once, and uploading the same files
+again finishes the job (unchanged documents are recognised and cost nothing). Times are each
+replica's clock: replicas on several machines need clocks within a small part of the lease.
 """
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
-from cdr.gateway.session_store import MemorySessionStore, SessionStore, SQLiteSessionStore
+from cdr.gateway.session_store import (
+    MemorySessionStore,
+    SessionStore,
+    SQLiteSessionStore,
+    StoredSession,
+)
 
-__all__ = ["job_store_for", "jobs_path"]
+__all__ = ["LEASE_EXPIRED", "JobLeases", "job_store_for", "jobs_path", "reap_job"]
+
+LEASE_EXPIRED = "lease_expired"
+UNFINISHED = ("queued", "running")
+
+
+@runtime_checkable
+class JobLeases(Protocol):
+    """A job store (`SessionStore`) that also keeps each job's owner and lease expiry."""
+
+    def get(self, session_id: str) -> StoredSession | None: ...
+
+    def create(self, session_id: str, data: str) -> StoredSession: ...
+
+    def take_lease(self, job_id: str, owner: str, until: float) -> bool: ...
+
+    def renew_lease(self, job_id: str, owner: str, until: float | None) -> bool: ...
+
+    def lease_of(self, job_id: str) -> tuple[str, float | None] | None: ...
+
+    def expire_lease(self, job_id: str, expected_version: int, data: str,
+                     now: float) -> bool: ...
+
+    def expired_ids(self, now: float) -> list[str]: ...
+
+
+def abandoned_error(until: float) -> str:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(until))
+    return (f"{LEASE_EXPIRED}: the gateway replica running this job stopped renewing its "
+            f"lease (killed or crashed; lease ran out at {stamp}). Documents it committed "
+            "before that are in the CKF; upload the same files again to finish (documents "
+            "already ingested are recognised and cost nothing)")
+
+
+def reap_job(store: JobLeases, job_id: str, now: float | None = None) -> dict[str, Any] | None:
+    """If `job_id` is unfinished and its lease ran out, mark it failed and return its new
+    status; else None (nothing to do, or another replica did it or the owner renewed)."""
+    now = time.time() if now is None else now
+    for _ in range(3):  # a concurrent status write by the owner: look again
+        row, lease = store.get(job_id), store.lease_of(job_id)
+        if row is None or lease is None or lease[1] is None or lease[1] >= now:
+            return None
+        data = json.loads(row.data)
+        if data.get("status") not in UNFINISHED:
+            return None
+        data.update(status="failed", finished=now, error=abandoned_error(lease[1]))
+        if store.expire_lease(job_id, row.version, json.dumps(data), now):
+            return data  # type: ignore[no-any-return]
+    return None
 
 
 def jobs_path(session_db: Path) -> Path:

@@ -5,8 +5,10 @@ An upload is checked (type, decodable, has text) while the client waits, so a ba
 commits them on the CKF's single writer thread. Embedding 100 facts takes seconds, which a
 request should not wait for. A job runs on the replica that accepted the upload (its files are
 there); its status is written to the job store (`job_store.py`) at each step, so any replica
-sharing that store answers for it, and it survives a restart. A replica killed mid-job leaves
-that job `running` in the store; what it committed is in the CKF.
+sharing that store answers for it, and it survives a restart. The replica holds a lease on
+each of its unfinished jobs and renews it (`job_store.py`); a replica killed mid-job stops
+renewing, and whichever replica reads the job next (or starts up) marks it failed, saying
+that what was committed is in the CKF and that uploading the same files again finishes it.
 
 Uploaded documents get the source `upload/<file name>`, so uploading a file of the same name
 again updates that document (unchanged content costs nothing) instead of adding a copy.
@@ -18,6 +20,7 @@ import json
 import logging
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -26,11 +29,16 @@ from typing import Any
 
 from cdr.errors import NotFoundError
 from cdr.gateway.ckf_snapshots import KnowledgeBase
+from cdr.gateway.job_store import JobLeases, reap_job
 from cdr.gateway.session_store import MemorySessionStore, SessionStore, update_with_retry
 
 log = logging.getLogger("cdr.gateway")
 UPLOAD_PREFIX = "upload/"
 MAX_JOBS_KEPT = 1000
+LEASE_SECONDS = 30.0
+# Facts per committed batch of an upload: a killed replica loses at most about this much
+# embedding work, and each commit costs one transaction.
+UPLOAD_COMMIT_FACTS = 256
 
 
 @dataclass
@@ -93,11 +101,24 @@ class StoredJob:
 
 class IngestJobs:
     def __init__(self, kb: KnowledgeBase, staging_root: Path | None = None,
-                 store: SessionStore | None = None) -> None:
+                 store: SessionStore | None = None, *, lease_seconds: float = LEASE_SECONDS,
+                 commit_facts: int = UPLOAD_COMMIT_FACTS) -> None:
         self.kb = kb
         self.store: SessionStore = store if store is not None else MemorySessionStore()
         # Not inside the CKF directory: `CKF.create` wants that empty on the first upload.
         self.staging_root = staging_root
+        self.lease_seconds = float(lease_seconds)
+        self.commit_facts = int(commit_facts)
+        # Which replica runs a job: random per process, logged with its PID (never shown to
+        # clients, who only learn that the lease ran out).
+        self.owner = uuid.uuid4().hex
+        self._leases: JobLeases | None = (
+            self.store if isinstance(self.store, JobLeases) else None)  # type: ignore[assignment]
+        self._held: set[str] = set()
+        self._held_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+        log.info("ingest jobs of this replica are leased as owner %s", self.owner)
 
     def staging_dir(self) -> Path:
         """A fresh directory for one upload's files (removed when its job ends)."""
@@ -109,16 +130,81 @@ class IngestJobs:
                importance: float | None) -> IngestJob:
         job = IngestJob(uuid.uuid4().hex, files, source_type, importance)
         self.store.create(job.id, json.dumps(job.to_json()))
+        self._lease(job.id)
         self._prune()
         self.kb.submit(lambda: self._run(job))
         return job
+
+    # ------------------------------------------------------------------ leases
+
+    def _lease(self, job_id: str) -> None:
+        if self._leases is None:
+            return
+        if self._leases.take_lease(job_id, self.owner, time.time() + self.lease_seconds):
+            with self._held_lock:
+                self._held.add(job_id)
+            self._start_heartbeat()
+
+    def _release(self, job_id: str) -> None:
+        with self._held_lock:
+            held = job_id in self._held
+            self._held.discard(job_id)
+        if held and self._leases is not None:
+            self._leases.renew_lease(job_id, self.owner, None)
+
+    def _start_heartbeat(self) -> None:
+        if self._heartbeat is None:
+            self._heartbeat = threading.Thread(target=self._beat, name="cdr-job-lease",
+                                               daemon=True)
+            self._heartbeat.start()
+
+    def _beat(self) -> None:
+        """Renew every held lease each third of its length (two missed beats still hold)."""
+        while not self._stop.wait(self.lease_seconds / 3):
+            with self._held_lock:
+                held = sorted(self._held)
+            for job_id in held:
+                try:
+                    ok = self._leases.renew_lease(  # type: ignore[union-attr]
+                        job_id, self.owner, time.time() + self.lease_seconds)
+                except Exception:
+                    log.exception("could not renew the lease of ingest job %s", job_id)
+                    continue
+                if not ok:
+                    log.warning("ingest job %s: lease lost (another replica marked it "
+                                "failed); its final status will still be written", job_id)
+                    with self._held_lock:
+                        self._held.discard(job_id)
+
+    def reap(self, job_id: str) -> dict[str, Any] | None:
+        """Mark `job_id` failed if its owner's lease ran out (see `job_store.reap_job`)."""
+        if self._leases is None:
+            return None
+        out = reap_job(self._leases, job_id)
+        if out is not None:
+            log.warning("ingest job %s: its replica's lease ran out; marked failed", job_id)
+        return out
+
+    def reap_expired(self) -> list[str]:
+        """On start: fail every job whose owner stopped renewing (e.g. killed replicas)."""
+        if self._leases is None:
+            return []
+        return [j for j in self._leases.expired_ids(time.time()) if self.reap(j) is not None]
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join(timeout=5)
 
     def get(self, job_id: str) -> StoredJob:
         stored = self.store.get(job_id)
         if stored is None:
             raise NotFoundError(f"no ingest job {job_id!r} (the newest {MAX_JOBS_KEPT} jobs "
                                 "are kept)")
-        return StoredJob(json.loads(stored.data))
+        data = json.loads(stored.data)
+        if data.get("status") in ("queued", "running"):
+            data = self.reap(job_id) or data
+        return StoredJob(data)
 
     def _save(self, job: IngestJob) -> None:
         """Write the job's status through to the store (only this replica writes it)."""
@@ -138,19 +224,24 @@ class IngestJobs:
 
     def _run(self, job: IngestJob) -> None:
         """On the writer thread; every failure ends up in the job, never lost in a future."""
-        from cdr.ckf.ingest import DocumentInput, ingest_documents
+        from cdr.ckf.ingest import DocumentInput, IngestReport, ingest_documents
 
         job.status, job.started = "running", time.time()
         try:
             self._save(job)
-            ckf = self.kb.writer()
             docs = [DocumentInput(UPLOAD_PREFIX + f.name, f.path.read_bytes(), f.kind)
                     for f in job.files]
-            report = ingest_documents(ckf, docs, source_type=job.source_type,
-                                      importance=job.importance)
+            report = IngestReport()
+            owner: dict[int, Any] = {}
+            # One CKF: one group. A shard set: each document to its owning shard.
+            for ckf, positions in self.kb.route([d.source for d in docs]):
+                ingest_documents(ckf, [docs[p] for p in positions],
+                                 source_type=job.source_type, importance=job.importance,
+                                 commit_every=self.commit_facts, report=report)
+                owner.update(dict.fromkeys(positions, ckf))
             job.report = report.to_dict()
-            for d in docs:
-                state = ckf.document_state(d.source)
+            for pos, d in enumerate(docs):
+                state = owner[pos].document_state(d.source)
                 job.documents.append({
                     "source": d.source,
                     "doc_id": state["doc_id"] if state else None,
@@ -168,5 +259,9 @@ class IngestJobs:
                 self._save(job)
             except Exception:
                 log.exception("could not store the status of ingest job %s", job.id)
+            try:
+                self._release(job.id)
+            except Exception:
+                log.exception("could not release the lease of ingest job %s", job.id)
             if job.files:
                 shutil.rmtree(job.files[0].path.parent, ignore_errors=True)

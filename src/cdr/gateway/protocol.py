@@ -8,6 +8,13 @@
    malformed request, or headers over `h11_max_incomplete_event_size`, with a plain-text 400;
    here they are `{"error": {...}}` like every other refusal, and oversized headers are 431.
 
+It also turns Nagle's algorithm off on every connection (TCP_NODELAY). asyncio does that only
+for sockets it knows are TCP: a listening socket handed over as a file descriptor
+(`uvicorn --fd`, which wraps it as AF_UNIX) or created without an explicit protocol (gunicorn)
+yields connections with Nagle on, and uvicorn writes a response's headers and body in two
+sends, so the body waits for the client's delayed ACK: ~40 ms on every keep-alive response
+(bench/results/gateway.md).
+
 Running the app under plain `uvicorn` works too, without these two guards (the body deadline
 and everything else live in the app).
 """
@@ -16,12 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-__all__ = ["guarded_h11"]
+__all__ = ["guarded_h11", "set_nodelay"]
 
 
 def _raw_response(status: int, reason: str, code: str, message: str) -> bytes:
@@ -32,12 +40,27 @@ def _raw_response(status: int, reason: str, code: str, message: str) -> bytes:
     return head + body
 
 
+def set_nodelay(transport: Any) -> bool:
+    """Turn Nagle's algorithm off on a transport's socket, whatever family Python believes it
+    has (an inherited descriptor may be labelled AF_UNIX); True if it is now on. A socket that
+    is not TCP (a Unix socket) refuses the option, which is fine: it has no Nagle."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return False
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except OSError:
+        return False
+    return True
+
+
 class _GuardedH11Protocol(H11Protocol):
     header_timeout: float = 15.0
     _header_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: Any) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        set_nodelay(transport)
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -15,6 +15,7 @@ from cdr.gateway.jobs import StagedFile
 from cdr.gateway.paths import public_path, public_sources
 from cdr.gateway.redact import scrub_paths
 from cdr.gateway.schemas import Deleted, ErrorResponse, Job
+from cdr.gateway.shard_kb import ShardSetKnowledgeBase
 
 router = APIRouter(prefix="/v1/ckf", tags=["ckf"])
 MAX_FILES = 100
@@ -72,7 +73,7 @@ async def upload_documents(
     from cdr.ckf.records import normalize_source_type
 
     gw = _gw(request)
-    gw.kb.check_writable()  # a Ray-served shard set: 501 naming `cdr ingest --shards`
+    gw.kb.check_writable()
     if gw.kb.path is None:
         raise ApiError(409, "no CKF directory is configured: start the gateway with --ckf DIR "
                        "or CDR_CKF", code="no_ckf")
@@ -147,6 +148,12 @@ async def delete_document(
 ) -> JSONResponse:
     gw = _gw(request)
     gw.kb.check_writable()
+    if isinstance(gw.kb, ShardSetKnowledgeBase):  # found and deleted in the owning shard
+        try:
+            found, removed = await asyncio.wrap_future(gw.kb.delete_document(doc_id))
+        except (ValueError, OSError):  # not even a possible path or id (e.g. a NUL byte)
+            raise ApiError(404, f"no document {doc_id!r} in the CKF") from None
+        return JSONResponse({"id": found, "deleted": True, "facts_removed": removed})
     snap = gw.kb.current()
     if snap is None:
         raise ApiError(404, f"no document {doc_id!r}: there is no CKF yet")

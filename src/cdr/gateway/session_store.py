@@ -56,7 +56,8 @@ __all__ = [
     "update_with_retry",
 ]
 
-SCHEMA_VERSION = 1
+# 1: sessions(id, version, data, created, updated). 2: + owner, lease_until (job leases).
+SCHEMA_VERSION = 2
 _T = TypeVar("_T")
 
 
@@ -177,6 +178,7 @@ class MemorySessionStore:
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._rows: dict[str, StoredSession] = {}
+        self._leases: dict[str, tuple[str, float | None]] = {}
         self._lock = threading.Lock()
         self._clock = clock
 
@@ -209,11 +211,53 @@ class MemorySessionStore:
     def delete(self, session_id: str) -> bool:
         _check(session_id)
         with self._lock:
+            self._leases.pop(session_id, None)
             return self._rows.pop(session_id, None) is not None
 
     def list_ids(self) -> list[str]:
         with self._lock:
             return sorted(self._rows)
+
+    # Job leases (see `cdr.gateway.job_store`): owner and expiry beside each row.
+
+    def take_lease(self, job_id: str, owner: str, until: float) -> bool:
+        _check(job_id)
+        with self._lock:
+            if job_id not in self._rows or job_id in self._leases:
+                return False
+            self._leases[job_id] = (owner, until)
+            return True
+
+    def renew_lease(self, job_id: str, owner: str, until: float | None) -> bool:
+        _check(job_id)
+        with self._lock:
+            held = self._leases.get(job_id)
+            if held is None or held[0] != owner or held[1] is None:
+                return False
+            self._leases[job_id] = (owner, until)
+            return True
+
+    def lease_of(self, job_id: str) -> tuple[str, float | None] | None:
+        _check(job_id)
+        with self._lock:
+            return self._leases.get(job_id)
+
+    def expire_lease(self, job_id: str, expected_version: int, data: str, now: float) -> bool:
+        _check(job_id, data)
+        with self._lock:
+            old, held = self._rows.get(job_id), self._leases.get(job_id)
+            if old is None or old.version != expected_version or held is None \
+                    or held[1] is None or held[1] >= now:
+                return False
+            self._rows[job_id] = StoredSession(job_id, old.version + 1, data, old.created,
+                                               self._clock())
+            self._leases[job_id] = (held[0], None)
+            return True
+
+    def expired_ids(self, now: float) -> list[str]:
+        with self._lock:
+            return sorted(i for i, (_, until) in self._leases.items()
+                          if until is not None and until < now and i in self._rows)
 
     def close(self) -> None:
         """Nothing to release; present for the protocol."""
@@ -285,6 +329,13 @@ class SQLiteSessionStore:
                 "version INTEGER NOT NULL, data TEXT NOT NULL, "
                 "created REAL NOT NULL, updated REAL NOT NULL)"
             )
+            # Migration 1 -> 2 (inside this BEGIN IMMEDIATE, so once across processes):
+            # a job's owning replica and lease expiry. Sessions leave them NULL.
+            cols = {r[1] for r in conn.execute("PRAGMA table_info(sessions)")}
+            if "owner" not in cols:
+                conn.execute("ALTER TABLE sessions ADD COLUMN owner TEXT")
+            if "lease_until" not in cols:
+                conn.execute("ALTER TABLE sessions ADD COLUMN lease_until REAL")
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
         try:
@@ -370,6 +421,45 @@ class SQLiteSessionStore:
 
     def list_ids(self) -> list[str]:
         rows = self._connect().execute("SELECT id FROM sessions ORDER BY id").fetchall()
+        return [r[0] for r in rows]
+
+    # Job leases (see `cdr.gateway.job_store`): each is one statement, atomic against
+    # every other process of this file.
+
+    def take_lease(self, job_id: str, owner: str, until: float) -> bool:
+        """Become the job's owner until `until` (False: it has one, or does not exist)."""
+        _check(job_id)
+        return self._write(lambda conn: conn.execute(
+            "UPDATE sessions SET owner = ?, lease_until = ? WHERE id = ? AND owner IS NULL",
+            (owner, until, job_id)).rowcount > 0)
+
+    def renew_lease(self, job_id: str, owner: str, until: float | None) -> bool:
+        """Extend (or, `until=None`, release) a lease this owner still holds."""
+        _check(job_id)
+        return self._write(lambda conn: conn.execute(
+            "UPDATE sessions SET lease_until = ? WHERE id = ? AND owner = ? "
+            "AND lease_until IS NOT NULL", (until, job_id, owner)).rowcount > 0)
+
+    def lease_of(self, job_id: str) -> tuple[str, float | None] | None:
+        _check(job_id)
+        row = self._connect().execute(
+            "SELECT owner, lease_until FROM sessions WHERE id = ? AND owner IS NOT NULL",
+            (job_id,)).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def expire_lease(self, job_id: str, expected_version: int, data: str, now: float) -> bool:
+        """Write `data` and end the lease, only if the row is still at `expected_version`
+        and its lease ran out before `now` (a renewal in between wins)."""
+        _check(job_id, data)
+        stamp = self._clock()
+        return self._write(lambda conn: conn.execute(
+            "UPDATE sessions SET data = ?, version = version + 1, updated = ?, "
+            "lease_until = NULL WHERE id = ? AND version = ? AND lease_until < ?",
+            (data, stamp, job_id, expected_version, now)).rowcount > 0)
+
+    def expired_ids(self, now: float) -> list[str]:
+        rows = self._connect().execute(
+            "SELECT id FROM sessions WHERE lease_until < ? ORDER BY id", (now,)).fetchall()
         return [r[0] for r in rows]
 
     def close(self) -> None:

@@ -9,7 +9,8 @@ so the routes and the contract tests do not know which store they run on.
 Tables (created, or migrated forward, on open; `cdr_schema_version` records how far):
 
     cdr_sessions(id text primary key, version bigint, data bytea, created float8, updated float8)
-    cdr_jobs    (same columns)     -- upload jobs, so every replica can answer GET /v1/ckf/jobs
+    cdr_jobs    (same columns, + owner text, lease_until float8)  -- upload jobs, so every
+                replica can answer GET /v1/ckf/jobs; the lease says which replica runs one
     cdr_schema_version(version int)
 
 `data` is the session's JSON text stored as UTF-8 bytes, not `jsonb`: the contract says the
@@ -37,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from cdr.errors import InvalidInputError, NotFoundError
 from cdr.gateway.session_store import (
@@ -49,7 +50,7 @@ from cdr.gateway.session_store import (
 
 __all__ = ["POSTGRES_SCHEMA_VERSION", "PostgresSessionStore", "is_postgres_url"]
 
-POSTGRES_SCHEMA_VERSION = 1
+POSTGRES_SCHEMA_VERSION = 2
 SESSIONS_TABLE = "cdr_sessions"
 JOBS_TABLE = "cdr_jobs"
 _TABLES = (SESSIONS_TABLE, JOBS_TABLE)
@@ -61,8 +62,22 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "updated double precision NOT NULL)"
         for t in _TABLES
     ),
+    # 2: a job's owning replica and lease expiry (see `cdr.gateway.job_store`).
+    (
+        f"ALTER TABLE {JOBS_TABLE} ADD COLUMN IF NOT EXISTS owner text",
+        f"ALTER TABLE {JOBS_TABLE} ADD COLUMN IF NOT EXISTS lease_until double precision",
+        f"CREATE INDEX IF NOT EXISTS {JOBS_TABLE}_lease ON {JOBS_TABLE} (lease_until) "
+        "WHERE lease_until IS NOT NULL",
+    ),
 )
 _ADVISORY_KEY = 0x6364725F73746F72  # "cdr_stor": serialises migrations across replicas
+
+
+_R = TypeVar("_R")
+
+
+def _changed(cursor: Any) -> bool:
+    return bool(cursor.rowcount > 0)
 
 
 def is_postgres_url(value: object) -> bool:
@@ -305,6 +320,47 @@ class PostgresSessionStore:
         with self._shared.connection() as conn:
             rows = conn.execute(f'SELECT id FROM {self._table} ORDER BY id COLLATE "C"')
             return [r[0] for r in rows.fetchall()]
+
+    # Job leases (see `cdr.gateway.job_store`), on the jobs table only; each is one
+    # statement, atomic against every replica.
+
+    def _lease_sql(self, sql: str, args: tuple[Any, ...],
+                   read: Callable[[Any], _R]) -> _R:
+        """Run one lease statement and `read` its cursor while the connection is ours."""
+        if self._table != JOBS_TABLE:
+            raise InvalidInputError("leases are kept for upload jobs only")
+        with self._shared.connection() as conn:
+            return read(conn.execute(sql.format(t=self._table), args))
+
+    def take_lease(self, job_id: str, owner: str, until: float) -> bool:
+        _check(job_id)
+        return bool(self._lease_sql(
+            "UPDATE {t} SET owner = %s, lease_until = %s WHERE id = %s AND owner IS NULL",
+            (owner, until, job_id), _changed))
+
+    def renew_lease(self, job_id: str, owner: str, until: float | None) -> bool:
+        _check(job_id)
+        return bool(self._lease_sql(
+            "UPDATE {t} SET lease_until = %s WHERE id = %s AND owner = %s "
+            "AND lease_until IS NOT NULL", (until, job_id, owner), _changed))
+
+    def lease_of(self, job_id: str) -> tuple[str, float | None] | None:
+        _check(job_id)
+        row = self._lease_sql("SELECT owner, lease_until FROM {t} WHERE id = %s "
+                              "AND owner IS NOT NULL", (job_id,), lambda c: c.fetchone())
+        return None if row is None else (row[0], None if row[1] is None else float(row[1]))
+
+    def expire_lease(self, job_id: str, expected_version: int, data: str, now: float) -> bool:
+        _check(job_id, data)
+        return bool(self._lease_sql(
+            "UPDATE {t} SET data = %s, version = version + 1, updated = %s, "
+            "lease_until = NULL WHERE id = %s AND version = %s AND lease_until < %s",
+            (data.encode("utf-8"), self._clock(), job_id, expected_version, now), _changed))
+
+    def expired_ids(self, now: float) -> list[str]:
+        rows = self._lease_sql('SELECT id FROM {t} WHERE lease_until < %s ORDER BY id '
+                               'COLLATE "C"', (now,), lambda c: c.fetchall())
+        return [r[0] for r in rows]
 
     def close(self) -> None:
         """Close the pool (the owner only); the store is unusable afterwards."""

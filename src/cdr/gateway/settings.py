@@ -12,9 +12,9 @@ import secrets
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, PrivateAttr, SecretStr, ValidationError, model_validator
+from pydantic import Field, PlainValidator, PrivateAttr, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cdr.errors import InvalidInputError
@@ -47,6 +47,29 @@ class PostgresUrl(str):
         return core_schema.no_info_plain_validator_function(check)
 
 
+class RayIndexUrl(str):
+    """`CDR_CKF` when it is a `ray://HOST:PORT/ABS_PATH` address, as checked by the one
+    parser (`cdr.ray_index.parse_address`); the settings then hold its directory in `ckf`
+    and the address in `ray_address`."""
+
+
+def _ckf_location(value: Any) -> Path | None:
+    """A ray:// string is an address or an error, never a relative directory named 'ray:';
+    anything else is a path."""
+    from cdr.ray_index import is_ray_address, parse_address
+
+    if value is None:
+        return None
+    if isinstance(value, str) and is_ray_address(value):
+        try:
+            return RayIndexUrl(str(parse_address(value)))  # type: ignore[return-value]
+        except InvalidInputError as exc:
+            raise ValueError(str(exc)) from None
+    if isinstance(value, str | os.PathLike):
+        return Path(value)
+    raise ValueError(f"want a directory or a ray:// address, not {type(value).__name__}")
+
+
 class GatewaySettings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="CDR_",
@@ -56,7 +79,8 @@ class GatewaySettings(BaseSettings):
         extra="ignore",
     )
 
-    ckf: Path | None = None
+    # A CKF directory, or a shard set served by Ray (`ray://HOST:PORT/ABS_PATH`).
+    ckf: Annotated[Path | None, PlainValidator(_ckf_location)] = None
     writer: Literal["extractive", "openai", "anthropic", "local"] = "extractive"
     llm_base_url: str | None = None
     llm_model: str | None = None
@@ -75,13 +99,24 @@ class GatewaySettings(BaseSettings):
     api_keys: SecretStr | None = None
     # Deadline for a request's headers, and for its whole body once the headers are in.
     read_timeout_seconds: float = Field(15.0, gt=0, le=3600)
+    # How long an idle keep-alive connection stays open. Longer than the 5 s that httpx (and
+    # so the `openai` package) keeps an idle connection: when both sides use 5 s, a busy
+    # server closes the socket just as the client reuses it, and the client's POST fails with
+    # "connection reset by peer" (seen in the 50-session concurrency test under load).
+    keepalive_seconds: float = Field(30.0, gt=0, le=3600)
     # Request line plus headers; larger is answered 431.
     max_header_bytes: int = Field(32_768, ge=1024, le=1 << 20)
     # `--ckf ray://...`: how long a request waits for a dead shard actor to come back
     # before it fails with a 503 naming the shard.
     ray_retry_seconds: float = Field(60.0, gt=0, le=3600)
+    # An upload job's lease: a replica killed mid-job has its jobs marked failed this long
+    # after its last renewal (renewed every third of it).
+    job_lease_seconds: float = Field(30.0, ge=1, le=3600)
+    # Facts per committed batch of an upload job (what a killed replica can lose at most).
+    upload_commit_facts: int = Field(256, ge=1, le=100_000)
 
     _dev_secret: str | None = PrivateAttr(default=None)
+    _ray_address: str | None = PrivateAttr(default=None)
 
     def __init__(self, **values: Any) -> None:
         """`CDR_CONFIG` names the env file; a named file that does not exist is an error
@@ -95,7 +130,14 @@ class GatewaySettings(BaseSettings):
     @model_validator(mode="after")
     def _default_session_db(self) -> GatewaySettings:
         """Sessions live beside the CKF so one directory is the whole deployment's state; in
-        dev without a CKF, a fresh temp path (sessions then end with the process's tmp)."""
+        dev without a CKF, a fresh temp path (sessions then end with the process's tmp).
+        A Ray address leaves its shard-set directory in `ckf` (what every path default and
+        check below wants) and itself in `ray_address`."""
+        if isinstance(self.ckf, RayIndexUrl):
+            from cdr.ray_index import parse_address
+
+            self._ray_address = str(self.ckf)
+            self.ckf = parse_address(self._ray_address).path
         if self.session_db is None:
             if self.ckf is not None:
                 self.session_db = self.ckf / SESSION_DB_NAME
@@ -103,6 +145,12 @@ class GatewaySettings(BaseSettings):
                 name = f"cdr-sessions-{os.getpid()}-{uuid.uuid4().hex[:12]}.sqlite3"
                 self.session_db = Path(tempfile.gettempdir()) / name
         return self
+
+    @property
+    def ray_address(self) -> str | None:
+        """`ray://HOST:PORT/ABS_PATH` when `CDR_CKF` (or `--ckf`) named a Ray-served shard
+        set, else None (a local CKF directory)."""
+        return self._ray_address
 
     def validate_for_serving(self) -> GatewaySettings:
         """Refuse to serve on a configuration that would be insecure or fail at first use."""
@@ -190,7 +238,9 @@ def load_settings(**overrides: Any) -> GatewaySettings:
         name = f"CDR_{field.upper()}" if field else "configuration"
         value = os.environ.get(name)
         # Never echo a value that may hold a credential (keys, secrets, a database URL).
-        private = any(w in field for w in ("secret", "key", "db", "url"))
+        # CDR_CKF too: its parser names the problem, and an address may hold one by mistake.
+        private = any(w in field for w in ("secret", "key", "db", "url", "ckf"))
         shown = "" if value is None or private else f"={value!r}"
         more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-        raise GatewayConfigError(f"{name}{shown}: {first['msg']}{more}") from None
+        msg = str(first["msg"]).removeprefix("Value error, ")
+        raise GatewayConfigError(f"{name}{shown}: {msg}{more}") from None

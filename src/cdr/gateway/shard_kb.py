@@ -1,28 +1,37 @@
 """The gateway's view of a shard set served by Ray (`cdr serve --ckf ray://HOST:PORT/PATH`).
 
-The same reader interface as `ckf_snapshots.KnowledgeBase` (current, latest, is_empty, warm,
-start_watching, close), over one `RayShardedIndex`: the index is one committed state of every
-shard (a shard whose generation changes is refused by it), so request handlers take it once
-per request exactly as they take a local snapshot, and the selection cache, keyed by the
-index's generation, stays correct.
+The same reader/writer interface as `ckf_snapshots.KnowledgeBase` (current, latest, is_empty,
+warm, reload, start_watching, submit, route, close), over a `RayShardedIndex`: the index is
+one committed state of every shard, so request handlers take it once per request exactly as
+they take a local snapshot, and the selection cache, keyed by the index's generation, stays
+correct.
 
-Writes are not routed yet: an upload would have to go to the shard that owns the document
-(`cdr.shardset.shard_of`) and the index reopened on the new generations. Until then every
-write refuses with a 501 JSON error that names the command that does it (`cdr ingest
---shards`), rather than writing somewhere the readers never look.
+Following changes: a watcher thread asks the actors to `refresh` (each maps its shard's newest
+state if it changed: an upload through any replica, or `cdr ingest --shards` from outside)
+and, if any generation moved, opens a new index on the same actors, warms it and swaps it in.
+Requests still holding the old index finish on it: the actors keep the last few states
+mapped (`shard_server.KEEP_GENERATIONS`).
+
+Writes: an upload's documents go to the shard `shardset.shard_of(source, S)` names — the
+placement of `cdr ingest --shards` — and are ingested there by this process with the ordinary
+CKF writer (same batches, same crash safety, the CKF's file lock against other writers), on
+one writer thread; then the index is reloaded before the job says it succeeded. This needs
+the shard set's directory on this machine (one machine or a shared file system, as the actors
+need it). A delete finds the document in its owning shard (by source), or shard by shard (by
+id).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from concurrent.futures import Future
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
-
-from cdr.gateway.errors import ApiError
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
+    from cdr.ckf.handle import CKF
     from cdr.factindex import FactIndex
 
 log = logging.getLogger("cdr.gateway")
@@ -38,39 +47,44 @@ def index_root(index: Any) -> Path:
     return parse_address(where).path if is_ray_address(where) else Path(where)
 
 
-def shard_set_read_only(address: str) -> ApiError:
-    """The refusal every CKF write on a shard set gets (501: not implemented for this
-    backend, the request itself is fine)."""
-    return ApiError(
-        501, f"the gateway serves the shard set {address} read-only: add or delete documents "
-        "with `cdr ingest PATH --shards N --ckf DIR` (or `cdr ingest --ray ...`) on the shard "
-        "set's directory and restart the gateway (README, Deployment)",
-        code="shard_set_read_only")
-
-
 class ShardSetKnowledgeBase:
-    """Holds the Ray-served index of one shard set; refuses writes (see module doc)."""
+    """Holds the current Ray-served index of one shard set (see module doc)."""
 
-    def __init__(self, index: Any, root: Path) -> None:
+    def __init__(self, index: Any, root: Path, watch_seconds: float = 1.0) -> None:
+        from cdr.shardset import read_manifest
+
         self._index = index
         self.address = str(index.path)
         self.path = root  # the shard set's directory: where sessions default to
-        self._empty: bool | None = None
+        self._set = read_manifest(root)
+        self._empty_of: tuple[Any, bool] | None = None
+        self._lock = threading.Lock()
+        self._writers: dict[int, CKF] = {}
+        self._writes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdr-shard-writer")
+        self._stop = threading.Event()
+        self._watcher: threading.Thread | None = None
+        self._watch_seconds = watch_seconds
+
+    # ------------------------------------------------------------------ readers
 
     def current(self) -> FactIndex:
-        return self._index
+        return self._index  # type: ignore[no-any-return]
 
     def latest(self) -> FactIndex:
-        return self._index
+        """`current()` after catching up with the shards now (views of the CKF itself)."""
+        self.reload()
+        return self._index  # type: ignore[no-any-return]
 
     @staticmethod
     def is_empty(snapshot: FactIndex | None) -> bool:
         return snapshot is None or not bool(snapshot.active.any())
 
     def current_is_empty(self) -> bool:
-        if self._empty is None:
-            self._empty = self.is_empty(self._index)
-        return self._empty
+        index = self._index
+        cached = self._empty_of
+        if cached is None or cached[0] is not index:
+            cached = self._empty_of = (index, self.is_empty(index))
+        return cached[1]
 
     def warm(self) -> None:
         """Load the embedding model and build the n-gram index before the first request."""
@@ -78,27 +92,103 @@ class ShardSetKnowledgeBase:
         _ = self._index.ngram_index
 
     def reload(self) -> bool:
-        return False
+        """Have the actors map their shards' newest states; if any moved, swap in a warmed
+        index on them. True if it changed."""
+        with self._lock:
+            old = self._index
+            if old.refresh() == old.generations:
+                return False
+            fresh = old.reopened()
+            _ = fresh.ngram_index  # build before readers see it
+            self._index = fresh  # the old one keeps serving requests that hold it
+            log.info("shard set %s: now at generations %s (%d active facts)", self.address,
+                     fresh.generations, int(fresh.active.sum()))
+            return True
 
     def start_watching(self) -> None:
-        """Nothing to watch: the index is one state of the shards until the gateway restarts."""
+        if self._watcher is None:
+            self._watcher = threading.Thread(target=self._watch, name="cdr-shard-watch",
+                                             daemon=True)
+            self._watcher.start()
 
-    def check_writable(self) -> NoReturn:
-        """Called by write routes before they read the request body."""
-        self._refuse()
+    def _watch(self) -> None:
+        while not self._stop.wait(self._watch_seconds):
+            try:
+                self.reload()
+            except Exception:
+                log.exception("shard watcher: could not refresh %s", self.address)
 
-    def _refuse(self) -> NoReturn:
-        raise shard_set_read_only(self.address)
+    # ------------------------------------------------------------------ writers
 
-    def writer(self) -> NoReturn:
-        self._refuse()
+    def check_writable(self) -> None:
+        """Writes go to the owning shard's directory (see module doc)."""
+
+    def _writer(self, shard: int) -> CKF:
+        """Shard `shard`'s CKF writer (writer thread only; opened on first use)."""
+        if shard not in self._writers:
+            from cdr.ckf.handle import CKF
+
+            self._writers[shard] = CKF.open(self._set.paths[shard])
+        return self._writers[shard]
+
+    def writer(self) -> CKF:
+        """There is no single writer: uploads are split by `route`."""
+        raise NotImplementedError("a shard set has one writer per shard; use route()")
+
+    def route(self, sources: Sequence[str]) -> list[tuple[CKF, list[int]]]:
+        """(the owning shard's writer, positions in `sources`) per shard that owns any —
+        the placement `cdr ingest --shards` uses. Writer thread only."""
+        from cdr.shardset import shard_of
+
+        groups: dict[int, list[int]] = {}
+        for pos, source in enumerate(sources):
+            groups.setdefault(shard_of(source, self._set.n_shards), []).append(pos)
+        out = []
+        for i in sorted(groups):
+            ckf = self._writer(i)
+            ckf.refresh()  # another replica or `cdr ingest --shards` may have written
+            out.append((ckf, groups[i]))
+        return out
 
     def submit(self, fn: Callable[[], _T]) -> Future[_T]:
-        self._refuse()
+        """Run `fn()` on the single writer thread, then follow the shards' new states."""
 
-    def submit_write(self, fn: Callable[[Any], _T]) -> Future[_T]:
-        self._refuse()
+        def run() -> _T:
+            try:
+                return fn()
+            finally:
+                self.reload()
+
+        return self._writes.submit(run)
+
+    def delete_document(self, doc: str) -> Future[tuple[str, int]]:
+        """Delete `doc` (id or source) from its shard on the writer thread: (doc id, facts
+        removed); `NotFoundError` if no shard holds it."""
+        from cdr.shardset import shard_of
+
+        def run() -> tuple[str, int]:
+            from cdr.errors import NotFoundError
+
+            owner = shard_of(doc, self._set.n_shards)
+            for i in [owner] + [j for j in range(self._set.n_shards) if j != owner]:
+                ckf = self._writer(i)
+                ckf.refresh()
+                try:
+                    found = ckf.document(doc)
+                except (NotFoundError, ValueError, OSError):
+                    continue
+                return str(found["doc_id"]), ckf.delete_document(found["doc_id"])
+            raise NotFoundError(f"no document {doc!r} in the CKF")
+
+        return self.submit(run)
 
     def close(self) -> None:
-        """Forget the actors; they are detached and keep serving other drivers."""
+        """Stop watching and writing; forget the actors (detached: they keep serving other
+        drivers)."""
+        self._stop.set()
+        self._writes.shutdown(wait=True, cancel_futures=False)
+        if self._watcher is not None:
+            self._watcher.join(timeout=5)
+        for ckf in self._writers.values():
+            ckf.close()
         self._index.close()

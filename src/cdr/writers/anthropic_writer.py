@@ -8,16 +8,15 @@ words so the loop reads one vocabulary.
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from cdr.errors import InvalidInputError, UpstreamError
 from cdr.writers.base import (
-    DeltaCallback,
     HttpChatWriter,
-    TransientError,
+    Pieces,
+    StreamState,
     WriterResult,
     int_fields,
     loads_object,
@@ -35,18 +34,6 @@ FINISH_REASONS = {
 }
 
 
-def _usage(raw: Any) -> dict[str, int]:
-    counts = int_fields(raw)
-    usage = {k: v for k, v in counts.items() if k.startswith("cache_")}
-    if "input_tokens" in counts:
-        usage["prompt_tokens"] = counts["input_tokens"]
-    if "output_tokens" in counts:
-        usage["completion_tokens"] = counts["output_tokens"]
-    if "prompt_tokens" in usage and "completion_tokens" in usage:
-        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-    return usage
-
-
 class AnthropicWriter(HttpChatWriter):
     """POSTs to `{base_url}/v1/messages`.
 
@@ -56,6 +43,11 @@ class AnthropicWriter(HttpChatWriter):
     """
 
     name = "anthropic"
+    path = "/v1/messages"
+    api_key_env = API_KEY_ENV
+    default_finish = "end_turn"
+    finish_reasons = FINISH_REASONS
+    stream_end = "message_stop"
 
     def __init__(
         self,
@@ -71,33 +63,31 @@ class AnthropicWriter(HttpChatWriter):
         max_backoff: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        if not isinstance(model, str) or not model.strip():
-            raise InvalidInputError("anthropic writer: model must be a non-empty string")
-        if not isinstance(base_url, str) or not base_url.strip():
-            raise InvalidInputError("anthropic writer: base_url must be a non-empty URL")
-        key = api_key or next((os.environ[v] for v in API_KEY_ENV if os.environ.get(v)), None)
-        if not key:
+        super().__init__(model=model, base_url=base_url, api_key=api_key,
+                         temperature=temperature, timeout=timeout, max_retries=max_retries,
+                         backoff=backoff, max_backoff=max_backoff, stream=stream, sleep=sleep)
+
+    def _headers(self, api_key: str | None) -> dict[str, str]:
+        if not api_key:
             raise InvalidInputError(
-                "anthropic writer: no API key; pass api_key or set "
-                + " or ".join(API_KEY_ENV)
+                "anthropic writer: no API key; pass api_key or set " + " or ".join(API_KEY_ENV)
             )
-        self.model = model
-        self.temperature = temperature
-        self.base_url = base_url.strip().rstrip("/")
-        super().__init__(
-            url=f"{self.base_url}/v1/messages",
-            headers={
-                "x-api-key": key,
-                "anthropic-version": ANTHROPIC_VERSION,
-                "accept": "application/json, text/event-stream",
-            },
-            timeout=timeout,
-            max_retries=max_retries,
-            backoff=backoff,
-            max_backoff=max_backoff,
-            stream=stream,
-            sleep=sleep,
-        )
+        return {
+            "x-api-key": api_key,
+            "anthropic-version": ANTHROPIC_VERSION,
+            "accept": "application/json, text/event-stream",
+        }
+
+    def _usage(self, raw: Any) -> dict[str, int]:
+        counts = int_fields(raw)
+        usage = {k: v for k, v in counts.items() if k.startswith("cache_")}
+        if "input_tokens" in counts:
+            usage["prompt_tokens"] = counts["input_tokens"]
+        if "output_tokens" in counts:
+            usage["completion_tokens"] = counts["output_tokens"]
+        if "prompt_tokens" in usage and "completion_tokens" in usage:
+            usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        return usage
 
     def _payload(self, messages: list[dict[str, str]], max_tokens: int) -> dict[str, Any]:
         system = [m["content"] for m in messages if m["role"] == "system"]
@@ -129,45 +119,23 @@ class AnthropicWriter(HttpChatWriter):
             for block in content
             if isinstance(block, dict) and block.get("type") == "text"
         )
-        stop = body.get("stop_reason") or "end_turn"
-        return WriterResult(
-            text=text,
-            finish_reason=FINISH_REASONS.get(stop, stop),
-            usage=_usage(body.get("usage")),
-        )
+        return self._result(text, body.get("stop_reason"), body.get("usage"))
 
-    def _parse_stream(
-        self, events: Iterator[tuple[str, str]], emit: DeltaCallback
-    ) -> WriterResult:
-        pieces: list[str] = []
-        stop: str | None = None
-        raw_usage: dict[str, int] = {}
-        done = False
-        for _event, data in events:
-            event = loads_object(data, f"{self.name} writer: stream event")
-            kind = event.get("type")
-            if kind == "message_start":
-                message = event.get("message") or {}
-                raw_usage.update(int_fields(message.get("usage")))
-            elif kind == "content_block_delta":
-                delta = event.get("delta") or {}
-                piece = delta.get("text") if delta.get("type") == "text_delta" else None
-                if isinstance(piece, str) and piece:
-                    pieces.append(piece)
-                    emit(piece)
-            elif kind == "message_delta":
-                stop = (event.get("delta") or {}).get("stop_reason") or stop
-                raw_usage.update(int_fields(event.get("usage")))  # output_tokens: cumulative
-            elif kind == "message_stop":
-                done = True
-                break
-            elif kind == "error":
-                raise mid_stream_error(self.url, event.get("error") or {})
-        if not done and stop is None:
-            raise TransientError(f"{self.url} stream ended before message_stop", None)
-        stop = stop or "end_turn"
-        return WriterResult(
-            text="".join(pieces),
-            finish_reason=FINISH_REASONS.get(stop, stop),
-            usage=_usage(raw_usage),
-        )
+    def _read_event(self, data: str, state: StreamState, emit: Pieces) -> None:
+        event = loads_object(data, f"{self.name} writer: stream event")
+        kind = event.get("type")
+        if kind == "message_start":
+            message = event.get("message") or {}
+            state.usage.update(int_fields(message.get("usage")))
+        elif kind == "content_block_delta":
+            delta = event.get("delta") or {}
+            piece = delta.get("text") if delta.get("type") == "text_delta" else None
+            if isinstance(piece, str):
+                emit(piece)
+        elif kind == "message_delta":
+            state.finish = (event.get("delta") or {}).get("stop_reason") or state.finish
+            state.usage.update(int_fields(event.get("usage")))  # output_tokens: cumulative
+        elif kind == "message_stop":
+            state.done = True
+        elif kind == "error":
+            raise mid_stream_error(self.url, event.get("error") or {})

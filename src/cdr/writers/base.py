@@ -1,18 +1,22 @@
 """The writer contract, and the HTTP plumbing the LLM writers share.
 
 Every writer takes OpenAI-style chat messages and returns text, a finish reason and token
-usage, so the window loop never cares who wrote a window. The LLM writers are built on
+usage, so the window loop never cares who wrote a window. The model-backed writers are built
+on `WriterBase` (request checks; usage estimated where none came; a token-limited text cut back
+to complete paragraphs) and hand text on through `Pieces`. The HTTP ones are built on
 `HttpChatWriter`, which owns what all chat APIs share and what is easy to get wrong: retries
 with backoff that honour `Retry-After`, never retrying once text has been handed to the caller
-(a retry would duplicate it), and errors that carry the upstream status and body.
+(a retry would duplicate it), the stream's bookkeeping, and errors that carry the upstream
+status and body; each provider's module keeps only its wire format.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import httpx
 
@@ -87,6 +91,53 @@ class StreamInterruptedError(UpstreamError):
     def __init__(self, message: str, status: int | None, partial_text: str) -> None:
         self.partial_text = partial_text
         super().__init__(message, status)
+
+
+class Pieces:
+    """The text one attempt has handed on: each non-empty piece goes to `on_delta` the moment
+    it arrives and is kept, so that a later failure knows what the caller already has (and
+    must not be given again) and a finished stream's text is exactly what was delivered."""
+
+    def __init__(self, on_delta: DeltaCallback | None) -> None:
+        self.parts: list[str] = []
+        self._on_delta = on_delta
+
+    def __call__(self, piece: str) -> None:
+        if piece:
+            self.parts.append(piece)
+            if self._on_delta is not None:
+                self._on_delta(piece)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+class WriterBase:
+    """What every model-backed writer does around its own generation: refuse a bad request
+    before any work, then finish the result the same way (usage the model did not report is
+    estimated; a token-limited text is cut back to complete paragraphs). Subclasses write
+    `_generate`, which hands its text piece by piece to `emit`."""
+
+    name = "writer"
+
+    def generate(
+        self,
+        messages: list[dict[str, str]],
+        max_tokens: int,
+        *,
+        on_delta: DeltaCallback | None = None,
+    ) -> WriterResult:
+        """Write at most `max_tokens` tokens (the `Writer` protocol)."""
+        check_request(messages, max_tokens)
+        result = self._generate(messages, max_tokens, on_delta)
+        result.usage = complete_usage(result.usage, messages, result.text)
+        return trim_truncated(result)
+
+    def _generate(
+        self, messages: list[dict[str, str]], max_tokens: int, on_delta: DeltaCallback | None
+    ) -> WriterResult:
+        raise NotImplementedError
 
 
 def check_request(messages: list[dict[str, str]], max_tokens: int) -> None:
@@ -203,8 +254,24 @@ class TransientError(Exception):
         super().__init__(message)
 
 
-class HttpChatWriter:
-    """Retry loop and transport for chat APIs; subclasses say how to build and parse.
+def api_key_from(api_key: str | None, env: tuple[str, ...]) -> str | None:
+    """`api_key`, else the first of the `env` variables that is set and not empty."""
+    return api_key or next((os.environ[v] for v in env if os.environ.get(v)), None)
+
+
+@dataclass
+class StreamState:
+    """What a chat stream has said so far besides its text; a provider's `_read_event` fills
+    it in, and `done` says the stream's own end marker has arrived."""
+
+    finish: str | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+    done: bool = False
+
+
+class HttpChatWriter(WriterBase):
+    """Retry loop, transport and stream bookkeeping for chat APIs; subclasses say how to build
+    a request and read a response or stream event, in their provider's wire format.
 
     `timeout` bounds each network wait (connect, each read): a stream that keeps sending is
     never cut, one that stalls for `timeout` seconds is. `max_retries` extra attempts follow a
@@ -214,12 +281,22 @@ class HttpChatWriter:
     """
 
     name = "http"
+    # The provider's words, as data: the endpoint below base_url, the environment variables
+    # that may hold its key, the finish reason it means when it names none, its finish
+    # reasons in OpenAI's words (others pass through), and the event that ends a stream.
+    path = ""
+    api_key_env: tuple[str, ...] = ()
+    default_finish = "stop"
+    finish_reasons: ClassVar[Mapping[str, str]] = {}
+    stream_end = "finishing"
 
     def __init__(
         self,
         *,
-        url: str,
-        headers: dict[str, str],
+        model: str,
+        base_url: str,
+        api_key: str | None,
+        temperature: float | None,
         timeout: float,
         max_retries: int,
         backoff: float,
@@ -227,6 +304,15 @@ class HttpChatWriter:
         stream: bool,
         sleep: Callable[[float], None],
     ) -> None:
+        if not isinstance(model, str) or not model.strip():
+            raise InvalidInputError(f"{self.name} writer: model must be a non-empty string")
+        if not isinstance(base_url, str) or not base_url.strip():
+            raise InvalidInputError(f"{self.name} writer: base_url must be a non-empty URL")
+        headers = self._headers(api_key_from(api_key, self.api_key_env))
+        self.model = model
+        self.temperature = temperature
+        self.base_url = base_url.strip().rstrip("/")
+        url = f"{self.base_url}{self.path}"
         if not url.startswith(("http://", "https://")):
             raise InvalidInputError(
                 f"{self.name} writer: base URL must start with http:// or https://, got {url!r}"
@@ -248,7 +334,10 @@ class HttpChatWriter:
         self._sleep = sleep
         self._client = httpx.Client(timeout=self.timeout, headers=headers)
 
-    # -- subclass hooks -------------------------------------------------------------------
+    # -- subclass hooks: the provider's wire format ---------------------------------------
+
+    def _headers(self, api_key: str | None) -> dict[str, str]:
+        raise NotImplementedError
 
     def _payload(self, messages: list[dict[str, str]], max_tokens: int) -> dict[str, Any]:
         raise NotImplementedError
@@ -256,12 +345,34 @@ class HttpChatWriter:
     def _parse_body(self, body: dict[str, Any]) -> WriterResult:
         raise NotImplementedError
 
-    def _parse_stream(
-        self, events: Iterator[tuple[str, str]], emit: DeltaCallback
-    ) -> WriterResult:
+    def _read_event(self, data: str, state: StreamState, emit: Pieces) -> None:
+        """Take one stream event's data: text to `emit`, the rest into `state`."""
         raise NotImplementedError
 
-    # -- the loop -------------------------------------------------------------------------
+    def _usage(self, raw: Any) -> dict[str, int]:
+        """The provider's usage object in OpenAI's names."""
+        return int_fields(raw)
+
+    # -- shared -----------------------------------------------------------------------------
+
+    def _result(self, text: str, finish: str | None, usage: Any) -> WriterResult:
+        """A reply in OpenAI's vocabulary, whether it came whole or streamed."""
+        finish = finish or self.default_finish
+        return WriterResult(
+            text=text,
+            finish_reason=self.finish_reasons.get(finish, finish),
+            usage=self._usage(usage),
+        )
+
+    def _parse_stream(self, events: Iterator[tuple[str, str]], emit: Pieces) -> WriterResult:
+        state = StreamState()
+        for _event, data in events:
+            self._read_event(data, state, emit)
+            if state.done:
+                break
+        if not state.done and state.finish is None:
+            raise TransientError(f"{self.url} stream ended before {self.stream_end}", None)
+        return self._result(emit.text, state.finish, state.usage)
 
     def close(self) -> None:
         self._client.close()
@@ -272,42 +383,27 @@ class HttpChatWriter:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def generate(
-        self,
-        messages: list[dict[str, str]],
-        max_tokens: int,
-        *,
-        on_delta: DeltaCallback | None = None,
+    def _generate(
+        self, messages: list[dict[str, str]], max_tokens: int, on_delta: DeltaCallback | None
     ) -> WriterResult:
-        check_request(messages, max_tokens)
         payload = self._payload(messages, max_tokens)
         attempts = self.max_retries + 1
         last: TransientError | None = None
         for attempt in range(attempts):
-            emitted: list[str] = []
-
-            def emit(piece: str, emitted: list[str] = emitted) -> None:
-                if piece:
-                    emitted.append(piece)
-                    if on_delta is not None:
-                        on_delta(piece)
-
+            emit = Pieces(on_delta)
             try:
-                result = self._attempt(payload, emit)
+                return self._attempt(payload, emit)
             except TransientError as err:
-                if emitted:
+                if emit.parts:
                     raise StreamInterruptedError(
-                        f"{self.name} writer: {err.message}, after {len(emitted)} pieces of "
+                        f"{self.name} writer: {err.message}, after {len(emit.parts)} pieces of "
                         "text were already delivered (not retried)",
                         err.status,
-                        "".join(emitted),
+                        emit.text,
                     ) from None
                 last = err
                 if attempt + 1 < attempts:
                     self._sleep(self._delay(attempt, err.retry_after))
-                continue
-            result.usage = complete_usage(result.usage, messages, result.text)
-            return trim_truncated(result)
         assert last is not None
         raise UpstreamError(
             f"{self.name} writer: {last.message} (gave up after {attempts} attempt"
@@ -318,7 +414,7 @@ class HttpChatWriter:
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         return backoff_delay(attempt, self.backoff, self.max_backoff, retry_after)
 
-    def _attempt(self, payload: dict[str, Any], emit: DeltaCallback) -> WriterResult:
+    def _attempt(self, payload: dict[str, Any], emit: Pieces) -> WriterResult:
         try:
             if self.stream:
                 with self._client.stream("POST", self.url, json=payload) as response:
@@ -345,7 +441,7 @@ class HttpChatWriter:
                 f"connection to {self.url} failed ({type(err).__name__}: {err})", None
             ) from None
 
-    def _whole(self, response: httpx.Response, emit: DeltaCallback) -> WriterResult:
+    def _whole(self, response: httpx.Response, emit: Pieces) -> WriterResult:
         body = loads_object(response.text, f"{self.name} writer: {self.url} response")
         result = self._parse_body(body)
         emit(result.text)

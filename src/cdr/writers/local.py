@@ -20,11 +20,10 @@ from typing import Any
 from cdr.errors import InvalidInputError, UpstreamError
 from cdr.writers.base import (
     DeltaCallback,
+    Pieces,
     StreamInterruptedError,
+    WriterBase,
     WriterResult,
-    check_request,
-    complete_usage,
-    trim_truncated,
 )
 
 DEFAULT_N_CTX = 8192
@@ -63,7 +62,7 @@ def load_model(path: Path, n_ctx: int, n_threads: int) -> Any:
         return _MODELS[key]
 
 
-class LocalWriter:
+class LocalWriter(WriterBase):
     """Writes with a local GGUF chat model. `model_path` defaults to `CDR_LOCAL_MODEL`, else the
     reference model installed by `make llm`; `n_ctx` to `CDR_LOCAL_N_CTX`, else 8192."""
 
@@ -97,17 +96,11 @@ class LocalWriter:
         self.stop = list(stop or [])
         self._llm = load_model(path, self.n_ctx, n_threads or default_threads())
 
-    def generate(
-        self,
-        messages: list[dict[str, str]],
-        max_tokens: int,
-        *,
-        on_delta: DeltaCallback | None = None,
+    def _generate(
+        self, messages: list[dict[str, str]], max_tokens: int, on_delta: DeltaCallback | None
     ) -> WriterResult:
-        check_request(messages, max_tokens)
-        pieces: list[str] = []
+        emit = Pieces(on_delta)
         finish = "stop"
-        usage: dict[str, int] = {}
         with _RUN_LOCK:
             try:
                 prompt_tokens = self._prompt_tokens(messages)
@@ -123,26 +116,20 @@ class LocalWriter:
                     seed=self.seed, stop=self.stop or None, stream=True)
                 for chunk in stream:
                     choice = (chunk.get("choices") or [{}])[0]
-                    piece = (choice.get("delta") or {}).get("content")
-                    if piece:
-                        pieces.append(piece)
-                        if on_delta is not None:
-                            on_delta(piece)
+                    emit((choice.get("delta") or {}).get("content") or "")
                     if choice.get("finish_reason"):
                         finish = choice["finish_reason"]
-                completion = len(self._llm.tokenize("".join(pieces).encode(), add_bos=False))
-                usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
-                         "total_tokens": prompt_tokens + completion}
+                completion = len(self._llm.tokenize(emit.text.encode(), add_bos=False))
             except (InvalidInputError, KeyboardInterrupt):
                 raise
             except Exception as exc:  # llama.cpp raises plain RuntimeError/ValueError
-                text = "".join(pieces)
-                if text:
+                if emit.text:
                     raise StreamInterruptedError(f"local writer failed mid-generation: {exc}",
-                                                 None, text) from None
+                                                 None, emit.text) from None
                 raise UpstreamError(f"local writer failed: {exc}") from None
-        result = WriterResult("".join(pieces), finish, complete_usage(usage, messages, ""))
-        return trim_truncated(result)
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
+                 "total_tokens": prompt_tokens + completion}
+        return WriterResult(emit.text, finish, usage)
 
     def _prompt_tokens(self, messages: list[dict[str, str]]) -> int:
         # The chat template adds a few tokens per message; count content plus that framing.

@@ -8,16 +8,15 @@ dependency out of the core install.
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-from cdr.errors import InvalidInputError, UpstreamError
+from cdr.errors import UpstreamError
 from cdr.writers.base import (
-    DeltaCallback,
     HttpChatWriter,
-    TransientError,
+    Pieces,
+    StreamState,
     WriterResult,
     int_fields,
     loads_object,
@@ -45,6 +44,8 @@ class OpenAIWriter(HttpChatWriter):
     """
 
     name = "openai"
+    path = "/chat/completions"
+    api_key_env = API_KEY_ENV
 
     def __init__(
         self,
@@ -61,28 +62,16 @@ class OpenAIWriter(HttpChatWriter):
         max_tokens_param: str = "max_tokens",
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        if not isinstance(model, str) or not model.strip():
-            raise InvalidInputError("openai writer: model must be a non-empty string")
-        if not isinstance(base_url, str) or not base_url.strip():
-            raise InvalidInputError("openai writer: base_url must be a non-empty URL")
-        key = api_key or next((os.environ[v] for v in API_KEY_ENV if os.environ.get(v)), None)
-        headers = {"accept": "application/json, text/event-stream"}
-        if key:
-            headers["authorization"] = f"Bearer {key}"
-        self.model = model
-        self.temperature = temperature
         self.max_tokens_param = max_tokens_param
-        self.base_url = base_url.strip().rstrip("/")
-        super().__init__(
-            url=f"{self.base_url}/chat/completions",
-            headers=headers,
-            timeout=timeout,
-            max_retries=max_retries,
-            backoff=backoff,
-            max_backoff=max_backoff,
-            stream=stream,
-            sleep=sleep,
-        )
+        super().__init__(model=model, base_url=base_url, api_key=api_key,
+                         temperature=temperature, timeout=timeout, max_retries=max_retries,
+                         backoff=backoff, max_backoff=max_backoff, stream=stream, sleep=sleep)
+
+    def _headers(self, api_key: str | None) -> dict[str, str]:
+        headers = {"accept": "application/json, text/event-stream"}
+        if api_key:
+            headers["authorization"] = f"Bearer {api_key}"
+        return headers
 
     def _payload(self, messages: list[dict[str, str]], max_tokens: int) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -105,37 +94,23 @@ class OpenAIWriter(HttpChatWriter):
                 f"{self.name} writer: {self.url} response has no choices[0].message"
             )
         content = message.get("content")
-        return WriterResult(
-            text=content if isinstance(content, str) else "",
-            finish_reason=choice.get("finish_reason") or "stop",
-            usage=int_fields(body.get("usage")),
-        )
+        return self._result(content if isinstance(content, str) else "",
+                            choice.get("finish_reason"), body.get("usage"))
 
-    def _parse_stream(
-        self, events: Iterator[tuple[str, str]], emit: DeltaCallback
-    ) -> WriterResult:
-        pieces: list[str] = []
-        finish: str | None = None
-        usage: dict[str, int] = {}
-        done = False
-        for _event, data in events:
-            if data.strip() == "[DONE]":
-                done = True
-                break
-            chunk = loads_object(data, f"{self.name} writer: stream chunk")
-            error = chunk.get("error")
-            if error:
-                raise mid_stream_error(self.url, error)
-            if chunk.get("usage"):
-                usage = int_fields(chunk["usage"])
-            choice = _choice0(chunk)
-            delta = choice.get("delta") or {}
-            piece = delta.get("content") if isinstance(delta, dict) else None
-            if isinstance(piece, str) and piece:
-                pieces.append(piece)
-                emit(piece)
-            if choice.get("finish_reason"):
-                finish = choice["finish_reason"]
-        if not done and finish is None:
-            raise TransientError(f"{self.url} stream ended before finishing", None)
-        return WriterResult(text="".join(pieces), finish_reason=finish or "stop", usage=usage)
+    def _read_event(self, data: str, state: StreamState, emit: Pieces) -> None:
+        if data.strip() == "[DONE]":
+            state.done = True
+            return
+        chunk = loads_object(data, f"{self.name} writer: stream chunk")
+        error = chunk.get("error")
+        if error:
+            raise mid_stream_error(self.url, error)
+        if chunk.get("usage"):
+            state.usage = int_fields(chunk["usage"])
+        choice = _choice0(chunk)
+        delta = choice.get("delta") or {}
+        piece = delta.get("content") if isinstance(delta, dict) else None
+        if isinstance(piece, str):
+            emit(piece)
+        if choice.get("finish_reason"):
+            state.finish = choice["finish_reason"]
