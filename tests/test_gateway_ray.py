@@ -17,13 +17,9 @@ from pathlib import Path
 
 import pytest
 
-ray = pytest.importorskip(
-    "ray", reason="Ray is not installed: pip install 'cdr[ray]' (.ci/run installs it)")
-if not os.environ.get("CDR_RAY_ADDRESS"):
-    pytest.skip("no Ray head to join: set CDR_RAY_ADDRESS=127.0.0.1:PORT (.ci/run starts "
-                "one); the gateway runs in its own process and must join a cluster",
-                allow_module_level=True)
-os.environ.setdefault("RAY_AUTH_MODE", "token")
+from tests.ray_head import require_ray_head
+
+ray = require_ray_head()
 
 from cdr.ckf.snapshot import CKFSnapshot  # noqa: E402
 from cdr.ray_index import RayShardedIndex, connect  # noqa: E402

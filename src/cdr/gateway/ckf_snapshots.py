@@ -45,6 +45,20 @@ def _open(path: Path) -> CKFSnapshot:
     return CKFSnapshot.open(path)
 
 
+def submit_then_reload(pool: ThreadPoolExecutor, fn: Callable[[], _T],
+                       reload: Callable[[], None]) -> Future[_T]:
+    """Run `fn()` on the writer `pool`, then `reload()` even when `fn` failed: a write that
+    committed part of its batches must still become visible to the readers."""
+
+    def run() -> _T:
+        try:
+            return fn()
+        finally:
+            reload()
+
+    return pool.submit(run)
+
+
 class KnowledgeBase:
     """Holds the current CKF snapshot for `path` (None while no CKF exists there)."""
 
@@ -177,14 +191,7 @@ class KnowledgeBase:
 
     def submit(self, fn: Callable[[], _T]) -> Future[_T]:
         """Run `fn()` on the single writer thread, then swap in the new state."""
-
-        def run() -> _T:
-            try:
-                return fn()
-            finally:
-                self.reload()
-
-        return self._writes.submit(run)
+        return submit_then_reload(self._writes, fn, self.reload)
 
     def submit_write(self, fn: Callable[[CKF], _T]) -> Future[_T]:
         """Run `fn(writer_ckf)` on the single writer thread, then swap in the new state."""

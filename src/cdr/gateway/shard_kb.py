@@ -30,6 +30,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from cdr.gateway.ckf_snapshots import submit_then_reload
+
 if TYPE_CHECKING:
     from cdr.ckf.handle import CKF
     from cdr.factindex import FactIndex
@@ -152,14 +154,7 @@ class ShardSetKnowledgeBase:
 
     def submit(self, fn: Callable[[], _T]) -> Future[_T]:
         """Run `fn()` on the single writer thread, then follow the shards' new states."""
-
-        def run() -> _T:
-            try:
-                return fn()
-            finally:
-                self.reload()
-
-        return self._writes.submit(run)
+        return submit_then_reload(self._writes, fn, self.reload)
 
     def delete_document(self, doc: str) -> Future[tuple[str, int]]:
         """Delete `doc` (id or source) from its shard on the writer thread: (doc id, facts
