@@ -305,10 +305,9 @@ def write_report(ckf: Any, corpus: Corpus, tasks: Sequence[Task], arms: Sequence
     ]
     if "cdr-fresh" in arms:
         lines.append("- `cdr-fresh` is the opt-in `--profile fresh` (fact memory, envelope fit, "
-                     "expanded sub-queries) as it stood when these runs were made (main at "
-                     "aeb5b7c): expansion's widened facts were not yet weighted by "
-                     "(relevance / gate)², the change that met issue 13's relevance target. "
-                     "Delete its checkpoints to measure the current preset.")
+                     "expanded sub-queries with widened facts weighted by (relevance / gate)²); "
+                     "its runs were made after that weighting landed, the other arms' before "
+                     "it (their code paths did not change).")
     missing = [f"{t} × {a}" for t, a in pairs if (t, a) not in by_key]
     if missing:
         lines.append(f"- Not run (time ran out; the benchmark resumes with `--resume`): "

@@ -112,7 +112,7 @@ _SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z`\"'(\[])")
 MIN_SENTENCE_WORDS = 4
 # Calibrated by `make bench-llm` on the reference model's outputs, 6 tasks × 5 arms
 # (bench/results/quality-llm.md: the all-MiniLM-L6-v2 cosine with the best Youden's J between
-# 410 paraphrase and 4,000 same-topic non-paraphrase sentence pairs; TPR 97%, FPR 5.0%).
+# 414 paraphrase and 4,000 same-topic non-paraphrase sentence pairs; TPR 94%, FPR 5.3%).
 SEMANTIC_REPETITION_THRESHOLD = 0.607
 
 
