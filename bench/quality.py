@@ -44,38 +44,31 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
-try:
-    import cdr  # noqa: F401
-except ImportError:  # running from a checkout without an install
-    sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(BENCH))
-
-from _machine import cpu_name  # noqa: E402
-from cdr.ckf import CKF, ingest  # noqa: E402
-from cdr.envelope import make_budget, residual_anchor  # noqa: E402
-from cdr.factindex import FactIndex  # noqa: E402
-from cdr.loop import GenerationConfig, Generator, default_min_relevance  # noqa: E402
-from cdr.samples import cache_dir  # noqa: E402
-from cdr.writers import get_writer  # noqa: E402
-from corpus import python_docs_dir  # noqa: E402
-from quality_arms import (  # noqa: E402
+from _machine import cpu_name
+from _paths import BENCH, ROOT
+from cdr.ckf import CKF, ingest
+from cdr.envelope import make_budget, residual_anchor
+from cdr.factindex import FactIndex
+from cdr.loop import GenerationConfig, Generator, default_min_relevance
+from cdr.samples import cache_dir
+from cdr.writers import get_writer
+from corpus import python_docs_dir
+from quality_arms import (
     ArmRanker,
     CachingEmbedder,
     PyversityRanker,
     ShownMemoryCdrRanker,
     XQuADRanker,
 )
-from quality_metrics import RunMetrics, WindowData, run_metrics  # noqa: E402
-from quality_options import (  # noqa: E402
+from quality_metrics import RunMetrics, WindowData, run_metrics
+from quality_options import (
     OPTION_SPECS,
     PRESET,
     Summary,
     option_analysis,
     option_sweep_specs,
 )
-from quality_tasks import DEFAULT_PAGES, SEP, Task, label_of, make_task, page_of  # noqa: E402
+from quality_tasks import DEFAULT_PAGES, SEP, Task, label_of, make_task, page_of
 
 RESULTS = BENCH / "results"
 INCLUDE = ["*.html"]

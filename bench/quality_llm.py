@@ -23,29 +23,21 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
-try:
-    import cdr  # noqa: F401
-except ImportError:  # running from a checkout without an install
-    sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(BENCH))
-
-from cdr.ckf import CKF  # noqa: E402
-from cdr.loop import GenerationConfig, Generator  # noqa: E402
-from cdr.samples import cache_dir  # noqa: E402
-from corpus import python_docs_dir  # noqa: E402
-from quality import Corpus, envelope_tokens, load_corpus  # noqa: E402
-from quality_arms import XQuADRanker  # noqa: E402
-from quality_llm_runs import pending, save_run, settings_key, taken  # noqa: E402
-from quality_tasks import Task  # noqa: E402
+from _paths import BENCH, ROOT  # noqa: F401  (first: makes `cdr` importable)
+from cdr.ckf import CKF
+from cdr.loop import GenerationConfig, Generator
+from cdr.samples import cache_dir
+from corpus import python_docs_dir
+from quality import Corpus, envelope_tokens, load_corpus
+from quality_arms import XQuADRanker
+from quality_llm_runs import pending, save_run, settings_key, taken
+from quality_tasks import Task
 
 RESULTS = BENCH / "results"
 DEFAULT_RUNS = RESULTS / "quality-llm-runs"

@@ -49,24 +49,17 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
-try:
-    import cdr  # noqa: F401
-except ImportError:  # run from a checkout without `pip install -e .`
-    sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(BENCH))
-
-from _machine import cpu_name  # noqa: E402
-from cdr.coverage import CoverageEntry, CoverageSet, ResidualSet, SubQuery  # noqa: E402
-from cdr.ranking import (  # noqa: E402
+from _machine import cpu_name
+from _paths import BENCH, ROOT  # noqa: F401  (first: makes `cdr` importable)
+from cdr.coverage import CoverageEntry, CoverageSet, ResidualSet, SubQuery
+from cdr.ranking import (
     CDR_MIN_RELEVANCE,
     Ranking,
     cdr_components,
     cdr_scores,
     rank_all,
 )
-from cdr.spec import cdr_rank as spec_cdr_rank  # noqa: E402
+from cdr.spec import cdr_rank as spec_cdr_rank
 
 D = 384
 TOP_K = 64

@@ -33,21 +33,14 @@ from pathlib import Path
 
 import numpy as np
 
-BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
-try:
-    import cdr  # noqa: F401
-except ImportError:  # run from a checkout without `pip install -e .`
-    sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(BENCH))
-
-import cdr.ckf.scan as scan_mod  # noqa: E402
-import cdr.ckf.snapshot as store_mod  # noqa: E402
-from _machine import cpu_name  # noqa: E402
-from cdr.ckf import CKF, ingest  # noqa: E402
-from cdr.ckf.scan import QUANT_MIN_ROWS, build_quantised, covered_rows, quant_paths  # noqa: E402
-from cdr.embed import default_embedder  # noqa: E402
-from cdr.samples import pydoc_topics_dir  # noqa: E402
+import cdr.ckf.scan as scan_mod
+import cdr.ckf.snapshot as store_mod
+from _machine import cpu_name
+from _paths import BENCH, ROOT  # noqa: F401  (first: makes `cdr` importable)
+from cdr.ckf import CKF, ingest
+from cdr.ckf.scan import QUANT_MIN_ROWS, build_quantised, covered_rows, quant_paths
+from cdr.embed import default_embedder
+from cdr.samples import pydoc_topics_dir
 
 GATE = 0.55
 LIMIT = 4000  # cdr.loop.PHASE1_LIMIT

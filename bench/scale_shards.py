@@ -28,7 +28,6 @@ import os
 import platform
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -38,24 +37,17 @@ from typing import Any
 
 import numpy as np
 
-BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
-try:
-    import cdr  # noqa: F401
-except ImportError:  # run from a checkout without `pip install -e .`
-    sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(BENCH))
-
-from _machine import cpu_name  # noqa: E402
-from cdr.ckf.snapshot import CKFSnapshot  # noqa: E402
-from cdr.ckf.writer import CKFWriter, create_ckf  # noqa: E402
-from cdr.coverage import CoverageSet, ResidualSet, SubQuery  # noqa: E402
-from cdr.factindex import check_query  # noqa: E402
-from cdr.ranking import rank  # noqa: E402
-from cdr.ray_index import RayShardedIndex, connect  # noqa: E402
-from cdr.shard_merge import global_cut, merge_window  # noqa: E402
-from cdr.shard_server import WindowQuery  # noqa: E402
-from cdr.shardset import create_shard_set, shard_of  # noqa: E402
+from _machine import cpu_name
+from _paths import BENCH, ROOT  # noqa: F401  (first: makes `cdr` importable)
+from cdr.ckf.snapshot import CKFSnapshot
+from cdr.ckf.writer import CKFWriter, create_ckf
+from cdr.coverage import CoverageSet, ResidualSet, SubQuery
+from cdr.factindex import check_query
+from cdr.ranking import rank
+from cdr.ray_index import RayShardedIndex, connect
+from cdr.shard_merge import global_cut, merge_window
+from cdr.shard_server import WindowQuery
+from cdr.shardset import create_shard_set, shard_of
 
 DIM = 384
 GATE = 0.55

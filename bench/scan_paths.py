@@ -21,21 +21,13 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
-try:
-    import cdr  # noqa: F401
-except ImportError:
-    sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(BENCH))
-
-from _machine import cpu_name  # noqa: E402
-from cdr.ckf import scan  # noqa: E402
-from scale_ckf import put_section  # noqa: E402
+from _machine import cpu_name
+from _paths import BENCH, ROOT  # noqa: F401  (first: makes `cdr` importable)
+from cdr.ckf import scan
+from scale_ckf import put_section
 
 D = 384
 GATE = 0.55
