@@ -1,7 +1,7 @@
 """`cdr serve --ckf ray://HOST:PORT/PATH`: a real gateway process serving a shard set through
 Ray actors. Its sidecar envelopes equal, field for field (etag, facts, plan, prompt), what the
 library computes on one CKF holding the same facts; a chat completion writes a multi-window
-document; a document listing is a 501 naming the per-shard command; and a shard actor
+document; a document listing merges every shard's; and a shard actor
 that stays down fails the request with a 503 naming the shard.
 
 Needs a Ray head the gateway process can join: `CDR_RAY_ADDRESS` (`.ci/run` starts one on
@@ -23,6 +23,7 @@ ray = require_ray_head()
 
 from cdr.ckf.snapshot import CKFSnapshot  # noqa: E402
 from cdr.ray_index import RayShardedIndex, connect  # noqa: E402
+from cdr.shardset import list_documents  # noqa: E402
 from cdr.writers import get_writer  # noqa: E402
 from tests.gateway_server import CRP, TASK, GatewayServer, base_env  # noqa: E402
 from tests.test_gateway_envelope_cache import bearer, library_envelope, shown  # noqa: E402
@@ -118,14 +119,21 @@ def test_chat_completion_on_ray_shards_writes_a_multi_window_document(
     assert r.headers["CRP-Context-Mode"] == "full"
 
 
-def test_listing_documents_of_a_shard_set_is_a_501_naming_the_per_shard_command(
-        ray_gateway: GatewayServer) -> None:
-    """Uploads and deletes go to the owning shard (tests/test_gateway_ray_writes.py); a
-    document listing across shards is not implemented."""
+def test_listing_documents_of_a_shard_set_merges_every_shards(
+        shard_pair, ray_gateway: GatewayServer) -> None:
+    """Uploads and deletes go to the owning shard (tests/test_gateway_ray_writes.py); the
+    listing asks every shard and gives each document once, with its shard."""
+    _, shards, index = shard_pair
     with ray_gateway.client() as c:
         listed = c.get("/v1/ckf/documents")
-    assert listed.status_code == 501 and "shard set" in listed.json()["error"]["message"]
-    assert "cdr ckf stats --ckf DIR/shard-N" in listed.json()["error"]["message"]
+    assert listed.status_code == 200, listed.text
+    docs = listed.json()["documents"]
+    want = list_documents(shards)
+    assert [(d["doc_id"], d["shard"], d["n_facts"]) for d in docs] == \
+        [(d["doc_id"], d["shard"], d["n_facts"]) for d in want]
+    assert {d["shard"] for d in docs} == {0, 1, 2}
+    assert index.documents() == want  # the library's call on the actors, same answer
+    assert str(shards) not in listed.text  # no server path in the response
 
 
 def test_a_shard_actor_that_stays_down_is_a_503_naming_it(

@@ -23,6 +23,8 @@ from cdr.ray_index import ShardUnavailableError, parse_address
 from cdr.shardset import (
     MANIFEST,
     create_shard_set,
+    list_documents,
+    merge_documents,
     open_shard_set,
     read_manifest,
     shard_dir,
@@ -100,6 +102,30 @@ def test_ingest_places_each_document_in_the_shard_its_source_hashes_to(built) ->
             for d in s.documents():
                 seen[d["source"]] = i
     assert seen == {str(f): shard_of(str(f), 3) for f in docs.iterdir()}
+
+
+def test_listing_a_shard_set_gives_every_document_once_with_its_shard(built) -> None:
+    docs, kb = built
+    listed = list_documents(kb)
+    assert [d["source"] for d in listed] == sorted(str(f) for f in docs.iterdir())
+    assert all(d["shard"] == shard_of(d["source"], 3) for d in listed)
+    ids = {d["doc_id"] for d in listed}
+    assert len(ids) == len(listed) and all(d["n_facts"] > 0 for d in listed)
+    result = runner.invoke(app, ["ckf", "docs", "--ckf", str(kb), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == listed
+    table = runner.invoke(app, ["ckf", "docs", "--ckf", str(kb)])
+    assert table.exit_code == 0 and f"{len(listed)} documents" in table.stdout
+    assert "shard" in table.stdout
+
+
+def test_merged_listing_orders_by_source_and_keeps_each_shards_rows() -> None:
+    per = [[{"source": "b", "doc_id": "2"}], [], [{"source": "a", "doc_id": "1"},
+                                                   {"source": "c", "doc_id": "3"}]]
+    assert merge_documents(per) == [{"source": "a", "doc_id": "1", "shard": 2},
+                                    {"source": "b", "doc_id": "2", "shard": 0},
+                                    {"source": "c", "doc_id": "3", "shard": 2}]
+    assert merge_documents([[], []]) == []
 
 
 def test_reingest_and_delete_touch_only_the_owning_shard(built, tmp_path: Path) -> None:

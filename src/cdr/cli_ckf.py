@@ -304,22 +304,31 @@ def rm_command(
 
 @ckf_app.command("docs")
 def docs_command(ckf: CkfOption, as_json: JsonOption = False) -> None:
-    """List the documents of a CKF."""
+    """List the documents of a CKF (of a shard set: every shard's, with its shard)."""
+    from cdr.shardset import is_shard_set, list_documents
+
     with _errors():
-        store = _open(ckf)
-        try:
-            docs = store.documents()
-        finally:
-            store.close()
+        if is_shard_set(ckf):
+            docs = list_documents(ckf)
+        else:
+            store = _open(ckf)
+            try:
+                docs = store.documents()
+            finally:
+                store.close()
     if as_json:
         out.print_json(json.dumps(docs))
         return
     t = Table(title=f"{len(docs)} documents")
+    sharded = any("shard" in d for d in docs)
     for col in ("doc_id", "facts", "type", "importance", "status", "source"):
         t.add_column(col, overflow="fold")
+    if sharded:
+        t.add_column("shard")
     for d in docs:
-        t.add_row(d["doc_id"], str(d["n_facts"]), d["source_type"], f"{d['importance']:.2f}",
-                  d["status"], d["source"])
+        row = [d["doc_id"], str(d["n_facts"]), d["source_type"], f"{d['importance']:.2f}",
+               d["status"], d["source"]]
+        t.add_row(*row, *([str(d["shard"])] if sharded else []))
     out.print(t)
 
 

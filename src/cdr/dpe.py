@@ -149,6 +149,17 @@ class DpeReport:
     paragraphs: int
     unattributed_words: int
     attribution: list[str | None] = field(default_factory=list)  # per paragraph
+    bodies: list[str] = field(default_factory=list)  # per paragraph, as attributed
+
+    def section_ends(self, max_words: int) -> dict[str, str]:
+        """Sub-query id → the last `max_words` words this window wrote for it (from its last
+        attributed paragraph, starting at a sentence where one fits): what the next window
+        that continues the section is shown, so it goes on rather than begins again."""
+        ends: dict[str, str] = {}
+        for sq_id, body in zip(self.attribution, self.bodies, strict=False):
+            if sq_id is not None:
+                ends[sq_id] = tail_words(body, max_words)
+        return ends
 
     @property
     def addressed_sub_queries(self) -> list[dict[str, float | str]]:
@@ -173,6 +184,25 @@ HEADING_MATCH_MARGIN = 0.05
 # Numbering and fact labels the model copies into headings: "2.", "Section 3:", "F5:".
 _NUMBERING = re.compile(r"^\s*(?:(?:part|section|chapter|step)\s+)?(?:\d+(?:\.\d+)*|[ivx]+|f\d+)"
                         r"[.):]?\s+", re.IGNORECASE)
+
+
+_SENTENCE_END = (".", "!", "?", ":")
+
+
+def tail_words(text: str, max_words: int) -> str:
+    """The end of `text` in at most `max_words` words, from a sentence start when a sentence
+    boundary falls inside that span (a quote that begins mid-sentence reads as a fragment;
+    "…" marks one that has to)."""
+    words = text.split()
+    if len(words) <= max_words:
+        return " ".join(words)
+    tail = words[-max_words:]
+    if words[-max_words - 1].endswith(_SENTENCE_END):
+        return " ".join(tail)
+    for i, word in enumerate(tail[:-1]):
+        if word.endswith(_SENTENCE_END):
+            return " ".join(tail[i + 1:])
+    return "… " + " ".join(tail)
 
 
 def is_chatter(paragraph: str) -> bool:
@@ -305,4 +335,4 @@ def verify_window(
         if words[sq.id] > 0
     }
     return DpeReport(addressed, {k: v for k, v in words.items() if v}, len(paragraphs),
-                     unattributed, attribution)
+                     unattributed, attribution, [body for _, body in paragraphs])

@@ -120,6 +120,11 @@ class SafetyCheck(Protocol):
     def __call__(self, window_number: int, text: str) -> float: ...
 
 
+# How much of a begun section's text a continuing window is shown: one or two sentences,
+# constant in size like the Residual Task Anchor (DESIGN.md §3, continued sections).
+SECTION_END_WORDS = 40
+
+
 @dataclass
 class GenerationConfig:
     max_windows: int = DEFAULT_MAX_WINDOWS
@@ -134,6 +139,9 @@ class GenerationConfig:
     residual_exit_depth: float = 0.70
     attribution_threshold: float = DEFAULT_ATTRIBUTION_THRESHOLD
     backward_summary: bool = False
+    # A continued section's prompt line quotes where its text stopped (`SECTION_END_WORDS`
+    # words); False gives the bare "continue it" line (the benchmark's before/after).
+    show_section_ends: bool = True
     max_envelope_facts: int | None = None
     # None: every packed fact goes under its closest remaining section, however far. A value
     # keeps a fact out of the plan unless its cosine to that section reaches it.
@@ -385,16 +393,28 @@ class Generator:
         if self.writer.name != "extractive":  # it pastes facts: its budget is the facts'
             plan = fit_plan(plan, round(cfg.generation_tokens * WORDS_PER_TOKEN))
         refs = [(f"F{i + 1}", f.section or f.source, f.content) for i, f in enumerate(facts)]
-        begun = {sq.text for sq in session.sub_queries if session.cumulative_depth[sq.id] > 0}
         user = build_user_prompt(session.task, anchor, plan, refs,
                                  session.backward_summary() if cfg.backward_summary else "",
-                                 continued=[s.title for s in plan if s.title in begun],
+                                 continued=self._continued(session, plan),
                                  first_window=session.window_count == 0)
         messages = [{"role": "system", "content": cfg.system_prompt},
                     {"role": "user", "content": user}]
         envelope.messages = messages
         return PreparedWindow(session.window_count + 1, envelope, packed_rows, facts, plan,
                               messages, len(session.coverage), cfg.generation_tokens)
+
+    def _continued(self, session: Session, plan: list[PlanSection]) -> dict[str, str]:
+        """Planned sections an earlier window began, each with where its text stopped (when
+        `show_section_ends` is on): a small model told only "continue it" introduces the
+        section again; shown its last words, it goes on (README, "Continued sections")."""
+        by_text = {sq.text: sq.id for sq in session.sub_queries}
+        out: dict[str, str] = {}
+        for s in plan:
+            sq_id = by_text.get(s.title)
+            if sq_id is not None and session.cumulative_depth[sq_id] > 0:
+                shown = self.config.show_section_ends
+                out[s.title] = session.section_ends.get(sq_id, "") if shown else ""
+        return out
 
     def _sections_to_write(self, session: Session, plan_sqs: list[SubQuery]) -> list[SubQuery]:
         """The sections this window will write: for a model writer, the leading ones its word
@@ -546,7 +566,8 @@ class Generator:
         report = self.verify(session, text)
         summary = " ".join(text.split()[:40])
         session.update_after_window(report.addressed, text,
-                                    embedding_model_id=self.embedder.model_id, summary=summary)
+                                    embedding_model_id=self.embedder.model_id, summary=summary,
+                                    section_ends=report.section_ends(SECTION_END_WORDS))
         if session.options.memory == "facts":  # cdr.memory: what was shown, what was written
             written = written_rows(prepared.rows, text, session.blacklist.index,
                                    self.config.memory_rule.written_share)

@@ -8,7 +8,7 @@ remaining section, and about how many words each needs); the extractive writer p
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 _PLAN_HEADER = "Plan for this part (write these sections in order, from the facts listed):"
@@ -54,13 +54,14 @@ def build_user_prompt(
     facts: Sequence[tuple[str, str, str]],
     backward_summary: str = "",
     *,
-    continued: Sequence[str] = (),
+    continued: Mapping[str, str] | Sequence[str] = (),
     first_window: bool = True,
     instructions: bool = True,
 ) -> str:
     """`facts` are (ref, section, content) in envelope layout order; only those the plan cites
     are listed (the rest would only lengthen the prompt). `continued` names planned sections
-    an earlier window began; `first_window` False says the document is already under way;
+    an earlier window began, each with the last words written for it when known (a mapping
+    title → text); `first_window` False says the document is already under way;
     `instructions` False leaves out the closing lines (the prompt before issue 9, kept so the
     prompt benchmark can compare).
 
@@ -87,14 +88,21 @@ def build_user_prompt(
                   f"written exactly as given: {headings}. No other headings.",
                   f"- About {total} words in all, in full paragraphs that explain the facts in "
                   "your own words. Use only the facts above.",
+                  "- No code unless a fact above shows code.",
                   "- Start directly with the first heading: no greeting, no introduction, no "
                   "conclusion, no summary."]
         if not first_window:
             lines.append("- This continues a document that is already partly written; do not "
                          "restate the task or what earlier parts said.")
-        for title in continued:
-            lines.append(f'- "{title}" was begun earlier: add new material to it, do not '
-                         "introduce it again.")
+        ends = continued if isinstance(continued, Mapping) else dict.fromkeys(continued, "")
+        for title, end in ends.items():
+            if end:
+                lines.append(f'- "{title}" was begun earlier and its text so far ends: "{end}" '
+                             "Continue it from there with new material: do not introduce, "
+                             "define or summarise it again.")
+            else:
+                lines.append(f'- "{title}" was begun earlier: add new material to it, do not '
+                             "introduce it again.")
     return "\n".join(lines).rstrip() + "\n"
 
 

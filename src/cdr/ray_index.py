@@ -390,6 +390,12 @@ class RayShardedIndex:
                    dtype=self._set.dtype, generation=self.generation, shards=per)
         return out
 
+    def documents(self) -> list[dict[str, Any]]:
+        """Every shard's documents, each once with its `shard` (`cdr.shardset.merge_documents`)."""
+        from cdr.shardset import merge_documents
+
+        return merge_documents(self._gather("documents", [(g,) for g in self._gens]))
+
     def close(self, *, stop_actors: bool = False) -> None:
         """Forget the actors; `stop_actors=True` also ends them (they are detached, shared
         by every driver that opened this path, so by default they keep serving)."""

@@ -121,6 +121,9 @@ class Session:
     options: SessionOptions = field(default_factory=SessionOptions)
     fact_memory: FactMemory = field(default_factory=FactMemory)
     expanded_embeddings: np.ndarray | None = None  # `queries: "expanded"` (cdr.expansion)
+    # Sub-query id → the last words written for it (`DpeReport.section_ends`): a window that
+    # continues a begun section is shown where it stopped (DESIGN.md §3, continued sections).
+    section_ends: dict[str, str] = field(default_factory=dict)
     _residual_cache: ResidualSet | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -233,6 +236,7 @@ class Session:
         *,
         embedding_model_id: str,
         summary: str = "",
+        section_ends: Mapping[str, str] | None = None,
     ) -> WindowRecord:
         """Coverage entries, cumulative residual, blacklist and window count, after a window.
 
@@ -243,7 +247,8 @@ class Session:
         if embedding_model_id != self.model_id:
             raise EmbeddingModelMismatchError(self.model_id, embedding_model_id, "coverage update")
         depths = {sq_id: check_depth(d) for sq_id, d in addressed.items()}
-        for sq_id in depths:
+        ends = dict(section_ends or {})
+        for sq_id in [*depths, *ends]:
             self.sub_query(sq_id)  # unknown ids are an error, before anything changes
         number = self.window_count + 1
         for sq_id, depth in depths.items():
@@ -255,6 +260,7 @@ class Session:
             if not (i in depths and self.cumulative_depth[i] >= self.residual_exit_depth)
         ]
         self.blacklist.add_text(window_output)
+        self.section_ends.update(ends)
         self.window_count = number
         record = WindowRecord(number, depths, self.completeness(), list(self.residual_ids), summary)
         self.history.append(record)
@@ -290,6 +296,8 @@ class Session:
             extra["options"] = self.options.to_dict()
         if self.options.memory == "facts":
             extra["fact_memory"] = self.fact_memory.to_dict()
+        if self.section_ends:
+            extra["section_ends"] = dict(self.section_ends)
         if self.expanded_embeddings is not None:
             extra["expanded_embeddings"] = to_b64(self.expanded_embeddings.astype(np.float32))
         return {
@@ -355,8 +363,19 @@ class Session:
             expanded_embeddings=(
                 from_b64(data["expanded_embeddings"], np.float32, (len(sqs), dim))
                 if "expanded_embeddings" in data else None),
+            section_ends=_section_ends(data.get("section_ends"), {sq.id for sq in sqs}),
         )
 
     @classmethod
     def from_json(cls, text: str, ngram_index: NgramIndex | None = None) -> Session:
         return cls.from_dict(parse_json_object(text, "session JSON"), ngram_index)
+
+
+def _section_ends(raw: Any, ids: set[str]) -> dict[str, str]:
+    """The stored `section_ends`, checked: text for known sub-queries only."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping) or not all(
+            isinstance(k, str) and k in ids and isinstance(v, str) for k, v in raw.items()):
+        raise InvalidInputError("session section_ends must map known sub-query ids to text")
+    return dict(raw)

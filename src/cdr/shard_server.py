@@ -197,6 +197,10 @@ class ShardServer:
         snap = self._at(generation)
         return snap.generation, snap.vectors(local_rows)
 
+    def documents(self, generation: int | None = None) -> tuple[int, list[dict[str, Any]]]:
+        snap = self._at(generation)
+        return snap.generation, snap.documents()
+
     def stats(self, generation: int | None = None) -> tuple[int, dict[str, Any]]:
         snap = self._at(generation)
         return snap.generation, snap.stats()

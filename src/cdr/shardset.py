@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -256,3 +256,24 @@ def delete_document(root: str | os.PathLike[str], doc: str) -> tuple[int, str, i
         finally:
             store.close()
     raise NotFoundError(f"no document {doc!r} in any of the {ss.n_shards} shards of {ss.root}")
+
+
+def merge_documents(per_shard: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """One listing from each shard's: every document once with the shard that holds it, in
+    source order as one CKF lists them (a source hashes to one shard, so none repeats)."""
+    out = [{**d, "shard": i} for i, docs in enumerate(per_shard) for d in docs]
+    out.sort(key=lambda d: (d["source"], d["shard"]))
+    return out
+
+
+def list_documents(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The documents of every shard of the set at `root`, read from its files."""
+    ss = read_manifest(root)
+    per_shard = []
+    for i in range(ss.n_shards):
+        store = _open_shard(shard_dir(ss.root, i), None)
+        try:
+            per_shard.append(store.documents())
+        finally:
+            store.close()
+    return merge_documents(per_shard)

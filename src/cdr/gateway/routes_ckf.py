@@ -131,11 +131,7 @@ def stats(request: Request) -> JSONResponse:
 
 @router.get("/documents", summary="Documents in the CKF")
 def documents(request: Request) -> JSONResponse:
-    snap = _gw(request).kb.latest()
-    if snap is not None and not hasattr(snap, "documents"):  # a Ray-served shard set
-        raise ApiError(501, "listing documents of a Ray-served shard set is not implemented; "
-                       "list each shard with `cdr ckf stats --ckf DIR/shard-N`",
-                       code="not_implemented")
+    snap = _gw(request).kb.latest()  # a Ray-served shard set lists every shard's, merged
     return JSONResponse({"documents": public_sources(snap.documents()) if snap is not None
                          else []})
 
