@@ -68,6 +68,12 @@ def default_ckf() -> Path:
     return cache_dir() / "bench-llm" / "pydocs-related.ckf"
 
 
+# The window prompt's version: runs made with another are not comparable and are rerun.
+# 1: "continue it" for a begun section; 2: quotes where the section stopped
+# (`GenerationConfig.show_section_ends`) and asks for code only where a fact shows code.
+PROMPT_VERSION = 2
+
+
 @dataclass
 class Settings:
     """What a run depends on: a checkpoint made with other settings is rerun."""
@@ -80,13 +86,16 @@ class Settings:
     temperature: float = 0.0
     seed: int = 42
     writer: str = "local"
+    prompt: int = PROMPT_VERSION
 
     def as_dict(self) -> dict[str, Any]:
-        """The settings as keyed; `writer` only when it is not the model (so checkpoints made
-        before the extractive smoke option existed keep their key)."""
+        """The settings as keyed; `writer` only when it is not the model and `prompt` only
+        after version 1 (so checkpoints made before either existed keep their key)."""
         d = dict(self.__dict__)
         if d["writer"] == "local":
             del d["writer"]
+        if d["prompt"] == 1:
+            del d["prompt"]
         return d
 
 
@@ -171,6 +180,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--stop-at", default=None, help="HH:MM (UTC): start no run after it")
     ap.add_argument("--shard", default="0/1", help="i/n: run the tasks with index ≡ i mod n")
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--prompt-version", type=int, default=PROMPT_VERSION,
+                    help="with --report-only: report runs made with an earlier prompt")
     ap.add_argument("--no-report", action="store_true")
     ap.add_argument("--writer", default="local", choices=("local", "extractive"),
                     help="extractive: a seconds-long smoke run of the pipeline, not the benchmark")
@@ -179,8 +190,12 @@ def main(argv: list[str] | None = None) -> None:
     from cdr.models import local_llm_path  # CDR_LOCAL_MODEL, else the reference model
 
     model = local_llm_path()
+    if args.prompt_version != PROMPT_VERSION and not args.report_only:
+        raise SystemExit(f"this code writes prompt version {PROMPT_VERSION}; "
+                         f"--prompt-version {args.prompt_version} only reports older runs "
+                         "(with --report-only)")
     settings = Settings(model.name, args.context_tokens, args.generation_tokens, args.words,
-                        args.windows, writer=args.writer)
+                        args.windows, writer=args.writer, prompt=args.prompt_version)
     key = settings_key(settings.as_dict())
     ckf = CKF.open_or_create(args.ckf or default_ckf())
     if ckf.n_rows == 0:

@@ -134,3 +134,37 @@ def repetition_split(windows: Sequence[str]) -> tuple[float, float]:
         windows_with.update(grams.keys())
     across = sum(n - 1 for n in windows_with.values())
     return (within / total, across / total) if total else (0.0, 0.0)
+
+
+def section_sentences(text: str) -> list[tuple[str | None, str]]:
+    """(section heading in lower case, or None before the first `## `, sentence) in order:
+    the sentences `semantic_repetition` counts, each with the section it was written under."""
+    from cdr.assemble import split_sections
+
+    return [(h.lower() if h else None, s) for h, body in split_sections(text)
+            for s in sentences(body)]
+
+
+def semantic_repetition_split(windows: Sequence[Sequence[tuple[str | None, np.ndarray]]],
+                              threshold: float) -> tuple[float, float, int]:
+    """Where windows 2+'s restating sentences come from: (share of their sentences whose
+    closest earlier sentence, at cosine ≥ `threshold`, was written under the same section;
+    share whose closest was under another section; sentences counted). The two shares add up
+    to the pooled semantic repetition of windows 2+. Each window is [(section, vector)]."""
+    same = cross = n = 0
+    earlier: list[tuple[str | None, np.ndarray]] = []
+    for window in windows:
+        if earlier and window:
+            prev = unit_rows(np.stack([v for _, v in earlier]))
+            cur = unit_rows(np.stack([v for _, v in window]))
+            sims = cur @ prev.T
+            best = sims.argmax(axis=1)
+            for i, (section, _) in enumerate(window):
+                n += 1
+                if sims[i, best[i]] >= threshold:
+                    if section is not None and earlier[best[i]][0] == section:
+                        same += 1
+                    else:
+                        cross += 1
+        earlier.extend(window)
+    return (same / n, cross / n, n) if n else (math.nan, math.nan, 0)

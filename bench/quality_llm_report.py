@@ -31,7 +31,9 @@ from quality_llm_metrics import (
     jaccard,
     mean_over,
     repetition_split,
+    section_sentences,
     semantic_repetition,
+    semantic_repetition_split,
     sentences,
     subtopic_coverage,
 )
@@ -303,7 +305,11 @@ def write_report(ckf: Any, corpus: Corpus, tasks: Sequence[Task], arms: Sequence
         f"per window). Tasks every arm ran on (the headline's): "
         f"{', '.join(t.page for t in common) or 'none'}.",
     ]
-    if "cdr-fresh" in arms:
+    lines.append(f"- Window prompt version {settings.prompt} (`bench/quality_llm.py` "
+                 "PROMPT_VERSION: 1 told a continued section only \"add new material\"; 2 "
+                 "quotes where its text stopped and asks for code only where a fact shows "
+                 "code).")
+    if "cdr-fresh" in arms and settings.prompt == 1:
         lines.append("- `cdr-fresh` is the opt-in `--profile fresh` (fact memory, envelope fit, "
                      "expanded sub-queries with widened facts weighted by (relevance / gate)²); "
                      "its runs were made after that weighting landed, the other arms' before "
@@ -329,6 +335,7 @@ def write_report(ckf: Any, corpus: Corpus, tasks: Sequence[Task], arms: Sequence
                   "a run's windows 2–5 (those it wrote), then over tasks; \"end\" is a run's "
                   "last window (W5 unless it was interrupted or exited earlier).", ""]
         lines += _headline(arms, w25, at_end, per_window, series, common, by_key)
+        lines += _restating(arms, common, by_key, emb, dim, rep_cal.threshold, corpus, n_win)
         lines += ["", "## Per window (mean over the same tasks)", ""]
         for name in SERIES:
             lines += [f"**{SERIES_LABELS[name]}**", "",
@@ -339,7 +346,7 @@ def write_report(ckf: Any, corpus: Corpus, tasks: Sequence[Task], arms: Sequence
                 lines.append(f"| {a} | " + " | ".join(
                     _fmt(x, pct, 1 if pct else 0) for x in per_window(a, name)) + " |")
             lines.append("")
-        png = out.with_name("quality-llm-curves.png")
+        png = out.with_name(f"{out.stem}-curves.png")
         _plot(arms, per_window, n_win, png)
         lines += [f"![per-window curves per arm]({png.name})", ""]
     lines += ["## Every run", "",
@@ -507,6 +514,63 @@ def _why(arms: Sequence[str], w25: Any, at_end: Any, per_window: Any, series: di
                     zip(per_window("cdr", "grounding"), per_window("relevance", "grounding"),
                         strict=True))) + ".")
     return out
+
+
+def human_floor(corpus: Corpus, tasks: Sequence[Task], emb: Embeddings, dim: int,
+                threshold: float, n_windows: int, per_window: int) -> float:
+    """Semantic repetition of text no model wrote: each task page's own first `n_windows`
+    outline sections, `per_window` sentences each, as windows 1..n. The documentation repeats
+    no section on purpose, so what it scores is the measure's floor on these topics (sentences
+    of one topic resemble each other at this threshold)."""
+    values = []
+    for t in tasks:
+        labels = task_labels(corpus, t)
+        wins = []
+        for key in t.keys[:n_windows]:
+            text = "\n\n".join(corpus.contents[i] for i, fid in enumerate(corpus.ids)
+                                if labels.get(fid) == key)
+            wins.append(sentences(text)[:per_window])
+        emb.add([x for w in wins for x in w])
+        reps = semantic_repetition([emb.of(w, dim) for w in wins], threshold)
+        values.append(mean_over(reps, 1))
+    values = [v for v in values if not math.isnan(v)]
+    return float(np.mean(values)) if values else math.nan
+
+
+def _restating(arms: Sequence[str], common: Sequence[Task], by_key: dict[Any, Any],
+               emb: Embeddings, dim: int, threshold: float, corpus: Corpus, n_win: int
+               ) -> list[str]:
+    """Where later windows' restating sentences come from, per arm, and the measure's floor on
+    human-written text of the same topics."""
+    rows = []
+    counts = []
+    for a in arms:
+        wins = []
+        for t in common:
+            run = [section_sentences(w["text"]) for w in by_key[(t.page, a)]["windows"]]
+            emb.add([s for w in run for _, s in w])
+            wins.append([[(h, emb.of([s], dim)[0]) for h, s in w] for w in run])
+            counts += [len(w) for w in run[1:]]
+        parts = [semantic_repetition_split(w, threshold) for w in wins]
+        n = sum(p[2] for p in parts)
+        same = sum(p[0] * p[2] for p in parts if p[2]) / n if n else math.nan
+        cross = sum(p[1] * p[2] for p in parts if p[2]) / n if n else math.nan
+        rows.append(f"| {a} | {_fmt(same + cross)} | {_fmt(same)} | {_fmt(cross)} | {n} |")
+    per = int(np.median(counts)) if counts else 9
+    floor = human_floor(corpus, common, emb, dim, threshold, n_win, per)
+    return [
+        "", "## Where the restating comes from", "",
+        "Windows 2+'s sentences pooled over the tasks: those whose closest earlier sentence "
+        f"(cosine ≥ {threshold:.3f}) was written under the **same** `## ` section — a section "
+        "written again — and under **another** section.", "",
+        "| arm | restating (pooled) | same section | another section | sentences W2+ |",
+        "|---|---:|---:|---:|---:|", *rows, "",
+        f"**The measure's floor on these topics**: the task pages' own text, their first {n_win} "
+        f"outline sections as windows 1–{n_win} ({per} sentences each, the median of the runs' "
+        f"windows 2+), scores **{_fmt(floor)}** semantic repetition over windows 2–{n_win} at "
+        "the same threshold — sentences about one module resemble each other at this cosine "
+        "without restating anything. Above it is what a run adds.",
+    ]
 
 
 def _method_lines() -> list[str]:

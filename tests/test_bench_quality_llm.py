@@ -186,3 +186,30 @@ def test_the_model_writer_is_not_keyed_but_the_smoke_writer_is() -> None:
     smoke = Settings("m.gguf", 2048, 320, 1200, 5, writer="extractive")
     assert smoke.as_dict()["writer"] == "extractive"
     assert settings_key(local.as_dict()) != settings_key(smoke.as_dict())
+
+
+def test_prompt_version_keys_runs_and_version_1_keeps_its_old_key() -> None:
+    from quality_llm import PROMPT_VERSION, Settings
+
+    current = Settings("m.gguf", 2048, 320, 1200, 5)
+    old = Settings("m.gguf", 2048, 320, 1200, 5, prompt=1)
+    assert PROMPT_VERSION > 1 and current.as_dict()["prompt"] == PROMPT_VERSION
+    assert "prompt" not in old.as_dict()  # checkpoints made before the field existed
+    assert settings_key(current.as_dict()) != settings_key(old.as_dict())
+
+
+def test_semantic_repetition_split_separates_same_and_other_section() -> None:
+    from quality_llm_metrics import section_sentences, semantic_repetition_split
+
+    assert section_sentences("Lead sentence has words.\n\n## A\n\nOne two three four.\n\n"
+                             "```\ncode here is not prose\n```\n## B\n\nFive six seven eight.") \
+        == [(None, "Lead sentence has words."), ("a", "One two three four."),
+            ("b", "Five six seven eight.")]
+    e = np.eye(3)
+    w1 = [("a", e[0]), ("b", e[1])]
+    w2 = [("a", e[0]), ("c", e[1]), ("a", e[2])]  # same-section repeat, cross repeat, new
+    same, cross, n = semantic_repetition_split([w1, w2], 0.9)
+    assert (same, cross, n) == (1 / 3, 1 / 3, 3)
+    # No later window: nothing to count.
+    s1, c1, n1 = semantic_repetition_split([w1], 0.9)
+    assert n1 == 0 and np.isnan(s1) and np.isnan(c1)

@@ -32,10 +32,14 @@ from typing import Any
 
 import numpy as np
 
-from cdr.embed import Progress, validate_texts
+from cdr.embed import EMBED_THREADS_ENV, Progress, validate_texts
 from cdr.errors import CdrError, InvalidInputError
 
-ONE_THREAD = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+# A worker holds one Ray CPU, so everything in it runs on one thread: BLAS, the tokenizer's
+# pool, and the embedder's own batch threads (which default to every CPU of the machine:
+# measured at 1M-fact scale, one worker alone then used 1.6 cores and two could not add much).
+ONE_THREAD = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                               "RAYON_NUM_THREADS", EMBED_THREADS_ENV)}
 TASK_TEXTS = 256  # most texts per piece: large enough to amortise a call (~ms)
 PIECES_PER_WORKER = 4  # pieces per worker and call: small tails, few calls
 
