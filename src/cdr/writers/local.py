@@ -54,8 +54,11 @@ def load_model(path: Path, n_ctx: int, n_threads: int) -> Any:
             from llama_cpp import Llama
 
             try:
+                # Prompt processing too: llama-cpp-python gives it every CPU of the machine by
+                # default, so `CDR_LOCAL_THREADS=1` still ran 2 threads per prompt here, and
+                # two such processes on 2 cores spun at each other's barriers.
                 _MODELS[key] = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads,
-                                     verbose=False)
+                                     n_threads_batch=n_threads, verbose=False)
             except (ValueError, RuntimeError) as exc:
                 raise InvalidInputError(
                     f"local writer: llama.cpp could not load {path}: {exc}") from None
