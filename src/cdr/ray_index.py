@@ -160,6 +160,9 @@ def _retryable() -> tuple[type[BaseException], ...]:
     return tuple(kinds)
 
 
+START_SECONDS = 120.0  # how long opening waits for the shard actors' first answer
+
+
 class RayShardedIndex:
     """A read-only `FactIndex` over a shard set served by Ray actors (see module doc)."""
 
@@ -185,8 +188,11 @@ class RayShardedIndex:
                         max_restarts=max_restarts, max_task_retries=0, num_cpus=0,
                         lifetime="detached").remote(str(p), i)
             for i, p in enumerate(self._set.paths)]
+        # A shard whose actor is being created (a new process importing numpy and mapping its
+        # files: tens of seconds on a loaded machine) is starting, not down.
         parts: list[ShardRows] = self._gather("rows", [() for _ in self._actors],
-                                              check_gen=False)
+                                              check_gen=False,
+                                              seconds=max(self.retry_seconds, START_SECONDS))
         for i, r in enumerate(parts):
             check_shard_model(self._set.model_id, r.model_id, i, self._set.dim, r.dim)
         self._gens = [r.generation for r in parts]
@@ -210,13 +216,16 @@ class RayShardedIndex:
     # ------------------------------------------------------------------ calls with retry
 
     def _gather(self, method: str, args: Sequence[tuple], *, check_gen: bool = True,
-                shards: Sequence[int] | None = None) -> list[Any]:
+                shards: Sequence[int] | None = None, seconds: float | None = None
+                ) -> list[Any]:
         """Call `method(*args[j])` on shards (all, or `shards`) in parallel; retry the ones
-        that fail until `retry_seconds` pass; every result or a `ShardUnavailableError`."""
+        that fail until `seconds` (default `retry_seconds`) pass; every result or a
+        `ShardUnavailableError`."""
         import ray
 
         which = list(range(len(self._actors))) if shards is None else list(shards)
-        deadline = time.monotonic() + self.retry_seconds
+        wait = self.retry_seconds if seconds is None else seconds
+        deadline = time.monotonic() + wait
         results: dict[int, Any] = {}
         pending = dict(zip(which, args, strict=True))
         last_error: dict[int, str] = {}
@@ -247,7 +256,7 @@ class RayShardedIndex:
                 if time.monotonic() >= deadline:
                     i = min(pending)
                     raise ShardUnavailableError(
-                        i, self._label, f"no answer within {self.retry_seconds:g} s "
+                        i, self._label, f"no answer within {wait:g} s "
                         f"({last_error.get(i, 'timed out')})")
                 time.sleep(0.2)
         return [results[i] for i in which]
