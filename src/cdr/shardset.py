@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -238,24 +239,33 @@ def _open_shard(path: Path, embedder: Embedder | None) -> CKF:
     return CKF.open(path, embedder)
 
 
-def delete_document(root: str | os.PathLike[str], doc: str) -> tuple[int, str, int]:
-    """Delete a document from the shard set: by source, only its owning shard is opened; a
-    document id (not hashable to a shard) is looked up shard by shard.
-    Returns (shard, source, facts no longer selectable)."""
-    ss = read_manifest(root)
-    owner = shard_of(doc, ss.n_shards)
-    order = [owner] + [i for i in range(ss.n_shards) if i != owner]
-    for i in order:
-        store = _open_shard(shard_dir(ss.root, i), None)
-        try:
+def delete_from_shards(doc: str, n_shards: int,
+                       store: Callable[[int], AbstractContextManager[CKF]], missing: str
+                       ) -> tuple[int, dict[str, Any], int]:
+    """Find `doc` and delete it: by source only its owning shard holds it, so that shard is
+    asked first; a document id (not hashable to a shard) is looked up shard by shard.
+    `store(i)` gives shard i's CKF for the duration (the CLI opens and closes it, the gateway
+    lends its open writer); `missing` is the `NotFoundError` message when no shard holds it.
+    Returns (shard, the document's row, facts no longer selectable)."""
+    owner = shard_of(doc, n_shards)
+    for i in [owner] + [j for j in range(n_shards) if j != owner]:
+        with store(i) as ckf:
             try:
-                source = store.document(doc)["source"]
+                found = ckf.document(doc)
             except NotFoundError:
                 continue
-            return i, source, store.delete_document(doc)
-        finally:
-            store.close()
-    raise NotFoundError(f"no document {doc!r} in any of the {ss.n_shards} shards of {ss.root}")
+            return i, found, ckf.delete_document(found["doc_id"])
+    raise NotFoundError(missing)
+
+
+def delete_document(root: str | os.PathLike[str], doc: str) -> tuple[int, str, int]:
+    """Delete a document from the shard set at `root`, each shard opened only while asked.
+    Returns (shard, source, facts no longer selectable)."""
+    ss = read_manifest(root)
+    shard, found, removed = delete_from_shards(
+        doc, ss.n_shards, lambda i: closing(_open_shard(shard_dir(ss.root, i), None)),
+        f"no document {doc!r} in any of the {ss.n_shards} shards of {ss.root}")
+    return shard, found["source"], removed
 
 
 def merge_documents(per_shard: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
@@ -267,13 +277,12 @@ def merge_documents(per_shard: Sequence[Sequence[Mapping[str, Any]]]) -> list[di
 
 
 def list_documents(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The documents of every shard of the set at `root`, read from its files."""
-    ss = read_manifest(root)
+    """The documents of every shard of the set at `root`, read from each shard's committed
+    state (a read: no writer is opened)."""
+    from cdr.ckf.snapshot import CKFSnapshot
+
     per_shard = []
-    for i in range(ss.n_shards):
-        store = _open_shard(shard_dir(ss.root, i), None)
-        try:
-            per_shard.append(store.documents())
-        finally:
-            store.close()
+    for path in read_manifest(root).paths:
+        with CKFSnapshot.open(path) as snap:
+            per_shard.append(snap.documents())
     return merge_documents(per_shard)

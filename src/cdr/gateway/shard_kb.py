@@ -27,6 +27,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -159,21 +160,17 @@ class ShardSetKnowledgeBase:
     def delete_document(self, doc: str) -> Future[tuple[str, int]]:
         """Delete `doc` (id or source) from its shard on the writer thread: (doc id, facts
         removed); `NotFoundError` if no shard holds it."""
-        from cdr.shardset import shard_of
+        from cdr.shardset import delete_from_shards
+
+        def fresh_writer(i: int) -> AbstractContextManager[CKF]:
+            ckf = self._writer(i)
+            ckf.refresh()  # another replica or `cdr ingest --shards` may have written
+            return nullcontext(ckf)  # the writer stays open for later writes
 
         def run() -> tuple[str, int]:
-            from cdr.errors import NotFoundError
-
-            owner = shard_of(doc, self._set.n_shards)
-            for i in [owner] + [j for j in range(self._set.n_shards) if j != owner]:
-                ckf = self._writer(i)
-                ckf.refresh()
-                try:
-                    found = ckf.document(doc)
-                except (NotFoundError, ValueError, OSError):
-                    continue
-                return str(found["doc_id"]), ckf.delete_document(found["doc_id"])
-            raise NotFoundError(f"no document {doc!r} in the CKF")
+            _, found, removed = delete_from_shards(doc, self._set.n_shards, fresh_writer,
+                                                   f"no document {doc!r} in the CKF")
+            return str(found["doc_id"]), removed
 
         return self.submit(run)
 
