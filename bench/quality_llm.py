@@ -51,13 +51,19 @@ DEFAULT_PAGES = (
     "library/configparser.html",
 )
 # The arms in the order they run within a task: the comparison that matters most first.
-DEFAULT_ARMS = ("relevance", "cdr", "cdr-fresh", "xquad", "sections")
+DEFAULT_ARMS = ("relevance", "cdr", "cdr-guard", "relevance-guard", "cdr-fresh", "xquad",
+                "sections")
+# Arms that run with the opt-in repeat guard (`repeats="drop"`, cdr.repeat_guard) on top of
+# another arm's ranking: CDR with it, and relevance-only with it (what the guard does alone).
+GUARDED = {"cdr-guard": "cdr", "relevance-guard": "relevance"}
 ARM_LABELS = {
     "relevance": "relevance only (SPEC-003 Phase 2)",
     "cdr": "CDR (ours, spec defaults)",
     "sections": "per-section retrieval (--ranking sections, STORM-like)",
     "xquad": "xQuAD, λ = 0.5, aspects = sub-queries, S across windows",
     "cdr-fresh": "CDR with the opt-in `fresh` profile (fact memory, envelope fit, expansion)",
+    "cdr-guard": "CDR (spec ranking) with the opt-in repeat guard (`--repeats drop`)",
+    "relevance-guard": "relevance only with the repeat guard (the guard's effect alone)",
 }
 
 
@@ -72,6 +78,10 @@ def default_ckf() -> Path:
 # 1: "continue it" for a begun section; 2: quotes where the section stopped
 # (`GenerationConfig.show_section_ends`) and asks for code only where a fact shows code.
 PROMPT_VERSION = 2
+# The loop's version where it changes what a window keeps: runs made with another are rerun.
+# 1: a window cut by the token limit dropped its last block whole; 2: a cut list keeps its
+# finished items (`cdr.markdown.complete_blocks_end`).
+LOOP_VERSION = 2
 
 
 @dataclass
@@ -87,25 +97,28 @@ class Settings:
     seed: int = 42
     writer: str = "local"
     prompt: int = PROMPT_VERSION
+    loop: int = LOOP_VERSION
 
     def as_dict(self) -> dict[str, Any]:
-        """The settings as keyed; `writer` only when it is not the model and `prompt` only
-        after version 1 (so checkpoints made before either existed keep their key)."""
+        """The settings as keyed; `writer` only when it is not the model, `prompt` and `loop`
+        only after version 1 (so checkpoints made before any existed keep their key)."""
         d = dict(self.__dict__)
         if d["writer"] == "local":
             del d["writer"]
-        if d["prompt"] == 1:
-            del d["prompt"]
+        for versioned in ("prompt", "loop"):
+            if d[versioned] == 1:
+                del d[versioned]
         return d
 
 
 def make_config(settings: Settings, arm: str, ckf: Any, task: Task) -> GenerationConfig:
     """The `cdr generate` configuration of `arm` (xQuAD: a Phase 2 replacement)."""
-    mode = {"xquad": "relevance", "cdr-fresh": "cdr"}.get(arm, arm)
+    mode = {"xquad": "relevance", "cdr-fresh": "cdr", **GUARDED}.get(arm, arm)
     cfg = GenerationConfig(max_windows=settings.windows, words=settings.words, ranking=mode,
                            context_tokens=settings.context_tokens,
                            generation_tokens=settings.generation_tokens,
-                           profile="fresh" if arm == "cdr-fresh" else None)
+                           profile="fresh" if arm == "cdr-fresh" else None,
+                           repeats="drop" if arm in GUARDED else None)
     if arm == "xquad":
         cfg = replace(cfg, ranker=XQuADRanker(envelope_tokens(cfg, task), ckf.token_counts,
                                               lam=0.5))
@@ -131,6 +144,7 @@ def window_record(ev: Any) -> dict[str, Any]:
         "fact_texts": [f.content for f in p.facts],
         "plan": [[s.title, s.target_words] for s in p.plan],
         "unattributed_words": ev.report.unattributed_words,
+        "dropped": list(ev.dropped),  # what the repeat guard took out (guarded arms)
     }
 
 
@@ -182,6 +196,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument("--prompt-version", type=int, default=PROMPT_VERSION,
                     help="with --report-only: report runs made with an earlier prompt")
+    ap.add_argument("--loop-version", type=int, default=LOOP_VERSION,
+                    help="with --report-only: report runs made with an earlier loop")
     ap.add_argument("--no-report", action="store_true")
     ap.add_argument("--writer", default="local", choices=("local", "extractive"),
                     help="extractive: a seconds-long smoke run of the pipeline, not the benchmark")
@@ -190,12 +206,13 @@ def main(argv: list[str] | None = None) -> None:
     from cdr.models import local_llm_path  # CDR_LOCAL_MODEL, else the reference model
 
     model = local_llm_path()
-    if args.prompt_version != PROMPT_VERSION and not args.report_only:
-        raise SystemExit(f"this code writes prompt version {PROMPT_VERSION}; "
-                         f"--prompt-version {args.prompt_version} only reports older runs "
-                         "(with --report-only)")
+    if ((args.prompt_version, args.loop_version) != (PROMPT_VERSION, LOOP_VERSION)
+            and not args.report_only):
+        raise SystemExit(f"this code runs prompt version {PROMPT_VERSION} and loop version "
+                         f"{LOOP_VERSION}; other versions are only reported (--report-only)")
     settings = Settings(model.name, args.context_tokens, args.generation_tokens, args.words,
-                        args.windows, writer=args.writer, prompt=args.prompt_version)
+                        args.windows, writer=args.writer, prompt=args.prompt_version,
+                        loop=args.loop_version)
     key = settings_key(settings.as_dict())
     ckf = CKF.open_or_create(args.ckf or default_ckf())
     if ckf.n_rows == 0:

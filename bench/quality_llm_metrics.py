@@ -168,3 +168,24 @@ def semantic_repetition_split(windows: Sequence[Sequence[tuple[str | None, np.nd
                         cross += 1
         earlier.extend(window)
     return (same / n, cross / n, n) if n else (math.nan, math.nan, 0)
+
+
+def lexical_restating(windows: Sequence[Sequence[str]], min_jaccard: float) -> list[float]:
+    """Per window, the share of its sentences sharing ≥ `min_jaccard` of their content words
+    (Jaccard) with some sentence of an earlier window (0 for W1; NaN for a window without
+    sentences). A check on semantic repetition that uses no embedding model: the repeat guard
+    (cdr.repeat_guard) judges meaning with the same model the semantic measure uses, so a
+    guarded arm's semantic figure is not independent of what the guard removed."""
+    out: list[float] = []
+    earlier: list[set[str]] = []
+    for i, window in enumerate(windows):
+        words = [content_words(s) for s in window]
+        if not words:
+            out.append(math.nan)
+        elif i == 0:
+            out.append(0.0)
+        else:
+            hits = sum(1 for w in words if any(jaccard(w, e) >= min_jaccard for e in earlier))
+            out.append(hits / len(words))
+        earlier.extend(words)
+    return out

@@ -213,3 +213,17 @@ def test_semantic_repetition_split_separates_same_and_other_section() -> None:
     # No later window: nothing to count.
     s1, c1, n1 = semantic_repetition_split([w1], 0.9)
     assert n1 == 0 and np.isnan(s1) and np.isnan(c1)
+
+
+def test_lexical_restating_counts_sentences_sharing_content_words_with_earlier_windows() -> None:
+    from quality_llm_metrics import lexical_restating
+
+    w1 = ["A deque is a double-ended queue.", "Counters count hashable objects."]
+    w2 = ["The deque: a double-ended queue indeed.", "Timers run functions later."]
+    w3: list[str] = []
+    w4 = ["Counters count hashable objects quickly."]
+    got = lexical_restating([w1, w2, w3, w4], 0.5)
+    # w2[0] shares {deque, double, ended, queue} of 5 words with w1[0] (Jaccard 4/5); w2[1]
+    # nothing. w4's sentence: {counters, count, hashable, objects} of 5 (Jaccard 4/5).
+    assert got[0] == 0.0 and got[1] == 0.5 and math.isnan(got[2]) and got[3] == 1.0
+    assert lexical_restating([w1, w2], 0.9) == [0.0, 0.0]

@@ -82,3 +82,25 @@ def test_a_kept_text_that_disagrees_with_the_stream_sends_nothing_more():
     held.feed("First paragraph.\n\nSecond")
     held.finish("Something else entirely.\n")
     assert "".join(got) == "First paragraph."
+
+
+def test_a_list_cut_by_the_limit_keeps_its_finished_items():
+    text = ("## Handlers\n\nThe handlers module provides these:\n\n- StreamHandler writes to a "
+            "stream.\n- FileHandler writes to a file.\n  It opens the file itself.\n- Rotating")
+    kept, tail = keep_complete(text)
+    assert kept == ("## Handlers\n\nThe handlers module provides these:\n\n- StreamHandler "
+                    "writes to a stream.\n- FileHandler writes to a file.\n  It opens the file "
+                    "itself.\n")
+    assert tail == "- Rotating" and kept + tail == text
+    # One item begun: nothing of the list is finished, the cut falls before it.
+    assert keep_complete("Intro.\n\n- only one item, cut")[0] == "Intro.\n"
+    # Nested items do not count as the list's own.
+    assert keep_complete("Intro.\n\n- a\n  - a1\n  - a2 cut")[0] == "Intro.\n"
+    # Streamed item by item: each finished item is released as soon as the next begins.
+    got: list[str] = []
+    held = KeptStream(got.append)
+    for line in text.splitlines(keepends=True):
+        held.feed(line)
+    assert "".join(got).endswith("- StreamHandler writes to a stream.")  # before the window ends
+    held.finish(kept)
+    assert "".join(got) == kept

@@ -71,6 +71,7 @@ def test_options_default_to_the_spec_and_store_only_what_differs():
     ({"memory": "topics"}, "unknown memory option 'topics'"),
     ({"envelope": "full"}, "unknown envelope option 'full'"),
     ({"queries": "bm25"}, "unknown queries option 'bm25'"),
+    ({"repeats": "hide"}, "unknown repeats option 'hide'"),
 ])
 def test_bad_option_values_are_refused_naming_the_choices(kwargs, message):
     with pytest.raises(InvalidInputError, match=message):
@@ -424,7 +425,8 @@ def test_cli_profile_and_flags_reach_the_trace(types_ckf_path, tmp_path):
 
 
 @pytest.mark.parametrize(("flag", "value"), [("--memory", "topics"), ("--envelope", "all"),
-                                             ("--queries", "bm25"), ("--profile", "stale")])
+                                             ("--queries", "bm25"), ("--profile", "stale"),
+                                             ("--repeats", "hide")])
 def test_cli_refuses_bad_option_values_with_one_line(flag, value, tmp_path):
     r = runner.invoke(app, ["generate", "t", "--ckf", str(tmp_path), flag, value])
     assert r.exit_code == 2
@@ -441,6 +443,9 @@ def test_gateway_crp_schema_takes_the_options_and_refuses_others():
         GenerationOptions(memory="topics")
     with pytest.raises(ValueError, match="profile"):
         GenerationOptions(profile="stale")
+    assert GenerationOptions(repeats="drop").repeats == "drop"
+    with pytest.raises(ValueError, match="repeats"):
+        GenerationOptions(repeats="hide")
 
 
 def test_sidecar_session_persists_its_options(gateway):

@@ -90,6 +90,9 @@ def generate(
         help="budget (spec) | fit: pack as many facts as the window's words can use.")] = None,
     queries: Annotated[str | None, typer.Option(
         help="titles (spec) | expanded: sub-queries expanded from the CKF at start.")] = None,
+    repeats: Annotated[str | None, typer.Option(
+        help="keep (spec) | drop: take out of each window the sentences, list items and "
+             "code an earlier window already wrote (same words or same meaning).")] = None,
     trace: Annotated[Path | None, typer.Option(help="Write the trace JSON here.")] = None,
     report: Annotated[Path | None, typer.Option(help="Write an HTML run report here.")] = None,
     out_file: Annotated[Path | None, typer.Option("--out", help="Write the Markdown here "
@@ -112,9 +115,10 @@ def generate(
     from cdr.options import resolve_options
 
     try:
-        resolve_options(profile, memory=memory, envelope=envelope, queries=queries)
+        resolve_options(profile, memory=memory, envelope=envelope, queries=queries,
+                        repeats=repeats)
     except CdrError as exc:
-        raise fail(f"{exc} (--profile/--memory/--envelope/--queries)", 2) from None
+        raise fail(f"{exc} (--profile/--memory/--envelope/--queries/--repeats)", 2) from None
     outline_text = None
     if outline is not None:
         try:
@@ -136,7 +140,7 @@ def generate(
             max_windows=windows, words=words, sub_queries=sub_queries, ranking=ranking,
             min_relevance=min_relevance, mmr_lambda=mmr_lambda, context_tokens=context_tokens,
             generation_tokens=generation_tokens, profile=profile, memory=memory,
-            envelope=envelope, queries=queries,
+            envelope=envelope, queries=queries, repeats=repeats,
         )
         gen = Generator(store, _writer(writer, llm_base_url, llm_model), config)
         session = gen.start(task, outline_text)

@@ -7,6 +7,10 @@ streamed document and the stored one would differ. `KeptStream` holds the curren
 until the next block begins, and at the end releases exactly the rest of the text the window
 kept, so the concatenated deltas always equal the window's kept text. The price is latency of
 one block (a paragraph, a list, a code block), not of the window.
+
+A `shape` (the session's repeat guard, `cdr.repeat_guard`) maps the complete blocks to what the
+window keeps of them; it must keep a prefix's blocks as it keeps them in the longer text, so
+what was released stays a prefix of the final text.
 """
 
 from __future__ import annotations
@@ -23,22 +27,30 @@ class KeptStream:
     """Wraps a delta sink; `feed` pieces as the writer streams them, then `finish` with the
     text the window kept."""
 
-    def __init__(self, sink: Callable[[str], None]) -> None:
+    def __init__(self, sink: Callable[[str], None],
+                 shape: Callable[[str], str] | None = None) -> None:
         self._sink = sink
+        self._shape = shape
+        self._shaped = ""  # shape(complete blocks so far): what `sent` is a prefix of
         self._text = ""
         self._sent = 0
 
     @property
     def sent(self) -> str:
         """What has reached the sink so far."""
-        return self._text[: self._sent]
+        return self._shaped[: self._sent]
 
     def feed(self, piece: str) -> None:
         self._text += piece
         if "\n" not in piece:  # a block can only begin on a new line
             return
-        released = self._text[: complete_blocks_end(self._text)].rstrip()
+        complete = self._text[: complete_blocks_end(self._text)]
+        released = (self._shape(complete) if self._shape else complete).rstrip()
         if len(released) > self._sent:
+            if not released.startswith(self.sent):  # a shape that broke its promise
+                log.warning("shaped stream is no longer a prefix; holding the rest back")
+                return
+            self._shaped = released
             self._emit(released[self._sent:])
 
     def finish(self, kept: str) -> None:
@@ -51,7 +63,7 @@ class KeptStream:
             log.warning("streamed text is not a prefix of the kept window text; "
                         "the stream stops at %d characters", len(sent))
             return
-        self._text, self._sent = kept, len(sent)
+        self._shaped, self._sent = kept, len(sent)
         if len(kept) > self._sent:
             self._emit(kept[self._sent:])
 

@@ -60,6 +60,7 @@ from cdr.memory import DEFAULT_MEMORY_RULE, MemoryRule, apply_memory, written_ro
 from cdr.options import SessionOptions, resolve_options
 from cdr.prompt import WORDS_PER_TOKEN, PlanSection, build_user_prompt, fit_plan
 from cdr.ranking import DEFAULT_MMR_LAMBDA, DEFAULT_RANKING, Ranking, rank
+from cdr.repeat_guard import RepeatGuard
 from cdr.session import (
     DEFAULT_MAX_WINDOWS,
     EXHAUSTION_RATIO,
@@ -155,6 +156,7 @@ class GenerationConfig:
     memory: str | None = None  # "off" | "facts"
     envelope: str | None = None  # "budget" | "fit"
     queries: str | None = None  # "titles" | "expanded"
+    repeats: str | None = None  # "keep" | "drop" (cdr.repeat_guard)
     # The rules' tunables (library and benchmark only; sessions use the defaults).
     memory_rule: MemoryRule = DEFAULT_MEMORY_RULE
     fit_facts_per_word: float = FIT_FACTS_PER_WORD
@@ -171,7 +173,7 @@ class GenerationConfig:
     def session_options(self) -> SessionOptions:
         """The profile's options with single ones on top; an unknown value is refused."""
         return resolve_options(self.profile, memory=self.memory, envelope=self.envelope,
-                               queries=self.queries)
+                               queries=self.queries, repeats=self.repeats)
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +257,8 @@ class WindowEvent:
     seconds: float = 0.0
     # The writer's failure itself (`error` is its message), for callers that re-raise it.
     upstream: UpstreamError | None = field(default=None, repr=False, compare=False)
+    # `repeats: "drop"`: what `cdr.repeat_guard` took out of the writer's text (not in `output`).
+    dropped: list[str] = field(default_factory=list)
 
     @property
     def done(self) -> bool:
@@ -549,6 +553,15 @@ class Generator:
                            self.embedder.encode, self.config.attribution_threshold,
                            session.blacklist.fresh_share)
 
+    def repeat_guard(self, session: Session) -> RepeatGuard | None:
+        """The session's output guard for its next window (`repeats: "drop"`), else None."""
+        if session.options.repeats != "drop":
+            return None
+        earlier = session.written_vectors
+        if earlier is None:
+            earlier = np.zeros((0, session.dim), np.float32)
+        return RepeatGuard(session.blacklist.__contains__, earlier, self.embedder.encode)
+
     def complete(
         self,
         session: Session,
@@ -558,16 +571,27 @@ class Generator:
         result: WriterResult | None = None,
         error: UpstreamError | None = None,
         seconds: float = 0.0,
+        guard: RepeatGuard | None = None,
     ) -> WindowEvent:
         """Verify the window's text, update the session (§7.2), apply the exits (§6).
 
         `text` is whatever was written: the writer's, the sidecar client's, or the part an
-        upstream failure (`error`) left, which still counts (it may have been streamed out)."""
+        upstream failure (`error`) left, which still counts (it may have been streamed out).
+        With `repeats: "drop"` the repeat guard takes its repeats out first (`guard`: the one
+        a stream already used, so both cut the same)."""
+        dropped: list[str] = []
+        kept_vectors: np.ndarray | None = None
+        guard = guard or self.repeat_guard(session)
+        if guard is not None:
+            kept = guard.filter(text)
+            text, dropped, kept_vectors = kept.text, kept.dropped, kept.vectors
         report = self.verify(session, text)
         summary = " ".join(text.split()[:40])
         session.update_after_window(report.addressed, text,
                                     embedding_model_id=self.embedder.model_id, summary=summary,
                                     section_ends=report.section_ends(SECTION_END_WORDS))
+        if kept_vectors is not None and len(kept_vectors):
+            _remember_written(session, kept_vectors)
         if session.options.memory == "facts":  # cdr.memory: what was shown, what was written
             written = written_rows(prepared.rows, text, session.blacklist.index,
                                    self.config.memory_rule.written_share)
@@ -585,7 +609,7 @@ class Generator:
             prepared.number, prepared, text, report, session.completeness(),
             list(session.residual_ids), headers, session.status,
             result.finish_reason if result else "stop", dict(result.usage) if result else {},
-            None if error is None else str(error), seconds, error,
+            None if error is None else str(error), seconds, error, dropped,
         )
 
     def close_if_empty(self, session: Session, prepared: PreparedWindow,
@@ -616,7 +640,9 @@ class Generator:
             return empty
         result: WriterResult | None = None
         error: UpstreamError | None = None
-        held = KeptStream(on_delta) if on_delta is not None else None
+        guard = self.repeat_guard(session)
+        shape = (lambda t: guard.filter(t).text) if guard is not None else None
+        held = KeptStream(on_delta, shape) if on_delta is not None else None
         try:
             result = self.write(prepared, held.feed if held is not None else None)
             text = result.text
@@ -624,9 +650,9 @@ class Generator:
             error = exc
             text = getattr(exc, "partial_text", "") or ""
         if held is not None:
-            held.finish(text)
+            held.finish(shape(text) if shape is not None else text)
         return self.complete(session, prepared, text, result=result, error=error,
-                             seconds=_since(started))
+                             seconds=_since(started), guard=guard)
 
     def step(self, session: Session,
              on_delta: Callable[[int, str], None] | None = None) -> WindowEvent:
@@ -655,6 +681,14 @@ class Generator:
             yield event
             if event.done:
                 return
+
+
+def _remember_written(session: Session, vectors: np.ndarray) -> None:
+    """Add a window's kept sentences to the session's, at the precision it stores them, so a
+    session resumed from storage decides exactly as the one kept in memory."""
+    rows = np.asarray(vectors, np.float32).astype(np.float16).astype(np.float32)
+    before = session.written_vectors
+    session.written_vectors = rows if before is None else np.concatenate([before, rows])
 
 
 def _since(started: float | None) -> float:

@@ -122,7 +122,8 @@ def keep_complete(text: str) -> tuple[str, str]:
     """Split text cut off by a token limit into (complete part, unfinished tail).
 
     The last top-level block is unfinished (the limit hit inside it) unless the text ends
-    with a blank line; it goes to the tail, and so do headings left with nothing under them.
+    with a blank line; it goes to the tail (of a list, only its last item), and so do headings
+    left with nothing under them.
     When that would keep nothing, the cut falls after the last complete sentence instead, so
     a window that is one long paragraph still keeps what it finished.
     """
@@ -145,16 +146,33 @@ def complete_blocks_end(text: str) -> int:
     """Where the complete top-level blocks of `text` end (0: none is complete yet).
 
     A block is complete once another block has begun after it; a heading with nothing under
-    it yet is not. More text appended later cannot undo that, which is what lets a stream
-    release a block as soon as the next one starts (`cdr.kept_stream`)."""
+    it yet is not. The last block, when it is a list, is complete up to its last item that
+    another item follows: a small model's long list cut by the token limit keeps the items it
+    finished (on the reference model, a window that opened with a sentence and a list used to
+    keep the sentence alone, and the next window wrote both again). More text appended later
+    cannot undo any of that, which is what lets a stream release a block (or a list item) as
+    soon as the next one starts (`cdr.kept_stream`)."""
     blocks = parse_blocks(text)
+    lines = text.splitlines(keepends=True)
+    if blocks and blocks[-1].kind == "list":
+        done = _finished_items_end(text, blocks[-1].start)
+        if done:
+            return sum(len(line) for line in lines[:done])
     keep = blocks[:-1] if blocks else []
     while keep and keep[-1].kind == "heading":
         keep.pop()
     if not keep:
         return 0
-    lines = text.splitlines(keepends=True)
     return sum(len(line) for line in lines[: keep[-1].end])
+
+
+def _finished_items_end(text: str, list_start: int) -> int:
+    """The line where the finished items of the top-level list starting at `list_start` end:
+    every item but the last (0 when the list has fewer than two items)."""
+    items = [tok.map for tok in _PARSER.parse(text)
+             if tok.type == "list_item_open" and tok.level == 1 and tok.map
+             and tok.map[0] >= list_start]
+    return items[-2][1] if len(items) >= 2 else 0
 
 
 def _open_fence(text: str) -> bool:

@@ -10,7 +10,10 @@ existed loads with the defaults. Each option is a rule in its own module:
   as many facts as the window's planned words can use);
 - `queries`: ``"titles"`` (spec: sub-queries are embedded as written) or ``"expanded"``
   (`cdr.expansion`: each sub-query is expanded once at session start from the CKF, and the
-  expansion drives residual pull, the plan and Stage 8 attribution).
+  expansion drives residual pull, the plan and Stage 8 attribution);
+- `repeats`: ``"keep"`` (spec: the window's text is kept as written) or ``"drop"``
+  (`cdr.repeat_guard`: sentences, list items and code an earlier window already wrote, in the
+  same words or, for prose, the same meaning, are taken out before Stage 8).
 
 A profile names a set of options: ``"spec"`` is the defaults, ``"fresh"`` turns on what the
 quality benchmark measured to win (README "Beyond the spec").
@@ -27,15 +30,18 @@ from cdr.errors import InvalidInputError
 MemoryMode = Literal["off", "facts"]
 EnvelopeMode = Literal["budget", "fit"]
 QueriesMode = Literal["titles", "expanded"]
+RepeatsMode = Literal["keep", "drop"]
 ProfileName = Literal["spec", "fresh"]
 
 MEMORY_MODES: tuple[str, ...] = get_args(MemoryMode)
 ENVELOPE_MODES: tuple[str, ...] = get_args(EnvelopeMode)
 QUERIES_MODES: tuple[str, ...] = get_args(QueriesMode)
+REPEATS_MODES: tuple[str, ...] = get_args(RepeatsMode)
 PROFILE_NAMES: tuple[str, ...] = get_args(ProfileName)
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "memory": MEMORY_MODES, "envelope": ENVELOPE_MODES, "queries": QUERIES_MODES,
+    "repeats": REPEATS_MODES,
 }
 
 
@@ -46,6 +52,7 @@ class SessionOptions:
     memory: str = "off"
     envelope: str = "budget"
     queries: str = "titles"
+    repeats: str = "keep"
 
     def __post_init__(self) -> None:
         for name, choices in _CHOICES.items():
@@ -90,6 +97,7 @@ def resolve_options(
     memory: str | None = None,
     envelope: str | None = None,
     queries: str | None = None,
+    repeats: str | None = None,
 ) -> SessionOptions:
     """A profile's options with any explicitly given option on top (None = not given)."""
     if profile is not None and profile not in PROFILES:
@@ -99,4 +107,5 @@ def resolve_options(
         memory=base.memory if memory is None else memory,
         envelope=base.envelope if envelope is None else envelope,
         queries=base.queries if queries is None else queries,
+        repeats=base.repeats if repeats is None else repeats,
     )

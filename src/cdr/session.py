@@ -13,6 +13,8 @@ update states which model produced its vectors and a different id is refused (§
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -124,6 +126,10 @@ class Session:
     # Sub-query id → the last words written for it (`DpeReport.section_ends`): a window that
     # continues a begun section is shown where it stopped (DESIGN.md §3, continued sections).
     section_ends: dict[str, str] = field(default_factory=dict)
+    # `repeats: "drop"` (cdr.repeat_guard): unit vectors of the sentences earlier windows kept,
+    # which a later window's sentences are compared with. Stored as float16: a cosine ≥ 0.70
+    # decision does not need float32's digits, and the session stays small.
+    written_vectors: np.ndarray | None = None
     _residual_cache: ResidualSet | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -300,6 +306,8 @@ class Session:
             extra["section_ends"] = dict(self.section_ends)
         if self.expanded_embeddings is not None:
             extra["expanded_embeddings"] = to_b64(self.expanded_embeddings.astype(np.float32))
+        if self.written_vectors is not None and len(self.written_vectors):
+            extra["written_vectors"] = to_b64(self.written_vectors.astype(np.float16))
         return {
             **extra,
             "schema": SCHEMA_VERSION,
@@ -364,11 +372,28 @@ class Session:
                 from_b64(data["expanded_embeddings"], np.float32, (len(sqs), dim))
                 if "expanded_embeddings" in data else None),
             section_ends=_section_ends(data.get("section_ends"), {sq.id for sq in sqs}),
+            written_vectors=_written_vectors(data.get("written_vectors"), dim),
         )
 
     @classmethod
     def from_json(cls, text: str, ngram_index: NgramIndex | None = None) -> Session:
         return cls.from_dict(parse_json_object(text, "session JSON"), ngram_index)
+
+
+def _written_vectors(raw: Any, dim: int) -> np.ndarray | None:
+    """The stored `written_vectors` (float16 rows of `dim`), checked."""
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        raise InvalidInputError("session written_vectors must be a base64 string")
+    try:
+        flat = np.frombuffer(base64.b64decode(raw, validate=True), np.float16)
+    except (ValueError, binascii.Error) as exc:
+        raise InvalidInputError(f"session written_vectors are damaged: {exc}") from None
+    if flat.size % dim:
+        raise InvalidInputError(f"session written_vectors hold {flat.size} values, "
+                                f"not a multiple of the dimension {dim}")
+    return flat.reshape(-1, dim).astype(np.float32)
 
 
 def _section_ends(raw: Any, ids: set[str]) -> dict[str, str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from cdr.options import ENVELOPE_MODES, MEMORY_MODES, QUERIES_MODES
+from cdr.options import ENVELOPE_MODES, MEMORY_MODES, QUERIES_MODES, REPEATS_MODES
 from cdr.ranking import RANKING_MODES
 from cdr.session import RUN_STATUSES, Session
 
@@ -57,6 +57,8 @@ def window_record(event: WindowEvent) -> dict[str, Any]:
     }
     if event.error:
         record["error"] = event.error
+    if event.dropped:  # optional: what `repeats: "drop"` took out of the writer's text
+        record["dropped"] = list(event.dropped)
     return record
 
 
@@ -124,6 +126,7 @@ TRACE_SCHEMA: dict[str, Any] = {
                                          "CRP-Context-NGram-Guard-Activations",
                                          "CRP-Context-Continuation-Status"]},
                 "error": {"type": "string"},
+                "dropped": {"type": "array", "items": {"type": "string"}},
                 "attribution": {"type": "array",
                                 "items": {"type": ["string", "null"]}},
             }}},
@@ -131,6 +134,7 @@ TRACE_SCHEMA: dict[str, Any] = {
         "options": {"type": "object", "additionalProperties": False, "properties": {
             "memory": {"enum": list(MEMORY_MODES)},
             "envelope": {"enum": list(ENVELOPE_MODES)},
-            "queries": {"enum": list(QUERIES_MODES)}}},
+            "queries": {"enum": list(QUERIES_MODES)},
+            "repeats": {"enum": list(REPEATS_MODES)}}},
     },
 }

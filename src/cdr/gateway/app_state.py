@@ -160,7 +160,7 @@ class Gateway:
             out["generation_tokens"] = o.window_tokens
         if o.context_tokens is not None:
             out["context_tokens"] = o.context_tokens
-        for name in ("profile", "memory", "envelope", "queries"):  # cdr.options, opt-in
+        for name in ("profile", "memory", "envelope", "queries", "repeats"):  # cdr.options, opt-in
             if getattr(o, name) is not None:
                 out[name] = getattr(o, name)
         return out

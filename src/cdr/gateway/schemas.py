@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_core import PydanticCustomError
 
 from cdr.gateway.limits import check_text
-from cdr.options import EnvelopeMode, MemoryMode, ProfileName, QueriesMode
+from cdr.options import EnvelopeMode, MemoryMode, ProfileName, QueriesMode, RepeatsMode
 from cdr.ranking import RankingMode
 from cdr.session import MAX_WINDOWS_LIMIT
 
@@ -76,6 +76,9 @@ class GenerationOptions(_Strict):
                                           "the window's planned words can use.")
     queries: QueriesMode | None = Field(None, description="'expanded': sub-queries expanded "
                                         "from the CKF at session start.")
+    repeats: RepeatsMode | None = Field(None, description="'drop': sentences, list items and "
+                                        "code an earlier window already wrote (same words or "
+                                        "same meaning) are taken out of each window.")
 
     @field_validator("outline")
     @classmethod
