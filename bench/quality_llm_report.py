@@ -238,6 +238,10 @@ def write_report(ckf: Any, corpus: Corpus, tasks: Sequence[Task], arms: Sequence
     runs = [r for r in finished(runs_dir, pairs, key, complete_only=False) if r["windows"]]
     partial = [r for r in runs if not r.get("complete")]
     by_key = {(r["task"], r["arm"]): r for r in runs}
+    # An arm with no run at all (not asked for this time) is left out of the comparison
+    # rather than emptying it; the report lists it as not run.
+    absent = [a for a in arms if not any((t.page, a) in by_key for t in tasks)]
+    arms = [a for a in arms if a not in absent]
     common = [t for t in tasks if all((t.page, a) in by_key for a in arms)]
     dim = int(ckf.dim)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -321,13 +325,27 @@ def write_report(ckf: Any, corpus: Corpus, tasks: Sequence[Task], arms: Sequence
     lines.append(f"- Window prompt version {settings.prompt} (`bench/quality_llm.py` "
                  "PROMPT_VERSION: 1 told a continued section only \"add new material\"; 2 "
                  "quotes where its text stopped and asks for code only where a fact shows "
-                 "code).")
+                 "code); loop version " + str(getattr(settings, "loop", 1)) + " (1: a window cut "
+                 "by the token limit dropped its last block whole; 2: a cut list keeps its "
+                 "finished items).")
+    if any(a.endswith("-guard") for a in arms):
+        lines.append("- `*-guard` arms: the same ranking with the opt-in repeat guard "
+                     "(`--repeats drop`, `cdr.repeat_guard`), which takes out of each window the "
+                     "sentences, list items and code an earlier window wrote (half their "
+                     "6-grams, or cosine ≥ 0.70 with all-MiniLM-L6-v2 — the model the semantic "
+                     "measure uses, so for these arms that measure is not independent of the "
+                     "guard: the lexical restating column and the 6-gram measures are the "
+                     "check). Their text is what the window kept; what the guard took out is "
+                     "in the checkpoints (`dropped`) and in the \"guard took out\" column.")
     if "cdr-fresh" in arms and settings.prompt == 1:
         lines.append("- `cdr-fresh` is the opt-in `--profile fresh` (fact memory, envelope fit, "
                      "expanded sub-queries with widened facts weighted by (relevance / gate)²); "
                      "its runs were made after that weighting landed, the other arms' before "
                      "it (their code paths did not change).")
-    missing = [f"{t} × {a}" for t, a in pairs if (t, a) not in by_key]
+    if absent:
+        lines.append(f"- Arms with no run in `{_shown_path(runs_dir)}` (left out): "
+                     f"{', '.join(absent)}.")
+    missing = [f"{t} × {a}" for t, a in pairs if (t, a) not in by_key and a not in absent]
     if missing:
         lines.append(f"- Not run (time ran out; the benchmark resumes with `--resume`): "
                      f"{', '.join(missing)}.")

@@ -292,3 +292,26 @@ def test_health_metrics_openapi_and_default_headers(client):
             "/v1/ckf/documents", "/v1/ckf/jobs/{job_id}", "/v1/ckf/stats",
             "/v1/ckf/documents/{doc_id}", "/healthz", "/metrics"} <= set(paths)
     assert set(paths["/v1/sessions/{session_id}"]) == {"get", "delete"}
+
+
+def test_repeats_drop_takes_a_restated_window_out_of_the_stored_session(client):
+    """A sidecar client whose LLM writes the same paragraph twice: with `repeats: "drop"` the
+    second window keeps only what is new, and the trace says what was taken out."""
+    sid, token = start(client, repeats="drop", max_windows=3)
+    said = ("Built-in numeric types are int, float and complex, and integers have "
+            "unlimited precision in every Python version.")
+    new = "Dictionaries map hashable keys to arbitrary values and keep insertion order."
+    for text in (said, f"{said}\n\n{new}"):
+        env = client.post(f"/v1/sessions/{sid}/envelope", headers=bearer(token))
+        assert env.status_code == 200, env.text
+        e = env.json()
+        win = client.post(f"/v1/sessions/{sid}/windows", headers={"CRP-Session": e["token"]},
+                          json={"text": text, "etag": e["etag"]})
+        assert win.status_code == 200, win.text
+        token = win.json()["token"]
+    trace = client.get(f"/v1/sessions/{sid}", headers=bearer(token)).json()
+    jsonschema.validate(trace, TRACE_SCHEMA)
+    assert trace["options"] == {"repeats": "drop"}
+    first, second = trace["windows"]
+    assert said in first["output"] and "dropped" not in first
+    assert second["dropped"] == [said] and second["output"].strip() == new

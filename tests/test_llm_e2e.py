@@ -96,13 +96,16 @@ def local_gateway(model_path, gateway_ckf, tmp_path_factory) -> Iterator[Gateway
     server.stop()
 
 
-def test_gateway_streams_two_real_windows_to_the_openai_client(local_gateway):
+@pytest.mark.parametrize("repeats", [None, "drop"])
+def test_gateway_streams_two_real_windows_to_the_openai_client(local_gateway, repeats):
     from openai import OpenAI
 
     client = OpenAI(base_url=local_gateway.openai_base_url, api_key="x", max_retries=0,
                     timeout=900)
     crp = {"outline": OUTLINE, "words": 300, "window_tokens": 128, "max_windows": 2,
            "context_tokens": CONTEXT}
+    if repeats:  # the opt-in repeat guard (cdr.repeat_guard) on the same relay
+        crp["repeats"] = repeats
     raw = client.chat.completions.with_raw_response.create(
         model="cdr-local", messages=[{"role": "user", "content": TASK}], stream=True,
         extra_body={"crp": crp}, stream_options={"include_usage": True})
@@ -130,6 +133,10 @@ def test_gateway_streams_two_real_windows_to_the_openai_client(local_gateway):
     from cdr.gateway.relay import assemble
 
     assert text == assemble([w["output"] for w in trace["windows"]])
+    if repeats:  # the option is recorded; what the guard took out is reported as text
+        assert trace["options"] == {"repeats": "drop"}
+        assert all(isinstance(u, str) and u.strip() for w in trace["windows"]
+                   for u in w.get("dropped", []))
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
 
 

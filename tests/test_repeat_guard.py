@@ -72,7 +72,8 @@ def test_sentences_and_items_are_cut_as_written():
 
 
 def test_a_window_with_nothing_said_before_comes_back_byte_for_byte():
-    text = "\n## Frozen instances\n\n" + NEW + "\n\n- one item here and now\n\n```python\nx = 1\n```\n"
+    text = ("\n## Frozen instances\n\n" + NEW +
+            "\n\n- one item here and now\n\n```python\nx = 1\n```\n")
     kept = guard_after(EARLIER).filter(text)
     assert kept.text == text and kept.dropped == []
     assert kept.vectors.shape == (2, DIM)  # the sentence and the item (code is not prose)

@@ -39,6 +39,7 @@ _LAZY = {
     "get_writer": "cdr.writers",
     "default_embedder": "cdr.embed",
     "build_trace": "cdr.trace",
+    "RepeatGuard": "cdr.repeat_guard",
 }
 
 
@@ -54,6 +55,7 @@ __all__ = [  # noqa: RUF022 - grouped: eager names, then the lazy ones
     "FactIndex",
     "GenerationConfig",
     "Generator",
+    "RepeatGuard",
     "WindowEvent",
     "build_trace",
     "default_embedder",

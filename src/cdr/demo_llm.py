@@ -130,6 +130,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--generation-tokens", type=int, default=512)
     parser.add_argument("--out", type=Path, default=Path("demo-output"))
     parser.add_argument("--cache", type=Path, default=cache_dir() / "demo")
+    parser.add_argument("--repeats", choices=("keep", "drop"), default="keep",
+                        help="drop: both rankings with the opt-in repeat guard "
+                             "(cdr.repeat_guard), as `cdr generate --repeats drop`")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     try:
@@ -151,7 +154,8 @@ def main(argv: list[str] | None = None) -> None:
 
         run = run_windows(store, writer, TASK, OUTLINE, ranking=ranking, windows=args.windows,
                           words=args.words, context_tokens=args.context_tokens,
-                          generation_tokens=args.generation_tokens, on_window=show)
+                          generation_tokens=args.generation_tokens, on_window=show,
+                          repeats=args.repeats)
         results[ranking] = run.events
         document = assemble_document(TASK, [e.output for e in run.events],
                                      OUTLINE.splitlines())
