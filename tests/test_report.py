@@ -84,6 +84,8 @@ def test_report_escapes_every_piece_of_document_text(hostile_traces):
     hostile["sub_queries"][0]["text"] = '"><img src=x onerror="window.__pwned=5">'
     hostile["windows"][0]["envelope"][0]["source"] = "x<td><script>window.__pwned=6"
     hostile["windows"][0]["headers"]["X-Evil"] = "<b onmouseover=alert(1)>"
+    hostile["windows"][0]["dropped"] = ["Said before <script>window.__pwned = 7</script>"]
+    jsonschema.validate(hostile, TRACE_SCHEMA)
     html = render_report([hostile, traces[1]])
     scripts = re.findall(r"<script\b[^>]*>", html)
     assert scripts == ["<script>"], scripts  # the report's own script, nothing else
@@ -91,6 +93,9 @@ def test_report_escapes_every_piece_of_document_text(hostile_traces):
     assert all(escape(m) in html for m in found)
     assert "&lt;script&gt;window.__pwned = 4&lt;/script&gt;" in html
     assert "x&lt;td&gt;&lt;script&gt;window.__pwned=6" in html
+    # What the repeat guard took out is shown, escaped, under the window it was taken from.
+    assert "Taken out by the repeat guard (1: said by an earlier window)" in html
+    assert "<li>Said before &lt;script&gt;window.__pwned = 7&lt;/script&gt;</li>" in html
 
 
 def test_csp_allows_exactly_the_inline_style_and_script():

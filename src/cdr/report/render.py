@@ -194,7 +194,17 @@ def window_card(run: RunView, w: WindowView | None, index: int) -> str:
         f"to sort)</summary>{envelope_table(w)}</details>"
         f'<details open><summary>Written text (paragraph tags: the sub-query Stage 8 '
         f"credited; <mark>highlight</mark>: 6-grams already written)</summary>"
-        f'<div class="text">{window_text(run, w)}</div></details></div>')
+        f'<div class="text">{window_text(run, w)}</div></details>{dropped_text(r)}</div>')
+
+
+def dropped_text(record: dict) -> str:
+    """What the repeat guard (`repeats: "drop"`) took out of the window, if anything."""
+    units = record.get("dropped") or []
+    if not units:
+        return ""
+    items = "".join(f"<li>{e(str(u))}</li>" for u in units)
+    return (f"<details><summary>Taken out by the repeat guard ({len(units)}: said by an "
+            f"earlier window)</summary><ul class=\"dropped\">{items}</ul></details>")
 
 
 def windows(runs: Sequence[RunView]) -> str:
