@@ -193,9 +193,14 @@ def run_series(run: dict[str, Any], ss: list[list[str]], emb: Embeddings, fvec: 
     }
 
 
+def _dropped_words(window: dict[str, Any]) -> int:
+    """Words the repeat guard took out of a window (0 for an unguarded arm)."""
+    return sum(len(u.split()) for u in window.get("dropped", []))
+
+
 def _dropped_share(window: dict[str, Any]) -> float:
     """Share of the words the model wrote in a window that the repeat guard took out."""
-    dropped = sum(len(u.split()) for u in window.get("dropped", []))
+    dropped = _dropped_words(window)
     total = dropped + len(window["text"].split())
     return dropped / total if total else math.nan
 
@@ -484,8 +489,7 @@ def _headline(arms: Sequence[str], w25: Any, at_end: Any, per_window: Any,
         return float(np.nanmean(xs)) if xs else math.nan
 
     def dropped_all(a: str) -> float:
-        d = sum(len(u.split()) for t in common for w in by_key[(t.page, a)]["windows"]
-                for u in w.get("dropped", []))
+        d = sum(_dropped_words(w) for t in common for w in by_key[(t.page, a)]["windows"])
         k = sum(sum(series[(t.page, a)]["words"]) for t in common)
         return d / (d + k) if d + k else math.nan
 
@@ -536,6 +540,7 @@ def _targets(c: str, arms: Sequence[str], w25: Any, at_end: Any, per_window: Any
              f"≥ {_fmt(g_r - TARGET_GROUNDING_GAP)} | "
              f"{verdict(g_c >= g_r - TARGET_GROUNDING_GAP)} |"]
     lines += ["", *_why(c, arms, w25, at_end, per_window, series, common, by_key, taken,
+                        grounding_all,
                         {"semrep": sr_c > TARGET_SEMREP_RATIO * sr_r, "cwr6": cw > TARGET_CWR6,
                          "cumrep": cr > TARGET_CUMREP,
                          "grounding": g_c < g_r - TARGET_GROUNDING_GAP})]
@@ -557,12 +562,12 @@ def _targets(c: str, arms: Sequence[str], w25: Any, at_end: Any, per_window: Any
 
 def _why(c: str, arms: Sequence[str], w25: Any, at_end: Any, per_window: Any,
          series: dict[Any, Any], common: Sequence[Task], by_key: dict[Any, Any],
-         taken: dict[str, tuple[float, int]], missed: dict[str, bool]) -> list[str]:
+         taken: dict[str, tuple[float, int]], grounding_all: Any, missed: dict[str, bool]
+         ) -> list[str]:
     """Measured reasons for each target arm `c` misses (numbers only; the reading is in the
     README)."""
     if not any(missed.values()):
         return [f"Every target is met by `{c}` on these tasks."]
-    grounding_kept = _grounding_kept_of(series, common)
     out = [f"**Why `{c}` misses, measured** (the numbers that locate the cause):", ""]
 
     def mean_run(a: str, f: Any) -> float:
@@ -600,16 +605,9 @@ def _why(c: str, arms: Sequence[str], w25: Any, at_end: Any, per_window: Any,
                 f"- What the repeat guard took out was mostly grounded: {_fmt(share)} of the "
                 f"{n} prose units it removed from `{c}`'s windows reach a fact of their "
                 f"window's envelope at the grounding threshold (the kept sentences: "
-                f"{_fmt(grounding_kept(c))}). Restating a re-sent fact is grounded text; "
+                f"{_fmt(grounding_all(c))}). Restating a re-sent fact is grounded text; "
                 "taking it out leaves the window's less grounded sentences a larger share.")
     return out
-
-
-def _grounding_kept_of(series: dict[Any, Any], common: Sequence[Task]) -> Any:
-    def kept(a: str) -> float:
-        xs = [mean_over(series[(t.page, a)]["grounding"], 0) for t in common]
-        return float(np.nanmean(xs)) if xs else math.nan
-    return kept
 
 
 def human_floor(corpus: Corpus, tasks: Sequence[Task], emb: Embeddings, dim: int,

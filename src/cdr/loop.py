@@ -60,7 +60,7 @@ from cdr.memory import DEFAULT_MEMORY_RULE, MemoryRule, apply_memory, written_ro
 from cdr.options import SessionOptions, resolve_options
 from cdr.prompt import WORDS_PER_TOKEN, PlanSection, build_user_prompt, fit_plan
 from cdr.ranking import DEFAULT_MMR_LAMBDA, DEFAULT_RANKING, Ranking, rank
-from cdr.repeat_guard import RepeatGuard
+from cdr.repeat_guard import GuardResult, RepeatGuard
 from cdr.session import (
     DEFAULT_MAX_WINDOWS,
     EXHAUSTION_RATIO,
@@ -571,27 +571,25 @@ class Generator:
         result: WriterResult | None = None,
         error: UpstreamError | None = None,
         seconds: float = 0.0,
-        guard: RepeatGuard | None = None,
+        kept: GuardResult | None = None,
     ) -> WindowEvent:
         """Verify the window's text, update the session (§7.2), apply the exits (§6).
 
         `text` is whatever was written: the writer's, the sidecar client's, or the part an
         upstream failure (`error`) left, which still counts (it may have been streamed out).
-        With `repeats: "drop"` the repeat guard takes its repeats out first (`guard`: the one
-        a stream already used, so both cut the same)."""
-        dropped: list[str] = []
-        kept_vectors: np.ndarray | None = None
-        guard = guard or self.repeat_guard(session)
-        if guard is not None:
+        With `repeats: "drop"` the repeat guard takes its repeats out first (`kept`: what it
+        already kept of `text` for a stream, so both cut the same and it runs once)."""
+        if kept is None and (guard := self.repeat_guard(session)) is not None:
             kept = guard.filter(text)
-            text, dropped, kept_vectors = kept.text, kept.dropped, kept.vectors
+        if kept is not None:
+            text = kept.text
         report = self.verify(session, text)
         summary = " ".join(text.split()[:40])
         session.update_after_window(report.addressed, text,
                                     embedding_model_id=self.embedder.model_id, summary=summary,
                                     section_ends=report.section_ends(SECTION_END_WORDS))
-        if kept_vectors is not None and len(kept_vectors):
-            _remember_written(session, kept_vectors)
+        if kept is not None:
+            session.remember_written(kept.vectors)
         if session.options.memory == "facts":  # cdr.memory: what was shown, what was written
             written = written_rows(prepared.rows, text, session.blacklist.index,
                                    self.config.memory_rule.written_share)
@@ -609,7 +607,8 @@ class Generator:
             prepared.number, prepared, text, report, session.completeness(),
             list(session.residual_ids), headers, session.status,
             result.finish_reason if result else "stop", dict(result.usage) if result else {},
-            None if error is None else str(error), seconds, error, dropped,
+            None if error is None else str(error), seconds, error,
+            list(kept.dropped) if kept is not None else [],
         )
 
     def close_if_empty(self, session: Session, prepared: PreparedWindow,
@@ -649,10 +648,11 @@ class Generator:
         except UpstreamError as exc:
             error = exc
             text = getattr(exc, "partial_text", "") or ""
+        kept = guard.filter(text) if guard is not None else None
         if held is not None:
-            held.finish(shape(text) if shape is not None else text)
+            held.finish(kept.text if kept is not None else text)
         return self.complete(session, prepared, text, result=result, error=error,
-                             seconds=_since(started), guard=guard)
+                             seconds=_since(started), kept=kept)
 
     def step(self, session: Session,
              on_delta: Callable[[int, str], None] | None = None) -> WindowEvent:
@@ -681,14 +681,6 @@ class Generator:
             yield event
             if event.done:
                 return
-
-
-def _remember_written(session: Session, vectors: np.ndarray) -> None:
-    """Add a window's kept sentences to the session's, at the precision it stores them, so a
-    session resumed from storage decides exactly as the one kept in memory."""
-    rows = np.asarray(vectors, np.float32).astype(np.float16).astype(np.float32)
-    before = session.written_vectors
-    session.written_vectors = rows if before is None else np.concatenate([before, rows])
 
 
 def _since(started: float | None) -> float:

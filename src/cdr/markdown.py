@@ -118,6 +118,18 @@ def _strip_inline(text: str) -> str:
     return re.sub(r"[*_`]+", "", text).strip().rstrip(":").strip()
 
 
+def split_sentences(paragraph: str) -> list[str]:
+    """The paragraph's sentences as written (markup and inner line breaks kept), cut where
+    `keep_complete` would cut a window that is one long paragraph."""
+    parts: list[str] = []
+    start = 0
+    for m in _SENTENCE_END.finditer(paragraph):
+        parts.append(paragraph[start:m.end()])
+        start = m.end()
+    parts.append(paragraph[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
 def keep_complete(text: str) -> tuple[str, str]:
     """Split text cut off by a token limit into (complete part, unfinished tail).
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cdr.markdown import parse_blocks
+from cdr.markdown import parse_blocks, split_sentences
 from cdr.ngrams import ngram_hashes
 
 # Half of a unit's 6-grams already written: the unit is mostly a copy. Sentences of new
@@ -48,21 +48,8 @@ RESTATE_COSINE = 0.70
 # Shorter prose ("For example:", "Here is how") is never judged by meaning.
 MIN_MEANING_WORDS = 4
 
-# A sentence ends at . ! ? or : (closing quotes/brackets included) before whitespace.
-_SENTENCE_BREAK = re.compile(r"(?<=[.!?:])[\"')\]]*\s+")
 # A list item starts a line with a bullet or a number; a top-level one at the first's indent.
 _ITEM_START = re.compile(r"^(?P<indent> *)(?:[-*+]|\d{1,9}[.)])(?:\s|$)")
-
-
-def split_sentences(paragraph: str) -> list[str]:
-    """The paragraph's sentences as written (markup and inner line breaks kept)."""
-    parts: list[str] = []
-    start = 0
-    for m in _SENTENCE_BREAK.finditer(paragraph):
-        parts.append(paragraph[start:m.start() + len(m.group(0).rstrip())])
-        start = m.end()
-    parts.append(paragraph[start:])
-    return [p.strip() for p in parts if p.strip()]
 
 
 def split_items(list_source: str) -> list[str]:
@@ -95,11 +82,10 @@ class GuardResult:
 class _Unit:
     source: str  # as written, for putting the block back together
     prose: bool
+    text: str = field(init=False)  # what is judged and reported: no list marker or spacing
 
-    @property
-    def text(self) -> str:
-        """What is judged and reported: the unit without a list marker or spacing."""
-        return _ITEM_START.sub("", self.source.strip(), count=1).strip()
+    def __post_init__(self) -> None:
+        self.text = _ITEM_START.sub("", self.source.strip(), count=1).strip()
 
 
 class RepeatGuard:

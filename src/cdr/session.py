@@ -272,6 +272,15 @@ class Session:
         self.history.append(record)
         return record
 
+    def remember_written(self, vectors: np.ndarray | None) -> None:
+        """Add a window's kept sentences (`repeats: "drop"`) at the precision they are stored
+        in, so a session resumed from storage decides exactly as the one kept in memory."""
+        if vectors is None or not len(vectors):
+            return
+        rows = np.asarray(vectors, np.float32).astype(np.float16).astype(np.float32)
+        before = self.written_vectors
+        self.written_vectors = rows if before is None else np.concatenate([before, rows])
+
     def spend_safety(self, amount: float) -> None:
         """A SafetyCheck's verdict for one window (SPEC-012 §2.3): budget never below 0."""
         if not np.isfinite(amount) or amount < 0:
