@@ -231,6 +231,7 @@ def test_bad_requests_get_named_4xx_errors_and_change_nothing(client):
           "max_windows")
     check(client.post("/v1/sessions", json={**START, "max_windows": 21}), 422, "max_windows")
     check(client.post("/v1/sessions", json={**START, "ranking": "random"}), 422, "ranking")
+    check(client.post("/v1/sessions", json={**START, "repeats": "hide"}), 422, "repeats")
     check(client.post("/v1/sessions", json={**START, "outline": ["ok", " "]}), 422, "outline")
     check(client.post("/v1/sessions", json={**START, "task": "   "}), 422, "task")
     check(client.post("/v1/sessions", json=[1, 2]), 422)

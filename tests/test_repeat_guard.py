@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import jsonschema
@@ -236,6 +237,25 @@ def test_damaged_written_vectors_are_refused_naming_the_field(types_ckf_path: Pa
     for bad in (7, "!!!", "AAAA"):  # not text; not base64; 3 bytes, not whole float16 rows
         with pytest.raises(InvalidInputError, match="written_vectors"):
             Session.from_dict(stored | {"written_vectors": bad})
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+def test_cli_refuses_an_unknown_repeats_value_and_leaves_the_ckf_as_it_was(
+        types_ckf_path: Path, tmp_path: Path):
+    ckf = tmp_path / "ckf"
+    shutil.copytree(types_ckf_path, ckf)
+    before = _tree(ckf)
+    r = CliRunner().invoke(app, ["generate", "Write a guide to Python's built-in types",
+                                 "--ckf", str(ckf), "--repeats", "hide",
+                                 "--out", str(tmp_path / "o.md")])
+    assert r.exit_code == 2
+    assert "unknown repeats option 'hide'" in r.output and "--repeats" in r.output
+    assert "Traceback" not in r.output and not (tmp_path / "o.md").exists()
+    assert _tree(ckf) == before
 
 
 def test_cli_repeats_drop_reaches_the_trace(types_ckf_path: Path, tmp_path: Path):
