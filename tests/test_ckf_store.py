@@ -28,6 +28,7 @@ from cdr.ckf import (
 from cdr.ckf.sources import parse_bytes
 from cdr.embed import RemoteEmbedder, default_embedder
 from cdr.errors import EmbeddingModelMismatchError, InvalidInputError, NotFoundError
+from cdr.fact_recipe import fact_text
 from cdr.ngrams import NgramIndex, ngram_hashes
 from cdr.samples import pydoc_topics_dir
 from cdr.tokens import count_tokens_batch
@@ -88,7 +89,8 @@ def test_round_trip_on_real_corpus(base, corpus):
     assert report.skipped == [] and report.stale == []
     with CKF.open(path) as ckf:
         assert ckf.check() == []
-        assert ckf.model_id == "sentence-transformers/all-MiniLM-L6-v2" and ckf.dim == 384
+        assert ckf.model_id == "sentence-transformers/all-MiniLM-L6-v2#title-section"
+        assert ckf.dim == 384
         assert isinstance(ckf.embeddings, np.memmap)  # mapped, not loaded
         # every document holds exactly the facts the chunker makes of it, in order
         expected_total = 0
@@ -109,7 +111,10 @@ def test_round_trip_on_real_corpus(base, corpus):
         assert np.array_equal(ckf.ngram_index.offsets, ref.offsets)
         assert np.array_equal(ckf.ngram_index.hashes, ref.hashes)
         sample = list(range(0, ckf.n_rows, 7))
-        again = default_embedder().encode([contents[i] for i in sample])
+        # each vector is the model's reading of the fact under the CKF's recipe
+        rows = ckf.writer.fact_contexts(0, ckf.n_rows)
+        again = default_embedder().encode(
+            [fact_text(ckf.recipe, *rows[i]) for i in sample])
         assert np.allclose(np.asarray(ckf.embeddings[sample]), again, atol=1e-5)
         assert np.allclose(np.linalg.norm(ckf.embeddings, axis=1), 1.0, atol=1e-5)
 
@@ -375,7 +380,7 @@ def test_model_mismatch_names_both_models(small):
     other = RemoteEmbedder("text-embedding-3-small", "http://127.0.0.1:9/v1")
     with pytest.raises(EmbeddingModelMismatchError) as exc:
         CKF.open(small, other)
-    assert exc.value.expected == "sentence-transformers/all-MiniLM-L6-v2"
+    assert exc.value.expected == "sentence-transformers/all-MiniLM-L6-v2#title-section"
     assert exc.value.got == "text-embedding-3-small"
     assert "all-MiniLM-L6-v2" in str(exc.value) and "text-embedding-3-small" in str(exc.value)
 

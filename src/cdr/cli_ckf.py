@@ -38,6 +38,11 @@ EmbedderOption = Annotated[str | None, typer.Option(
     "--embedder", envvar="CDR_EMBEDDER",
     help="Embedding model: 'minilm' (default, offline) or 'openai:<model>@<base_url>'.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+RecipeOption = Annotated[str | None, typer.Option(
+    "--recipe",
+    help="How facts are embedded: 'title-section' (with their document title and section; "
+         "the default for a new CKF) or 'plain' (the fact alone). An existing CKF keeps its "
+         "own; change it with `cdr ckf reembed`.")]
 # `cdr ingest` finished but left files out (each listed with its reason): distinct from 1
 # (the ingest itself failed) and 2 (usage), so a script can tell "partly done" from "broken".
 EXIT_SOME_SKIPPED = 3
@@ -113,6 +118,7 @@ def ingest_command(
     ray_workers: Annotated[int, typer.Option(
         "--ray-workers", help="Parallel embedding tasks with --ray (one BLAS thread each).")
     ] = 2,
+    recipe: RecipeOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Ingest documents (Markdown, text, HTML, PDF) into a CKF, creating it if needed.
@@ -129,6 +135,10 @@ def ingest_command(
         source_type = normalize_source_type(source_type)
         if importance is not None:
             check_importance(importance)
+        if recipe is not None:
+            from cdr.fact_recipe import check_recipe
+
+            check_recipe(recipe)
         for p in paths:
             if not p.exists():
                 raise NotFoundError(f"no such file or directory: {p}")
@@ -150,7 +160,8 @@ def ingest_command(
                 report = ingest_sharded(ckf, [str(p) for p in paths], shards, embedder=model,
                                         dtype=dtype, source_type=source_type,
                                         include=glob or None, exclude=exclude or None,
-                                        importance=importance, progress=_RichProgress(bar))
+                                        importance=importance, progress=_RichProgress(bar),
+                                        recipe=recipe)
         else:
             report = None
     if report is not None:
@@ -160,7 +171,7 @@ def ingest_command(
             _print_report(report, ckf)
         return
     with _errors():
-        store = CKF.open_or_create(ckf, model, dtype=dtype)
+        store = CKF.open_or_create(ckf, model, dtype=dtype, recipe=recipe)
         try:
             with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                           TimeElapsedColumn(), TimeRemainingColumn(), console=err,
@@ -240,6 +251,56 @@ def stats_command(ckf: CkfOption, as_json: JsonOption = False) -> None:
     t.add_row("size on disk", f"{st['size_bytes'] / 1e6:.1f} MB")
     t.add_row("updated", st["updated_at"])
     out.print(t)
+
+
+@ckf_app.command("reembed")
+def reembed_command(
+    ckf: CkfOption,
+    recipe: Annotated[str, typer.Option(
+        "--recipe", help="The recipe to embed facts with: 'title-section' or 'plain'.")
+    ] = "title-section",
+    embedder: EmbedderOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Re-embed every fact under another recipe, in place.
+
+    Readers keep the old vectors until the new ones commit. A killed run resumes where it
+    stopped when run again; sessions started under the old recipe are refused afterwards
+    (their vectors are not comparable)."""
+    from cdr.fact_recipe import check_recipe, describe
+    from cdr.shardset import is_shard_set
+
+    with _errors():
+        check_recipe(recipe)
+        if is_shard_set(ckf):
+            from cdr.shardset import reembed_shards
+
+            run = lambda cb: reembed_shards(ckf, recipe, embedder=_embedder(embedder),  # noqa: E731
+                                           progress=cb)
+        else:
+            def run(cb: Any) -> Any:
+                from cdr.ckf.reembed import reembed
+
+                store = _open(ckf)
+                try:
+                    return reembed(store, recipe, embedder=_embedder(embedder), progress=cb)
+                finally:
+                    store.close()
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), TimeRemainingColumn(), console=err,
+                      transient=True, disable=as_json) as bar:
+            task = bar.add_task("re-embedding facts", total=None)
+            rep = run(lambda done, total: bar.update(task, completed=done, total=total))
+    if as_json:
+        out.print_json(json.dumps(rep.__dict__))
+        return
+    if rep.unchanged:
+        out.print(f"{ckf}: facts are already embedded that way ({describe(rep.model_id)})",
+                  highlight=False, markup=False)
+        return
+    resumed = f", {rep.resumed_from} staged by an earlier run" if rep.resumed_from else ""
+    out.print(f"{ckf}: {rep.rows} facts now embedded as {describe(rep.model_id)} "
+              f"({rep.embedded} embedded by this run{resumed})", highlight=False, markup=False)
 
 
 @ckf_app.command("search")

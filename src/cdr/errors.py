@@ -21,6 +21,16 @@ class EmbeddingModelMismatchError(CdrError, ValueError):
     def __init__(self, expected: str, got: str, what: str = "embedding") -> None:
         self.expected = expected
         self.got = got
+        model_e, _, recipe_e = expected.partition("#")
+        model_g, _, recipe_g = got.partition("#")
+        if model_e == model_g and recipe_e != recipe_g:  # same model, facts embedded otherwise
+            super().__init__(
+                f"{what} recipe mismatch: this state's facts were embedded with recipe "
+                f"{recipe_e or 'plain'!r} of {model_e!r}, but the {what} uses recipe "
+                f"{recipe_g or 'plain'!r}; vectors made the two ways are not comparable "
+                f"(migrate a CKF with `cdr ckf reembed --recipe {recipe_g or 'plain'}`)"
+            )
+            return
         super().__init__(
             f"{what} model mismatch: this state was built with {expected!r}, "
             f"but the {what} comes from {got!r}; CDR scores across models are meaningless"

@@ -200,6 +200,7 @@ def ingest_sharded(
     importance: float | None = None,
     progress: IngestProgress | None = None,
     commit_every: int = 1024,
+    recipe: str | None = None,
 ) -> IngestReport:
     """`cdr ingest --shards S`: each document goes to `shard_of(source, S)` and is ingested
     there exactly as into a single CKF (same batching, same crash safety: every shard commits
@@ -207,9 +208,18 @@ def ingest_sharded(
     from cdr.ckf.ingest import IngestReport, ingest_documents, mark_vanished, read_inputs
     from cdr.ckf.sources import discover
     from cdr.embed import default_embedder
+    from cdr.fact_recipe import DEFAULT_RECIPE, base_model_id, identity
 
     model = embedder or default_embedder()
-    ss = create_shard_set(root, n_shards, model.model_id, int(model.dim), dtype)
+    if is_shard_set(root):
+        ident = read_manifest(root).model_id
+        if recipe is not None and identity(base_model_id(model), recipe) != ident:
+            raise InvalidInputError(
+                f"{root} embeds facts as {ident!r}; migrate it with `cdr ckf reembed "
+                f"--recipe {recipe}` or leave --recipe out")
+    else:
+        ident = identity(base_model_id(model), recipe or DEFAULT_RECIPE)
+    ss = create_shard_set(root, n_shards, ident, int(model.dim), dtype)
     candidates, roots = discover(list(paths), include, exclude)
     by_shard: dict[int, list[Any]] = {i: [] for i in range(ss.n_shards)}
     for c in candidates:
@@ -286,3 +296,37 @@ def list_documents(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
         with CKFSnapshot.open(path) as snap:
             per_shard.append(snap.documents())
     return merge_documents(per_shard)
+
+
+def reembed_shards(root: str | os.PathLike[str], recipe: str, *,
+                   embedder: Embedder | None = None,
+                   progress: Callable[[int, int], None] | None = None) -> Any:
+    """`cdr ckf reembed` on a shard set: each shard in turn (each resumable and switched on
+    its own, `cdr.ckf.reembed`), then the manifest. Until the last shard switched, the set
+    refuses to open (its shards disagree), so no query mixes the two identities."""
+    from cdr.ckf.handle import CKF
+    from cdr.ckf.reembed import ReembedReport, reembed
+    from cdr.fact_recipe import identity, split_identity
+
+    ss = read_manifest(root)
+    target = identity(split_identity(ss.model_id)[0], recipe)
+    totals = [CKF.open(p).n_rows for p in ss.paths]
+    total, base = sum(totals), 0
+    embedded = resumed = 0
+    for path, n in zip(ss.paths, totals, strict=True):
+        store = CKF.open(path)
+        try:
+            rep = reembed(store, recipe, embedder=embedder, progress=(
+                None if progress is None else lambda d, _t, b=base: progress(b + d, total)))
+        finally:
+            store.close()
+        embedded += rep.embedded
+        resumed += rep.resumed_from
+        base += n
+    if ss.model_id == target and embedded == 0:
+        return ReembedReport(target, total, 0, resumed, unchanged=True)
+    fresh = ShardSet(ss.root, ss.n_shards, target, ss.dim, ss.dtype)
+    tmp = ss.root / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(fresh.to_json(), indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, ss.root / MANIFEST)
+    return ReembedReport(target, total, embedded, resumed)

@@ -24,6 +24,7 @@ from cdr.ckf.snapshot import CKFSnapshot
 from cdr.ckf.txn import WriteTxn
 from cdr.ckf.writer import CKFBusyError, CKFWriter, create_ckf
 from cdr.errors import InvalidInputError, NotFoundError
+from cdr.fact_recipe import DEFAULT_RECIPE, base_model_id, check_recipe, identity
 
 if TYPE_CHECKING:
     from cdr.embed import Embedder
@@ -42,22 +43,34 @@ class CKF(CKFSnapshot):
 
     @classmethod
     def create(cls, path: str | os.PathLike[str], embedder: Embedder | None = None, *,
-               dtype: str = "float32") -> CKF:
-        """A new, empty CKF bound to `embedder`'s model (default: the offline default)."""
+               dtype: str = "float32", recipe: str = DEFAULT_RECIPE) -> CKF:
+        """A new, empty CKF bound to `embedder`'s model (default: the offline default), its
+        facts embedded by `recipe` (`cdr.fact_recipe`: with their title and section by
+        default, `"plain"` for the fact alone)."""
         if embedder is None:
             from cdr.embed import default_embedder
 
             embedder = default_embedder()
-        root = create_ckf(Path(path), embedder.model_id, int(embedder.dim), dtype)
+        ident = identity(base_model_id(embedder), recipe)
+        root = create_ckf(Path(path), ident, int(embedder.dim), dtype)
         return cls(root, embedder)
 
     @classmethod
     def open_or_create(cls, path: str | os.PathLike[str], embedder: Embedder | None = None,
-                       *, dtype: str = "float32") -> CKF:
+                       *, dtype: str = "float32", recipe: str | None = None) -> CKF:
+        """Open the CKF at `path`, or create it. `recipe` applies to a new CKF; an existing
+        one built with another recipe is refused (re-embed it instead)."""
         root = Path(path).expanduser()
         if (root / DB_NAME).is_file():
-            return cls.open(root, embedder)
-        return cls.create(root, embedder, dtype=dtype)
+            store = cls.open(root, embedder)
+            if recipe is not None and store.recipe != check_recipe(recipe):
+                have = store.recipe
+                store.close()
+                raise InvalidInputError(
+                    f"{root} embeds facts with recipe {have!r}, not {recipe!r}; migrate it "
+                    f"with `cdr ckf reembed --recipe {recipe}` or leave --recipe out")
+            return store
+        return cls.create(root, embedder, dtype=dtype, recipe=recipe or DEFAULT_RECIPE)
 
     def close(self) -> None:
         with self._admin_lock:

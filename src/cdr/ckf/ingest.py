@@ -38,6 +38,7 @@ from cdr.ckf.sources import (
     read_file,
 )
 from cdr.errors import InvalidInputError
+from cdr.fact_recipe import fact_text
 
 log = logging.getLogger("cdr.ckf")
 
@@ -229,10 +230,18 @@ def ingest_documents(
     done = 0
     if progress:
         progress("embed", 0, total)
+    recipe = ckf.recipe
+
+    def texts_of(drafts: Sequence[FactDraft], title: str | None) -> list[str]:
+        """What the model reads for each fact: the fact, with its context under the CKF's
+        recipe (`cdr.fact_recipe`)."""
+        return [fact_text(recipe, d.content, title, d.section) for d in drafts]
+
     prefetch = getattr(ckf.embedder, "prefetch", None)
     if prefetch is not None and total:  # cdr.ray_ingest: embed ahead while we commit
-        prefetch([d.content for k, p in enumerate(plans) for d in (p.drafts or ())
-                  if new_first.get(d.id) == k], batch_size=batch_size)
+        prefetch([t for k, p in enumerate(plans) for t in
+                  texts_of([d for d in (p.drafts or ()) if new_first.get(d.id) == k], p.title)],
+                 batch_size=batch_size)
 
     def embed(texts: list[str]) -> np.ndarray:
         nonlocal done
@@ -249,9 +258,14 @@ def ingest_documents(
         rep.embedded += len(texts)
         return vecs
 
+    def embed_drafts(drafts: list[FactDraft], title: str | None) -> np.ndarray:
+        return embed(texts_of(drafts, title))
+
     for batch, ids in _batches(plans, new_first, commit_every):
-        by_id = {d.id: d for p in batch for d in (p.drafts or ())}
-        vectors = dict(zip(ids, embed([by_id[i].content for i in ids]), strict=True))
+        by_id = {d.id: (d, p.title) for p in batch for d in (p.drafts or ())}
+        texts = [fact_text(recipe, by_id[i][0].content, by_id[i][1], by_id[i][0].section)
+                 for i in ids]
+        vectors = dict(zip(ids, embed(texts), strict=True))
         with ckf.writing() as txn:
             for p in batch:
                 if p.drafts is None:
@@ -265,7 +279,7 @@ def ingest_documents(
                 change = txn.put_document(
                     source=p.source, kind=p.kind, title=p.title, content_hash=p.content_hash,
                     size=p.size, source_type=p.source_type, importance=p.importance,
-                    drafts=p.drafts, vectors=vectors, embed_missing=embed,
+                    drafts=p.drafts, vectors=vectors, embed_missing=embed_drafts,
                 )
                 if existed:
                     rep.documents_changed += 1

@@ -30,6 +30,7 @@ from cdr.ckf.state import (
 )
 from cdr.ckf.txn import chunks
 from cdr.errors import EmbeddingModelMismatchError, InvalidInputError, NotFoundError
+from cdr.fact_recipe import bind, split_identity
 from cdr.factindex import check_gate, check_query, select_rows
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ class CKFSnapshot:
         try:
             self.layout: Layout = read_layout(self._conn, self._path)
             if embedder is not None:
-                self._check_embedder(embedder)
+                embedder = self._check_embedder(embedder)
             self._state: CommittedState = read_state(self._conn, self._path, self.layout)
         except BaseException:
             self._conn.close()
@@ -97,7 +98,14 @@ class CKFSnapshot:
 
     @property
     def model_id(self) -> str:
+        """The embedding identity: the model id, plus `#<recipe>` when facts were embedded with
+        their context (`cdr.fact_recipe`)."""
         return self.layout.model_id
+
+    @property
+    def recipe(self) -> str:
+        """How facts' texts became vectors here (`cdr.fact_recipe.RECIPES`)."""
+        return split_identity(self.layout.model_id)[1]
 
     @property
     def dim(self) -> int:
@@ -107,22 +115,22 @@ class CKFSnapshot:
     def dtype(self) -> str:
         return self.layout.dtype
 
-    def _check_embedder(self, embedder: Embedder) -> None:
-        if embedder.model_id != self.model_id:
-            raise EmbeddingModelMismatchError(self.model_id, embedder.model_id)
-        dim = int(embedder.dim)
+    def _check_embedder(self, embedder: Embedder) -> Embedder:
+        """`embedder` bound to this CKF's identity (a bare model gets the recipe); refused when
+        its model or dimension is another."""
+        bound: Embedder = bind(embedder, self.model_id)
+        dim = int(bound.dim)
         if dim != self.dim:
             raise EmbeddingModelMismatchError(
                 f"{self.model_id} ({self.dim}-d)", f"{embedder.model_id} ({dim}-d)")
+        return bound
 
     @property
     def embedder(self) -> Embedder:
         if self._embedder is None:
             from cdr.embed import default_embedder
 
-            candidate = default_embedder()
-            self._check_embedder(candidate)
-            self._embedder = candidate
+            self._embedder = self._check_embedder(default_embedder())
         return self._embedder
 
     def encode_query(self, text: str) -> np.ndarray:
@@ -147,6 +155,12 @@ class CKFSnapshot:
         """Hook for `CKF.refresh` and its writes: move this object to the latest commit. A
         plain snapshot never calls it; it is one commit for its whole life."""
         with self._lock:
+            layout = read_layout(self._conn, self._path)
+            if layout != self.layout:  # `cdr ckf reembed` committed another identity
+                self.layout = layout
+                if self._embedder is not None:
+                    base = getattr(self._embedder, "base", self._embedder)
+                    self._embedder = self._check_embedder(base)
             self._state = read_state(self._conn, self.path, self.layout)
             self._ngram_index = None
 
@@ -372,6 +386,7 @@ class CKFSnapshot:
         return {
             "path": str(self.path),
             "model_id": self.model_id,
+            "recipe": self.recipe,
             "dim": self.dim,
             "dtype": self.dtype,
             "schema_version": SCHEMA_VERSION,

@@ -168,7 +168,7 @@ class WriteTxn:
         importance: float,
         drafts: Sequence[FactDraft],
         vectors: Mapping[str, np.ndarray],
-        embed_missing: Callable[[list[str]], np.ndarray],
+        embed_missing: Callable[[list[FactDraft], str | None], np.ndarray],
     ) -> DocumentChange:
         """Make `source` hold exactly `drafts`. Vectors come from `vectors` (by fact id) for
         content new to the store; content the store already has (in any document, or deleted
@@ -186,7 +186,7 @@ class WriteTxn:
             extra: dict[str, np.ndarray] = {}
             if missing:
                 by_id = {d.id: d for d in fresh}
-                vecs = embed_missing([by_id[i].content for i in missing])
+                vecs = embed_missing([by_id[i] for i in missing], title)
                 extra = dict(zip(missing, vecs, strict=True))
             mat = np.stack([vectors[d.id] if d.id in vectors else extra[d.id] for d in fresh])
             existing.update(self._add_rows(fresh, mat, doc_id, source, importance))

@@ -155,6 +155,10 @@ class CKFWriter:
         abandoned compaction) are removed first; any failure or kill before the COMMIT
         leaves the previous state."""
         with self.locked(lock_timeout) as st:
+            if st.meta["model_id"] != self.layout.model_id:
+                raise InvalidInputError(
+                    f"{self.path} was re-embedded as {st.meta['model_id']!r} while this "
+                    f"writer held {self.layout.model_id!r}: open the CKF again and retry")
             for p in other_epoch_files(self.path, st.epoch):
                 p.unlink(missing_ok=True)
             st.files.truncate(st.n_rows, st.n_hashes)
@@ -169,9 +173,9 @@ class CKFWriter:
                 self._conn.execute("ROLLBACK")
                 raise
             if txn.n_rows > txn.base_rows:
-                self._extend_quantised()
+                self.extend_quantised()
 
-    def _extend_quantised(self) -> None:
+    def extend_quantised(self) -> None:
         """Extend the int8 copy (`cdr.ckf.scan`) over newly committed rows once the store
         has `QUANT_MIN_ROWS` facts; call under the file lock, after a COMMIT. Incremental, so
         each commit pays for its own rows only. The copy is an accelerator derived from the
@@ -309,3 +313,27 @@ class CKFWriter:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+
+    def switch_identity(self, st: CommittedState, files: ArrayFiles, model_id: str) -> None:
+        """Commit a re-embedding: point meta at `files` (a new epoch, same rows, already
+        written and fsynced) and record the new embedding identity, in one transaction. Call
+        inside `locked()`, with the state it yielded."""
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            write_meta(conn, {"epoch": files.epoch, "model_id": model_id,
+                              "generation": st.generation + 1, "updated_at": now()})
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        self.layout = read_layout(conn, self.path)
+
+    def fact_contexts(self, lo: int, hi: int) -> list[tuple[str, str | None, str]]:
+        """(content, document title, section) of rows lo..hi-1 in row order: what a recipe
+        needs to rebuild a fact's embedding text (the title of the document that brought it)."""
+        with self._lock:
+            return self._conn.execute(
+                "SELECT f.content, d.title, f.section FROM facts f LEFT JOIN documents d "
+                "ON d.doc_id = f.doc_id WHERE f.row >= ? AND f.row < ? ORDER BY f.row",
+                (lo, hi)).fetchall()

@@ -1,0 +1,169 @@
+"""Re-embedding a CKF in place under another fact recipe (`cdr ckf reembed`).
+
+Readers keep the old vectors until the new ones commit: new vectors go to a staging folder
+inside the CKF (`reembed/`), chunk by chunk, each chunk fsynced before the progress record that
+counts it is renamed into place. A killed run resumes from the last recorded chunk. The switch
+is the compaction's: a fresh set of array files under the next epoch (same rows, new vectors),
+then one SQLite transaction that points the CKF at them and records the new embedding
+identity. Writers are not held off while vectors are computed; rows they add meanwhile are
+embedded under the write lock just before the switch, and a compaction meanwhile (which
+renumbers rows) makes the staged vectors useless, so the run starts over.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from cdr.ckf.arrays import ArrayFiles, fsync_dir, other_epoch_files, write_atomic
+from cdr.errors import InvalidInputError
+from cdr.fact_recipe import bind, check_recipe, fact_text, identity, split_identity
+
+if TYPE_CHECKING:
+    from cdr.ckf.handle import CKF
+    from cdr.ckf.writer import CKFWriter
+
+STAGING = "reembed"
+CHUNK_ROWS = 1024
+ReembedProgress = Callable[[int, int], None]  # (rows done, rows in all)
+
+
+@dataclass
+class ReembedReport:
+    model_id: str  # the identity the CKF holds now
+    rows: int  # rows in the CKF
+    embedded: int  # rows this call embedded (a resumed run counts only its own)
+    resumed_from: int  # rows found staged by an earlier, interrupted run
+    unchanged: bool = False  # the CKF already had that identity
+
+
+class _Staging:
+    """The staged vectors (float32 rows) and the record of how many are complete."""
+
+    def __init__(self, root: Path, target: str, epoch: int, dim: int) -> None:
+        self.dir = root / STAGING
+        self.vectors = self.dir / "vectors.f32"
+        self.record = self.dir / "progress.json"
+        self.target, self.epoch, self.dim = target, epoch, dim
+
+    def rows_done(self) -> int:
+        """Rows staged for this target and epoch by an earlier run (0: start afresh)."""
+        try:
+            rec = json.loads(self.record.read_text())
+        except (OSError, ValueError):
+            rec = None
+        if (not isinstance(rec, dict) or rec.get("target") != self.target
+                or rec.get("epoch") != self.epoch or rec.get("dim") != self.dim):
+            self.clear()
+            self.dir.mkdir()
+            write_atomic(self.vectors, b"")
+            return 0
+        done = int(rec.get("rows", 0))
+        size = done * self.dim * 4
+        if self.vectors.stat().st_size < size:  # cannot happen: vectors fsync before record
+            self.clear()
+            return self.rows_done()
+        os.truncate(self.vectors, size)  # a torn chunk past the record
+        return done
+
+    def append(self, vecs: np.ndarray, done: int) -> None:
+        with open(self.vectors, "ab") as f:
+            np.ascontiguousarray(vecs, dtype="<f4").tofile(f)
+            f.flush()
+            os.fsync(f.fileno())
+        write_atomic(self.record, json.dumps(
+            {"target": self.target, "epoch": self.epoch, "dim": self.dim, "rows": done}).encode())
+
+    def load(self, n_rows: int) -> np.ndarray:
+        return np.fromfile(self.vectors, dtype="<f4", count=n_rows * self.dim).reshape(
+            n_rows, self.dim)
+
+    def clear(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _embed_rows(writer: CKFWriter, model: Any, recipe: str, lo: int, hi: int,
+                batch_size: int) -> np.ndarray:
+    rows = writer.fact_contexts(lo, hi)
+    if len(rows) != hi - lo:
+        raise InvalidInputError(f"{writer.path}: facts table has {len(rows)} of rows "
+                                f"{lo}..{hi - 1}; run `cdr ckf check`")
+    texts = [fact_text(recipe, c, t, s) for c, t, s in rows]
+    return np.asarray(model.encode(texts, batch_size=batch_size), dtype=np.float32)
+
+
+def reembed(ckf: CKF, recipe: str, *, embedder: Any = None, batch_size: int = 32,
+            chunk_rows: int = CHUNK_ROWS, progress: ReembedProgress | None = None
+            ) -> ReembedReport:
+    """Re-embed every row of `ckf` under `recipe`, resuming a run a kill interrupted."""
+    check_recipe(recipe)
+    if chunk_rows < 1:
+        raise InvalidInputError(f"chunk_rows must be ≥ 1, got {chunk_rows}")
+    model_id, _ = split_identity(ckf.model_id)
+    target = identity(model_id, recipe)
+    writer = ckf.writer
+    if embedder is None:
+        from cdr.embed import default_embedder
+
+        embedder = default_embedder()
+    model = bind(getattr(embedder, "base", embedder), target)
+    if int(model.dim) != ckf.dim:
+        raise InvalidInputError(f"the embedder gives {model.dim}-d vectors; the CKF holds "
+                                f"{ckf.dim}-d")
+    if ckf.model_id == target:
+        _Staging(ckf.path, target, -1, ckf.dim).clear()
+        return ReembedReport(target, ckf.n_rows, 0, 0, unchanged=True)
+    while True:
+        st = writer.state()
+        staging = _Staging(ckf.path, target, st.epoch, ckf.dim)
+        done = resumed = staging.rows_done()
+        total = st.n_rows
+        if progress:
+            progress(done, total)
+        while done < total:
+            hi = min(done + chunk_rows, total)
+            staging.append(_embed_rows(writer, model, recipe, done, hi, batch_size), hi)
+            done = hi
+            if progress:
+                progress(done, total)
+        with writer.locked() as st:
+            if st.epoch != staging.epoch:  # a compaction renumbered rows: start over
+                staging.clear()
+                continue
+            if st.n_rows > done:  # rows ingested meanwhile, embedded under the lock
+                staging.append(_embed_rows(writer, model, recipe, done, st.n_rows,
+                                           batch_size), st.n_rows)
+            _switch(writer, st, staging)
+        staging.clear()
+        ckf.refresh()
+        if progress:
+            progress(st.n_rows, st.n_rows)
+        return ReembedReport(target, st.n_rows, st.n_rows - resumed, resumed)
+
+
+def _switch(writer: CKFWriter, st: Any, staging: _Staging) -> None:
+    """New epoch files (staged vectors, the other arrays copied), then the commit."""
+    epoch = st.epoch + 1
+    for p in other_epoch_files(writer.path, st.epoch):
+        if p.parent == writer.path:
+            p.unlink(missing_ok=True)
+    files = ArrayFiles(writer.path, epoch, writer.layout.dim, writer.layout.dtype)
+    files.write_full(staging.load(st.n_rows), np.asarray(st.tokens), np.asarray(st.offsets),
+                     np.asarray(st.hashes))
+    fsync_dir(writer.path)
+    try:
+        writer.switch_identity(st, files, staging.target)
+    except BaseException:
+        for p in files.paths:
+            p.unlink(missing_ok=True)
+        raise
+    for p in other_epoch_files(writer.path, epoch):
+        p.unlink(missing_ok=True)
+    writer.extend_quantised()

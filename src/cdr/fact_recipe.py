@@ -1,0 +1,157 @@
+"""How a fact's text is turned into the text its embedding is computed from (its *recipe*).
+
+On a knowledge base of many documents of one kind, a fact rarely names its document's subject
+("The match drew 100,000 spectators"), so embedded alone it sits far from any task about that
+subject and the relevance gate drops it while other documents' facts pass (docs/design.md,
+"Relevance means the task's own material"). The `title-section` recipe embeds each fact as
+
+    <document title> — <section path>: <fact>
+
+with the title and path cleaned and bounded (`CONTEXT_WORDS`), so the extra tokens per fact stay
+small. The fact's stored text, its id and its 6-grams stay the fact alone: only the vector
+changes.
+
+A recipe is part of the embedding identity of SPEC-024 §2.5: vectors made one way are not
+comparable with vectors made the other way, so the identity recorded in a CKF (and in every
+session started on it) is the model id plus the recipe, `"<model id>#<recipe>"`. The `plain`
+recipe (a fact embedded alone, what every CKF built before recipes holds) keeps the bare model
+id, so old CKFs and sessions read exactly as before.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from cdr.errors import EmbeddingModelMismatchError, InvalidInputError
+
+PLAIN = "plain"
+TITLE_SECTION = "title-section"
+RECIPES: tuple[str, ...] = (PLAIN, TITLE_SECTION)
+# New CKFs: measured best on the retrieval benchmark's tuning corpus (docs/results/retrieval.md).
+DEFAULT_RECIPE = TITLE_SECTION
+SEPARATOR = "#"
+# Words of context (title + section path) at most: about a fifth of a typical fact's tokens.
+CONTEXT_WORDS = 16
+TITLE_WORDS = 10
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
+_SPACE = re.compile(r"\s+")
+
+
+def check_recipe(recipe: str) -> str:
+    """`recipe` if it is known; a clear error naming the choices otherwise."""
+    if recipe not in RECIPES:
+        raise InvalidInputError(f"unknown fact recipe {recipe!r}; choose one of {RECIPES}")
+    return recipe
+
+
+def identity(model_id: str, recipe: str) -> str:
+    """The embedding identity of facts made by `recipe` with `model_id` (plain: the id)."""
+    check_recipe(recipe)
+    return model_id if recipe == PLAIN else f"{model_id}{SEPARATOR}{recipe}"
+
+
+def split_identity(ident: str) -> tuple[str, str]:
+    """(model id, recipe) of an identity; an id without a known recipe suffix is plain."""
+    model, sep, recipe = ident.rpartition(SEPARATOR)
+    if sep and model and recipe in RECIPES:
+        return model, recipe
+    return ident, PLAIN
+
+
+def _clean(text: str | None, max_words: int) -> str:
+    """Control characters out, whitespace collapsed, at most `max_words` words."""
+    if not text:
+        return ""
+    words = _SPACE.sub(" ", _CONTROL.sub(" ", text)).strip().split(" ")
+    return " ".join(w for w in words[:max_words] if w)
+
+
+def context_of(title: str | None, section: str | None) -> str:
+    """The bounded context prefix: the title and the section path, the path's first part left
+    out when it repeats the title (a page's top heading usually is its title)."""
+    t = _clean(title, TITLE_WORDS)
+    parts = [p.strip() for p in (section or "").split(">")]
+    parts = [p for p in parts if p]
+    if t and parts and _clean(parts[0], TITLE_WORDS).casefold() == t.casefold():
+        parts = parts[1:]
+    room = CONTEXT_WORDS - len(t.split())
+    # Keep the deepest headings whole while they fit: they say most about the fact.
+    kept: list[str] = []
+    for part in reversed(parts):
+        words = _clean(part, CONTEXT_WORDS).split()
+        if not words:
+            continue
+        if len(words) > room:
+            if not kept and room > 0:
+                kept.append(" ".join(words[:room]))
+            break
+        kept.insert(0, " ".join(words))
+        room -= len(words)
+    path_text = " > ".join(kept)
+    if t and path_text:
+        return f"{t} — {path_text}"
+    return t or path_text
+
+
+def fact_text(recipe: str, content: str, title: str | None, section: str | None) -> str:
+    """What the embedding model reads for one fact under `recipe`."""
+    if recipe == PLAIN:
+        return content
+    check_recipe(recipe)
+    ctx = context_of(title, section)
+    return f"{ctx}: {content}" if ctx else content
+
+
+def fact_texts(recipe: str, contents: Sequence[str], titles: Sequence[str | None],
+               sections: Sequence[str | None]) -> list[str]:
+    return [fact_text(recipe, c, t, s) for c, t, s in zip(contents, titles, sections,
+                                                          strict=True)]
+
+
+class RecipeEmbedder:
+    """A model embedder bound to a recipe: its `model_id` is the identity, so every check that
+    compares model ids (CKF, session, token, shards) compares identities. Queries, sub-queries
+    and window text are embedded as they are (`encode`); facts go through `fact_text` at ingest
+    and re-embedding."""
+
+    def __init__(self, base: Any, recipe: str) -> None:
+        self.base = base
+        self.recipe = check_recipe(recipe)
+        self.model_id = identity(base.model_id, recipe)
+        self.dim = int(base.dim)
+
+    def __repr__(self) -> str:
+        return f"RecipeEmbedder({self.base!r}, {self.recipe!r})"
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 32,
+               progress: Any = None) -> np.ndarray:
+        return self.base.encode(texts, batch_size=batch_size, progress=progress)
+
+    def __getattr__(self, name: str) -> Any:  # prefetch, close, token_ids… of the model
+        return getattr(self.base, name)
+
+
+def base_model_id(embedder: Any) -> str:
+    return str(getattr(embedder, "base", embedder).model_id)
+
+
+def bind(embedder: Any, ident: str) -> Any:
+    """`embedder` made to produce vectors of identity `ident`: as it is when its identity is
+    already that, wrapped with the recipe when it is the bare model; refused otherwise."""
+    if embedder.model_id == ident:
+        return embedder
+    model, recipe = split_identity(ident)
+    if not isinstance(embedder, RecipeEmbedder) and embedder.model_id == model:
+        return RecipeEmbedder(embedder, recipe)
+    raise EmbeddingModelMismatchError(ident, embedder.model_id)
+
+
+def describe(ident: str) -> str:
+    """"<model> (facts embedded <how>)" for messages and stats."""
+    model, recipe = split_identity(ident)
+    how = "alone" if recipe == PLAIN else "with their document title and section"
+    return f"{model} (facts embedded {how}: recipe {recipe!r})"
