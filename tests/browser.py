@@ -25,7 +25,7 @@ def missing() -> str | None:
     try:
         import selenium  # noqa: F401
     except ImportError:
-        return "selenium is not installed (pip install 'cdr[browser]')"
+        return "selenium is not installed (pip install 'cdr-retrieval[browser]')"
     for path in (CHROMIUM, CHROMEDRIVER):
         if not Path(path).exists() and not shutil.which(Path(path).name):
             return f"{path} is absent (apt-get install chromium chromium-driver)"

@@ -15,7 +15,8 @@ import pytest
 def require_ray_head() -> ModuleType:
     """The `ray` module, or a module-level skip naming what is missing. Call at import time."""
     ray = pytest.importorskip(
-        "ray", reason="Ray is not installed: pip install 'cdr[ray]' (.ci/run installs it)")
+        "ray",
+        reason="Ray is not installed: pip install 'cdr-retrieval[ray]' (.ci/run installs it)")
     if not os.environ.get("CDR_RAY_ADDRESS"):
         pytest.skip("no Ray head to join: set CDR_RAY_ADDRESS=127.0.0.1:PORT (.ci/run starts "
                     "one); the gateway runs in its own process and must join a cluster",

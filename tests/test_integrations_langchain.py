@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("langchain_core", reason="the langchain extra is not installed "
-                    "(pip install 'cdr[langchain]')")
+                    "(pip install 'cdr-retrieval[langchain]')")
 
 from cdr.integrations.langchain import CDRLoop, CDRRetriever, LangChainWriter
 from cdr.loop import GenerationConfig

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("llama_index.core", reason="the llamaindex extra is not installed "
-                    "(pip install 'cdr[llamaindex]')")
+                    "(pip install 'cdr-retrieval[llamaindex]')")
 
 from llama_index.core import SummaryIndex
 from llama_index.core.schema import MetadataMode, QueryBundle, TextNode

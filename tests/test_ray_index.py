@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 if os.environ.get("CDR_RAY_ADDRESS"):  # Ray reads it on import; an explicit address needs it
     os.environ.setdefault("RAY_AUTH_MODE", "token")
 ray = pytest.importorskip(
-    "ray", reason="Ray is not installed: pip install 'cdr[ray]' (.ci/run installs it and "
+    "ray", reason="Ray is not installed: pip install 'cdr-retrieval[ray]' (.ci/run installs it and "
                   "starts a Ray head for these tests)")
 
 from cdr.ckf.snapshot import CKFSnapshot  # noqa: E402

@@ -5,6 +5,8 @@ imported lazily from their modules (`cdr.ckf`, `cdr.loop`, `cdr.writers`, `cdr.g
 that `import cdr` stays cheap.
 """
 
+from typing import TYPE_CHECKING
+
 from cdr.coverage import CoverageEntry, CoverageSet, ResidualSet, SubQuery
 from cdr.errors import (
     CdrError,
@@ -27,6 +29,15 @@ from cdr.ranking import (
 from cdr.session import EXIT_REASONS, Session, depth_from_words, exit_reason
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers only
+    from cdr.ckf import CKF, ingest
+    from cdr.embed import default_embedder
+    from cdr.factindex import FactIndex
+    from cdr.loop import GenerationConfig, Generator, WindowEvent
+    from cdr.repeat_guard import RepeatGuard
+    from cdr.trace import build_trace
+    from cdr.writers import get_writer
 
 # Heavier parts, imported on first use so that `import cdr` stays cheap.
 _LAZY = {

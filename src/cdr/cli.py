@@ -30,7 +30,7 @@ app = typer.Typer(
     help="Coverage-Differential Retrieval: long documents over several LLM windows, "
     "without repetition (CRP-SPEC-024).",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, pwsh)
     pretty_exceptions_enable=False,
 )
 err = Console(stderr=True)
@@ -40,6 +40,24 @@ out = Console()
 def fail(message: str, code: int = 1) -> typer.Exit:
     err.print(f"[bold red]error:[/] {message}")
     return typer.Exit(code)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from cdr import __version__
+
+        sys.stdout.write(f"cdr {__version__} (cdr-retrieval; implements CRP-SPEC-024)\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True,
+        help="Print the version and exit.")] = False,
+) -> None:
+    """Coverage-Differential Retrieval: long documents over several LLM windows, without
+    repetition (CRP-SPEC-024)."""
 
 
 app.command("ingest", help="Ingest documents into a CKF directory.")(ingest_command)
@@ -234,7 +252,16 @@ def serve(
 BENCHMARKS = ("ranking", "ingest", "quality", "gateway", "calibrate", "scale")
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def checkout_bench_dir() -> Path | None:
+    """The source checkout's bench/ when cdr runs from one (an editable install), else None:
+    the benchmarks, their data and their reports are not part of the wheel."""
+    root = Path(__file__).resolve().parents[2]
+    bench_dir = root / "bench"
+    return bench_dir if (root / "pyproject.toml").is_file() and bench_dir.is_dir() else None
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+             hidden=checkout_bench_dir() is None)
 def bench(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help=" | ".join(BENCHMARKS))],
@@ -242,16 +269,22 @@ def bench(
     """Run a benchmark from the source checkout's bench/ (extra arguments are passed on)."""
     import subprocess
 
+    bench_dir = checkout_bench_dir()
+    if bench_dir is None:
+        raise fail("`cdr bench` runs the benchmarks of a source checkout; this installation "
+                   "is a package without them (clone the repository and run "
+                   "`make bench` there)", 2)
     if name not in BENCHMARKS:
         raise fail(f"unknown benchmark {name!r}; choose one of {', '.join(BENCHMARKS)}", 2)
-    script = Path(__file__).resolve().parents[2] / "bench" / f"{name}.py"
+    script = bench_dir / f"{name}.py"
     if not script.is_file():
-        raise fail(f"{script} not found: benchmarks run from a source checkout of cdr")
+        raise fail(f"{script} not found in this checkout", 2)
     raise typer.Exit(subprocess.call([sys.executable, str(script), *ctx.args]))
 
 
-def main() -> None:  # pragma: no cover - console entry point
-    app()
+def main() -> None:
+    """Console entry point shared by `cdr` and `python -m cdr` (named `cdr` in both)."""
+    app(prog_name="cdr")
 
 
 if __name__ == "__main__":  # pragma: no cover

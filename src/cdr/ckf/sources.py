@@ -265,7 +265,7 @@ def parse_bytes(data: bytes, kind: str) -> ParsedDocument:
         if not data.lstrip().startswith(b"%PDF-"):
             raise SkipDocument("not a PDF (missing %PDF- header)")
         if not pdf_available():
-            raise SkipDocument("PDF support needs pypdf: pip install 'cdr[pdf]'")
+            raise SkipDocument("PDF support needs pypdf: pip install 'cdr-retrieval[pdf]'")
         try:
             doc = parse_pdf(data)
         except SkipDocument:

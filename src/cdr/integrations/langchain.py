@@ -1,4 +1,4 @@
-"""LangChain integration (`pip install 'cdr[langchain]'`, needs `langchain-core`).
+"""LangChain integration (`pip install 'cdr-retrieval[langchain]'`, needs `langchain-core`).
 
 Three pieces, each following LangChain's conventions:
 
@@ -35,7 +35,7 @@ try:
     from pydantic import ConfigDict, PrivateAttr
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        "cdr.integrations.langchain needs langchain-core: pip install 'cdr[langchain]'"
+        "cdr.integrations.langchain needs langchain-core: pip install 'cdr-retrieval[langchain]'"
     ) from exc
 
 from cdr.errors import InvalidInputError, UpstreamError

@@ -1,4 +1,4 @@
-"""LlamaIndex integration (`pip install 'cdr[llamaindex]'`, needs `llama-index-core`).
+"""LlamaIndex integration (`pip install 'cdr-retrieval[llamaindex]'`, needs `llama-index-core`).
 
 `CDRNodePostprocessor` reranks the nodes any LlamaIndex retriever returns by CDR for one
 session: the retriever (vector store, BM25, a router…) does Phase 1, and CDR's Phase 2 scores
@@ -25,7 +25,8 @@ try:
     from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        "cdr.integrations.llamaindex needs llama-index-core: pip install 'cdr[llamaindex]'"
+        "cdr.integrations.llamaindex needs llama-index-core: "
+        "pip install 'cdr-retrieval[llamaindex]'"
     ) from exc
 
 import numpy as np
