@@ -101,7 +101,9 @@ def generate(
     llm_model: Annotated[str | None, typer.Option(help="Model name for LLM writers.")] = None,
     profile: Annotated[str | None, typer.Option(
         help="Preset of options beyond the spec: spec | fresh (fact memory, fitted "
-             "envelopes, expanded sub-queries). Single options below override it.")] = None,
+             "envelopes, expanded sub-queries) | focused (fresh, plus subject-anchored "
+             "sub-queries, BM25 fused relevance, a stop on stale envelopes). Single options "
+             "below override it.")] = None,
     memory: Annotated[str | None, typer.Option(
         help="off (spec) | facts: facts already shown or written lose score later.")] = None,
     envelope: Annotated[str | None, typer.Option(
@@ -111,6 +113,15 @@ def generate(
     repeats: Annotated[str | None, typer.Option(
         help="keep (spec) | drop: take out of each window the sentences, list items and "
              "code an earlier window already wrote (same words or same meaning).")] = None,
+    subject: Annotated[str | None, typer.Option(
+        help="off (spec) | anchor: embed each sub-query as the task's subject plus its "
+             "line.")] = None,
+    lexical: Annotated[str | None, typer.Option(
+        help="off (spec) | bm25: relevance fuses the cosine with BM25 over the task's "
+             "words.")] = None,
+    stale: Annotated[str | None, typer.Option(
+        help="write (spec) | stop: end the run (ckf-exhausted) instead of writing a window "
+             "whose envelope is mostly facts already sent.")] = None,
     trace: Annotated[Path | None, typer.Option(help="Write the trace JSON here.")] = None,
     report: Annotated[Path | None, typer.Option(help="Write an HTML run report here.")] = None,
     out_file: Annotated[Path | None, typer.Option("--out", help="Write the Markdown here "
@@ -134,9 +145,10 @@ def generate(
 
     try:
         resolve_options(profile, memory=memory, envelope=envelope, queries=queries,
-                        repeats=repeats)
+                        repeats=repeats, subject=subject, lexical=lexical, stale=stale)
     except CdrError as exc:
-        raise fail(f"{exc} (--profile/--memory/--envelope/--queries/--repeats)", 2) from None
+        raise fail(f"{exc} (--profile/--memory/--envelope/--queries/--repeats/--subject/"
+                   "--lexical/--stale)", 2) from None
     outline_text = None
     if outline is not None:
         try:
@@ -158,7 +170,8 @@ def generate(
             max_windows=windows, words=words, sub_queries=sub_queries, ranking=ranking,
             min_relevance=min_relevance, mmr_lambda=mmr_lambda, context_tokens=context_tokens,
             generation_tokens=generation_tokens, profile=profile, memory=memory,
-            envelope=envelope, queries=queries, repeats=repeats,
+            envelope=envelope, queries=queries, repeats=repeats, subject=subject,
+            lexical=lexical, stale=stale,
         )
         gen = Generator(store, _writer(writer, llm_base_url, llm_model), config)
         session = gen.start(task, outline_text)

@@ -62,7 +62,7 @@ def split_identity(ident: str) -> tuple[str, str]:
     return ident, PLAIN
 
 
-def _clean(text: str | None, max_words: int) -> str:
+def clean_context(text: str | None, max_words: int) -> str:
     """Control characters out, whitespace collapsed, at most `max_words` words."""
     if not text:
         return ""
@@ -73,16 +73,16 @@ def _clean(text: str | None, max_words: int) -> str:
 def context_of(title: str | None, section: str | None) -> str:
     """The bounded context prefix: the title and the section path, the path's first part left
     out when it repeats the title (a page's top heading usually is its title)."""
-    t = _clean(title, TITLE_WORDS)
+    t = clean_context(title, TITLE_WORDS)
     parts = [p.strip() for p in (section or "").split(">")]
     parts = [p for p in parts if p]
-    if t and parts and _clean(parts[0], TITLE_WORDS).casefold() == t.casefold():
+    if t and parts and clean_context(parts[0], TITLE_WORDS).casefold() == t.casefold():
         parts = parts[1:]
     room = CONTEXT_WORDS - len(t.split())
     # Keep the deepest headings whole while they fit: they say most about the fact.
     kept: list[str] = []
     for part in reversed(parts):
-        words = _clean(part, CONTEXT_WORDS).split()
+        words = clean_context(part, CONTEXT_WORDS).split()
         if not words:
             continue
         if len(words) > room:

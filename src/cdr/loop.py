@@ -57,11 +57,12 @@ from cdr.fit import FIT_FACTS_PER_WORD, fit_facts, planned_words
 from cdr.headers import SAFETY_ONLY_HEADERS, crp_headers
 from cdr.kept_stream import KeptStream
 from cdr.memory import DEFAULT_MEMORY_RULE, MemoryRule, apply_memory, written_rows
-from cdr.options import SessionOptions, resolve_options
+from cdr.options import OPTION_NAMES, SessionOptions, resolve_options
 from cdr.prompt import WORDS_PER_TOKEN, PlanSection, build_user_prompt, fit_plan
 from cdr.ranking import DEFAULT_MMR_LAMBDA, DEFAULT_RANKING, Ranking, rank
 from cdr.repeat_guard import GuardResult, RepeatGuard
 from cdr.session import (
+    CKF_EXHAUSTED,
     DEFAULT_MAX_WINDOWS,
     EXHAUSTION_RATIO,
     IN_PROGRESS,
@@ -70,6 +71,8 @@ from cdr.session import (
     Session,
 )
 from cdr.shard_server import WindowQuery
+from cdr.stale import is_stale
+from cdr.subject import sub_query_texts
 from cdr.vectors import normalize
 from cdr.writers.base import Writer, WriterResult
 
@@ -157,6 +160,9 @@ class GenerationConfig:
     envelope: str | None = None  # "budget" | "fit"
     queries: str | None = None  # "titles" | "expanded"
     repeats: str | None = None  # "keep" | "drop" (cdr.repeat_guard)
+    subject: str | None = None  # "off" | "anchor" (cdr.subject)
+    lexical: str | None = None  # "off" | "bm25" (cdr.lexical)
+    stale: str | None = None  # "write" | "stop" (cdr.stale)
     # The rules' tunables (library and benchmark only; sessions use the defaults).
     memory_rule: MemoryRule = DEFAULT_MEMORY_RULE
     fit_facts_per_word: float = FIT_FACTS_PER_WORD
@@ -172,8 +178,7 @@ class GenerationConfig:
 
     def session_options(self) -> SessionOptions:
         """The profile's options with single ones on top; an unknown value is refused."""
-        return resolve_options(self.profile, memory=self.memory, envelope=self.envelope,
-                               queries=self.queries, repeats=self.repeats)
+        return resolve_options(self.profile, **{n: getattr(self, n) for n in OPTION_NAMES})
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,7 +329,9 @@ class Generator:
                 "document in; ingest documents first (cdr ingest PATH --ckf DIR)"
             )
         sqs = list(sub_queries) if sub_queries else self.decompose(task, outline)
-        vecs = self.embedder.encode([task_topic(task)] + [sq.text for sq in sqs])
+        # `subject: "anchor"` (cdr.subject): each line embedded as the task's subject + line
+        texts = sub_query_texts(task, sqs, self.options.subject)
+        vecs = self.embedder.encode([task_topic(task), *texts])
         topic, sq_emb = vecs[0], vecs[1:]
         centroid = normalize(sq_emb.mean(axis=0), "sub-query centroid")
         query = normalize(topic + centroid, "query")  # DESIGN.md §3.11
@@ -590,7 +597,7 @@ class Generator:
                                     section_ends=report.section_ends(SECTION_END_WORDS))
         if kept is not None:
             session.remember_written(kept.vectors)
-        if session.options.memory == "facts":  # cdr.memory: what was shown, what was written
+        if session.remembers_facts:  # cdr.memory: what was shown, what was written
             written = written_rows(prepared.rows, text, session.blacklist.index,
                                    self.config.memory_rule.written_share)
             session.fact_memory.migrate(self.ckf.fact_ids)
@@ -599,6 +606,8 @@ class Generator:
             session.spend_safety(self.config.safety_check(prepared.number, text))
         env = prepared.envelope
         reason = session.exit_reason(env.mean_novelty_ratio)
+        if reason is None and not text and self.stale_stop(session, prepared):
+            reason = CKF_EXHAUSTED  # cdr.stale: the envelope was what earlier windows got
         if error is not None:
             reason = UPSTREAM_ERROR
         session.status = reason or IN_PROGRESS
@@ -616,9 +625,21 @@ class Generator:
         """An empty envelope (nothing relevant and novel left), or one Exit 3 already condemns
         (DESIGN.md §3.12), ends the window unwritten: nobody is asked for ungrounded or stale
         text. None when there is something fresh to write from."""
-        if len(prepared.envelope) and not stale_envelope(prepared.envelope):
+        if not self.ends_unwritten(session, prepared):
             return None
         return self.complete(session, prepared, "", seconds=_since(started))
+
+    @staticmethod
+    def stale_stop(session: Session, prepared: PreparedWindow) -> bool:
+        """`stale: "stop"` (cdr.stale): the envelope is mostly facts earlier windows got."""
+        return session.options.stale == "stop" and is_stale(
+            prepared.envelope.fact_ids, session.fact_memory.shown)
+
+    def ends_unwritten(self, session: Session, prepared: PreparedWindow) -> bool:
+        """Whether the prepared window ends the run without being written: its envelope is
+        empty, Exit 3 already condemns it, or (`stale: "stop"`) it is stale."""
+        return (not len(prepared.envelope) or stale_envelope(prepared.envelope)
+                or self.stale_stop(session, prepared))
 
     def write(self, prepared: PreparedWindow, on_delta: Callable[[str], None] | None = None
               ) -> WriterResult:

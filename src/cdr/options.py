@@ -13,10 +13,22 @@ existed loads with the defaults. Each option is a rule in its own module:
   expansion drives residual pull, the plan and Stage 8 attribution);
 - `repeats`: ``"keep"`` (spec: the window's text is kept as written) or ``"drop"``
   (`cdr.repeat_guard`: sentences, list items and code an earlier window already wrote, in the
-  same words or, for prose, the same meaning, are taken out before Stage 8).
+  same words or, for prose, the same meaning, are taken out before Stage 8);
+- `subject`: ``"off"`` (spec: an outline line is embedded as written) or ``"anchor"``
+  (`cdr.subject`: each sub-query is embedded as the task's subject plus its line, so
+  "Background" means the background *of this task's subject*; the window still writes under
+  "Background");
+- `lexical`: ``"off"`` (spec: relevance is the cosine) or ``"bm25"`` (`cdr.lexical`: relevance
+  fuses the cosine with a BM25 score of the task's words, so facts that name the subject's own
+  terms pass the gate);
+- `stale`: ``"write"`` (spec: a window is written whatever its envelope holds, until an exit
+  fires) or ``"stop"`` (`cdr.stale`: a window whose envelope is mostly facts earlier windows
+  were already sent ends the run with `ckf-exhausted`, unwritten).
 
 A profile names a set of options: ``"spec"`` is the defaults, ``"fresh"`` turns on what the
-quality benchmark measured to win (README "Beyond the spec").
+quality benchmark measured to win on the Python-docs corpus, ``"focused"`` adds what the
+retrieval benchmark measured to keep a run on its task's own material in a knowledge base of
+many similar documents (docs/design.md, "Relevance means the task's own material").
 """
 
 from __future__ import annotations
@@ -31,18 +43,29 @@ MemoryMode = Literal["off", "facts"]
 EnvelopeMode = Literal["budget", "fit"]
 QueriesMode = Literal["titles", "expanded"]
 RepeatsMode = Literal["keep", "drop"]
-ProfileName = Literal["spec", "fresh"]
+SubjectMode = Literal["off", "anchor"]
+LexicalMode = Literal["off", "bm25"]
+StaleMode = Literal["write", "stop"]
+ProfileName = Literal["spec", "fresh", "focused"]
 
 MEMORY_MODES: tuple[str, ...] = get_args(MemoryMode)
 ENVELOPE_MODES: tuple[str, ...] = get_args(EnvelopeMode)
 QUERIES_MODES: tuple[str, ...] = get_args(QueriesMode)
 REPEATS_MODES: tuple[str, ...] = get_args(RepeatsMode)
+SUBJECT_MODES: tuple[str, ...] = get_args(SubjectMode)
+LEXICAL_MODES: tuple[str, ...] = get_args(LexicalMode)
+STALE_MODES: tuple[str, ...] = get_args(StaleMode)
 PROFILE_NAMES: tuple[str, ...] = get_args(ProfileName)
 
-_CHOICES: dict[str, tuple[str, ...]] = {
+# Every option and its values, the first being the spec's: the CLI, the gateway schema and
+# the trace schema are derived from this table.
+OPTION_CHOICES: dict[str, tuple[str, ...]] = {
     "memory": MEMORY_MODES, "envelope": ENVELOPE_MODES, "queries": QUERIES_MODES,
-    "repeats": REPEATS_MODES,
+    "repeats": REPEATS_MODES, "subject": SUBJECT_MODES, "lexical": LEXICAL_MODES,
+    "stale": STALE_MODES,
 }
+OPTION_NAMES: tuple[str, ...] = tuple(OPTION_CHOICES)
+_CHOICES = OPTION_CHOICES
 
 
 @dataclass(frozen=True)
@@ -53,6 +76,9 @@ class SessionOptions:
     envelope: str = "budget"
     queries: str = "titles"
     repeats: str = "keep"
+    subject: str = "off"
+    lexical: str = "off"
+    stale: str = "write"
 
     def __post_init__(self) -> None:
         for name, choices in _CHOICES.items():
@@ -88,24 +114,18 @@ class SessionOptions:
 PROFILES: dict[str, SessionOptions] = {
     "spec": SessionOptions(),
     "fresh": SessionOptions(memory="facts", envelope="fit", queries="expanded"),
+    "focused": SessionOptions(memory="facts", envelope="fit", queries="expanded",
+                              subject="anchor", lexical="bm25", stale="stop"),
 }
 
 
-def resolve_options(
-    profile: str | None = None,
-    *,
-    memory: str | None = None,
-    envelope: str | None = None,
-    queries: str | None = None,
-    repeats: str | None = None,
-) -> SessionOptions:
+def resolve_options(profile: str | None = None, **options: str | None) -> SessionOptions:
     """A profile's options with any explicitly given option on top (None = not given)."""
     if profile is not None and profile not in PROFILES:
         raise InvalidInputError(f"unknown profile {profile!r}; choose one of {PROFILE_NAMES}")
-    base = PROFILES[profile or "spec"]
-    return SessionOptions(
-        memory=base.memory if memory is None else memory,
-        envelope=base.envelope if envelope is None else envelope,
-        queries=base.queries if queries is None else queries,
-        repeats=base.repeats if repeats is None else repeats,
-    )
+    unknown = sorted(set(options) - set(OPTION_NAMES))
+    if unknown:
+        raise InvalidInputError(f"unknown session options {unknown}; known: {list(OPTION_NAMES)}")
+    base = asdict(PROFILES[profile or "spec"])
+    base.update({k: v for k, v in options.items() if v is not None})
+    return SessionOptions(**base)

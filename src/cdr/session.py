@@ -297,6 +297,12 @@ class Session:
             safety_budget=self.safety_budget,
         )
 
+    @property
+    def remembers_facts(self) -> bool:
+        """Whether the session keeps which facts it sent (`cdr.memory`): for fact memory's
+        weights, or for the stop on stale envelopes (`cdr.stale`)."""
+        return self.options.memory == "facts" or self.options.stale == "stop"
+
     def backward_summary(self) -> str:
         """SPEC-004's backward-looking summary, kept available but off by default (§4.3)."""
         return " ".join(f"Window {r.number}: {r.summary}" for r in self.history if r.summary)
@@ -309,7 +315,7 @@ class Session:
         extra: dict[str, Any] = {}
         if not self.options.is_default:
             extra["options"] = self.options.to_dict()
-        if self.options.memory == "facts":
+        if self.remembers_facts:
             extra["fact_memory"] = self.fact_memory.to_dict()
         if self.section_ends:
             extra["section_ends"] = dict(self.section_ends)

@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from cdr.options import ENVELOPE_MODES, MEMORY_MODES, QUERIES_MODES, REPEATS_MODES
+from cdr.options import OPTION_CHOICES
 from cdr.ranking import RANKING_MODES
 from cdr.session import RUN_STATUSES, Session
+from cdr.stale import sent_before_per_window
 
 if TYPE_CHECKING:
     from cdr.loop import PreparedWindow, WindowEvent
@@ -65,12 +66,18 @@ def window_record(event: WindowEvent) -> dict[str, Any]:
 def trace_document(session: Session, windows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The trace of `session` with its windows' records (`window_record`) as stored; the
     session's opt-in options (`cdr.options`) appear only when one is on."""
+    # Optional per window (readers must not require it): the share of its envelope that an
+    # earlier window was already sent (`cdr.stale`), null for an empty envelope. Exit 3 does
+    # not see an unwritten fact sent again; this shows it, whatever the options.
+    shares = sent_before_per_window([[f["fact_id"] for f in w.get("envelope", ())]
+                                     for w in windows])
     doc = {
         "task": session.task,
         "embedding_model": session.model_id,
         "ranking": session.ranking,
         "sub_queries": [sq.to_dict() for sq in session.sub_queries],
-        "windows": list(windows),
+        "windows": [{**w, "sent_before": None if s is None else round(s, 4)}
+                    for w, s in zip(windows, shares, strict=True)],
         "status": session.status,
     }
     if not session.options.is_default:
@@ -127,14 +134,12 @@ TRACE_SCHEMA: dict[str, Any] = {
                                          "CRP-Context-Continuation-Status"]},
                 "error": {"type": "string"},
                 "dropped": {"type": "array", "items": {"type": "string"}},
+                "sent_before": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
                 "attribution": {"type": "array",
                                 "items": {"type": ["string", "null"]}},
             }}},
         "status": {"enum": list(RUN_STATUSES)},
         "options": {"type": "object", "additionalProperties": False, "properties": {
-            "memory": {"enum": list(MEMORY_MODES)},
-            "envelope": {"enum": list(ENVELOPE_MODES)},
-            "queries": {"enum": list(QUERIES_MODES)},
-            "repeats": {"enum": list(REPEATS_MODES)}}},
+            name: {"enum": list(choices)} for name, choices in OPTION_CHOICES.items()}},
     },
 }

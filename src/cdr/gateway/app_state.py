@@ -25,6 +25,7 @@ from cdr.gateway.settings import GatewaySettings
 from cdr.gateway.shard_kb import ShardSetKnowledgeBase, index_root
 from cdr.headers import SAFETY_ONLY_HEADERS, crp_headers
 from cdr.loop import EmptyKnowledgeBaseError, GenerationConfig, Generator, WindowEvent
+from cdr.options import OPTION_NAMES
 from cdr.ranking import DEFAULT_RANKING
 from cdr.ray_index import is_ray_address
 from cdr.session import DEFAULT_MAX_WINDOWS, IN_PROGRESS, Session
@@ -160,7 +161,7 @@ class Gateway:
             out["generation_tokens"] = o.window_tokens
         if o.context_tokens is not None:
             out["context_tokens"] = o.context_tokens
-        for name in ("profile", "memory", "envelope", "queries", "repeats"):  # cdr.options, opt-in
+        for name in ("profile", *OPTION_NAMES):  # cdr.options, opt-in
             if getattr(o, name) is not None:
                 out[name] = getattr(o, name)
         return out

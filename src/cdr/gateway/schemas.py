@@ -12,7 +12,16 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_core import PydanticCustomError
 
 from cdr.gateway.limits import check_text
-from cdr.options import EnvelopeMode, MemoryMode, ProfileName, QueriesMode, RepeatsMode
+from cdr.options import (
+    EnvelopeMode,
+    LexicalMode,
+    MemoryMode,
+    ProfileName,
+    QueriesMode,
+    RepeatsMode,
+    StaleMode,
+    SubjectMode,
+)
 from cdr.ranking import RankingMode
 from cdr.session import MAX_WINDOWS_LIMIT
 
@@ -67,9 +76,12 @@ class GenerationOptions(_Strict):
                                        "C of the LLM that writes the windows; the envelope "
                                        "gets C minus system prompt, task, anchor and G.")
     # Opt-in options beyond the spec (cdr.options), fixed into the session at its start.
-    profile: ProfileName | None = Field(None, description="Preset: 'spec' (default) or "
+    profile: ProfileName | None = Field(None, description="Preset: 'spec' (default), "
                                         "'fresh' (fact memory, fitted envelopes, expanded "
-                                        "sub-queries); single options override it.")
+                                        "sub-queries) or 'focused' (fresh, plus subject-"
+                                        "anchored sub-queries, BM25 fused relevance and a "
+                                        "stop on stale envelopes); single options override "
+                                        "it.")
     memory: MemoryMode | None = Field(None, description="'facts': facts already shown or "
                                       "written lose score in later windows.")
     envelope: EnvelopeMode | None = Field(None, description="'fit': pack as many facts as "
@@ -79,6 +91,13 @@ class GenerationOptions(_Strict):
     repeats: RepeatsMode | None = Field(None, description="'drop': sentences, list items and "
                                         "code an earlier window already wrote (same words or "
                                         "same meaning) are taken out of each window.")
+    subject: SubjectMode | None = Field(None, description="'anchor': each sub-query is "
+                                        "embedded as the task's subject plus its line.")
+    lexical: LexicalMode | None = Field(None, description="'bm25': relevance fuses the "
+                                        "cosine with BM25 over the task's words.")
+    stale: StaleMode | None = Field(None, description="'stop': a window whose envelope is "
+                                    "mostly facts already sent ends the run (ckf-exhausted) "
+                                    "unwritten.")
 
     @field_validator("outline")
     @classmethod

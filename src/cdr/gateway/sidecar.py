@@ -112,7 +112,7 @@ def envelope(gw: Gateway, sid: str, token: str) -> Response:
     def compute(snap: Any, stored: StoredSession, rec: SessionRecord) -> _Change:
         gen = gw.generator(snap, rec.options)
         prepared = gen.prepare(rec.session)  # rec is shared: read only
-        if len(prepared.envelope) == 0:
+        if len(prepared.envelope) == 0 or gen.stale_stop(rec.session, prepared):
             rec = SessionRecord.from_json(stored.data, snap.ngram_index)  # a private copy
             event = gen.close_if_empty(rec.session, prepared)
             assert event is not None

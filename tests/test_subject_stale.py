@@ -1,0 +1,143 @@
+"""Subject-anchored sub-queries (`subject: "anchor"`) and the stop on stale envelopes
+(`stale: "stop"`): exact texts and vectors, the per-window `sent_before` share every trace
+carries, and a run that stops instead of writing what earlier windows already got."""
+
+from __future__ import annotations
+
+import jsonschema
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cdr.ckf import CKF
+from cdr.dpe import parse_outline
+from cdr.embed import default_embedder
+from cdr.loop import GenerationConfig, Generator
+from cdr.options import PROFILES, resolve_options
+from cdr.session import CKF_EXHAUSTED, LIMIT_REACHED
+from cdr.stale import STALE_SHARE, is_stale, sent_before_per_window, sent_before_share
+from cdr.subject import SUBJECT_WORDS, anchored, sub_query_texts, subject_of
+from cdr.trace import TRACE_SCHEMA, build_trace
+from cdr.writers import get_writer
+from tests.conftest import BUILTIN_TYPES_OUTLINE, BUILTIN_TYPES_TASK
+
+
+@pytest.fixture(scope="module")
+def types_ckf(types_ckf_path) -> CKF:
+    return CKF.open(types_ckf_path)
+
+
+def run(ckf: CKF, **options: str):
+    gen = Generator(ckf, get_writer("extractive"),
+                    GenerationConfig(max_windows=8, words=3000, **options))
+    session = gen.start(BUILTIN_TYPES_TASK, BUILTIN_TYPES_OUTLINE)
+    events = list(gen.run(BUILTIN_TYPES_TASK, session=session))
+    return session, events, build_trace(session, events)
+
+
+# ------------------------------------------------------------------ subject anchoring
+
+
+def test_the_subject_is_the_task_without_its_instruction_words():
+    assert subject_of("Write a comprehensive guide to asyncio tasks") == "asyncio tasks"
+    assert subject_of("A guide to asyncio tasks") == "asyncio tasks"
+    assert subject_of("Write a reference page about open(2): open a file") == (
+        "open(2): open a file")
+    assert subject_of("Write a guide") == "guide"  # never empty
+    assert anchored("asyncio tasks", "Background") == "asyncio tasks — Background"
+    # a line that already names the subject is embedded as written
+    assert anchored("asyncio", "Cancelling asyncio tasks") == "Cancelling asyncio tasks"
+    assert anchored("", "Background") == "Background"
+
+
+def test_hostile_subjects_are_cleaned_and_bounded():
+    assert subject_of("Write a guide to\x00 open\x1b(2)\u2028 flags") == "open (2) flags"
+    huge = subject_of("Write a guide to " + "word " * 10_000)
+    assert len(huge.split()) == SUBJECT_WORDS
+
+
+def test_off_keeps_the_lines_and_anchor_prefixes_each():
+    sqs = parse_outline("Background\nasyncio tasks in depth\nReturn value", 900)
+    assert sub_query_texts("A guide to asyncio tasks", sqs, "off") == [
+        "Background", "asyncio tasks in depth", "Return value"]
+    assert sub_query_texts("A guide to asyncio tasks", sqs, "anchor") == [
+        "asyncio tasks — Background", "asyncio tasks in depth", "asyncio tasks — Return value"]
+
+
+def test_an_anchored_session_embeds_subject_plus_line_and_writes_under_the_line(types_ckf):
+    gen = Generator(types_ckf, get_writer("extractive"),
+                    GenerationConfig(max_windows=2, words=1200, subject="anchor"))
+    session = gen.start(BUILTIN_TYPES_TASK, BUILTIN_TYPES_OUTLINE)
+    lines = [sq.text for sq in parse_outline(BUILTIN_TYPES_OUTLINE, 1200)]
+    assert [sq.text for sq in session.sub_queries] == lines  # labels unchanged
+    expected = default_embedder().encode(
+        [f"Python's built-in types — {line}" for line in lines])
+    np.testing.assert_allclose(session.sub_query_embeddings, expected, atol=1e-6)
+    spec = Generator(types_ckf, get_writer("extractive"), GenerationConfig(max_windows=2))
+    plain = spec.start(BUILTIN_TYPES_TASK, BUILTIN_TYPES_OUTLINE)
+    assert not np.allclose(plain.sub_query_embeddings, session.sub_query_embeddings)
+    assert session.options.to_dict() == {"subject": "anchor"}
+
+
+# ------------------------------------------------------------------ stale envelopes
+
+
+def test_sent_before_shares_exact():
+    assert sent_before_share([], set()) is None
+    assert sent_before_share(["a", "b", "c", "d"], {"a", "c", "x"}) == 0.5
+    assert sent_before_per_window([["a", "b"], ["b", "c", "d", "e"], [], ["a", "e"]]) == [
+        0.0, 0.25, None, 1.0]
+    assert is_stale(["a", "b", "c", "d"], {"a", "b", "c"})  # 0.75 ≥ STALE_SHARE
+    assert not is_stale(["a", "b", "c", "d"], {"a", "b"})
+    assert not is_stale([], {"a"})  # empty is Exit 3's own case
+    assert STALE_SHARE == 0.75
+
+
+@given(st.lists(st.lists(st.sampled_from("abcdefgh"), max_size=6), max_size=8))
+def test_sent_before_is_a_share_and_window_one_is_all_new(envelopes):
+    shares = sent_before_per_window(envelopes)
+    assert len(shares) == len(envelopes)
+    for ids, s in zip(envelopes, shares, strict=True):
+        assert (s is None) == (not ids)
+        assert s is None or 0.0 <= s <= 1.0
+    first = next((s for s in shares if s is not None), None)
+    assert first in (None, 0.0)  # nothing was sent before the first non-empty envelope
+    seen: set[str] = set()
+    for ids, s in zip(envelopes, shares, strict=True):  # 1.0 exactly when all were sent
+        assert (s == 1.0) == (bool(ids) and set(ids) <= seen)
+        seen.update(ids)
+
+
+def test_the_spec_loop_writes_stale_windows_and_the_trace_shows_it(types_ckf):
+    session, events, trace = run(types_ckf)
+    jsonschema.validate(trace, TRACE_SCHEMA)
+    shares = [w["sent_before"] for w in trace["windows"]]
+    assert shares[0] == 0.0
+    stale = [i for i, s in enumerate(shares) if s is not None and s >= STALE_SHARE]
+    assert stale, shares  # Exit 3 does not see an unwritten fact sent again ...
+    assert all(events[i].output for i in stale)  # ... so the spec loop writes them
+    assert session.status == LIMIT_REACHED and "stale" not in trace.get("options", {})
+
+
+def test_stale_stop_ends_the_run_at_the_first_stale_envelope_unwritten(types_ckf):
+    _, spec_events, spec_trace = run(types_ckf)
+    first_stale = next(i for i, w in enumerate(spec_trace["windows"])
+                       if w["sent_before"] is not None and w["sent_before"] >= STALE_SHARE)
+    session, events, trace = run(types_ckf, stale="stop")
+    jsonschema.validate(trace, TRACE_SCHEMA)
+    assert session.status == CKF_EXHAUSTED and len(events) == first_stale + 1
+    last = events[-1]
+    assert last.output == "" and trace["windows"][-1]["sent_before"] >= STALE_SHARE
+    assert last.headers["CRP-Context-Mode"] == CKF_EXHAUSTED
+    assert "CRP-Onboarding-Hint" in last.headers
+    # the windows before it are the spec's own (the option only stops, it does not re-rank)
+    assert [e.output for e in events[:-1]] == [e.output for e in spec_events[:first_stale]]
+    assert trace["options"] == {"stale": "stop"}
+
+
+def test_the_focused_profile_bundles_the_options():
+    focused = resolve_options("focused")
+    assert focused == PROFILES["focused"]
+    assert (focused.subject, focused.lexical, focused.stale) == ("anchor", "bm25", "stop")
+    assert resolve_options("focused", stale="write").stale == "write"
