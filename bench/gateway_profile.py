@@ -82,11 +82,11 @@ def one_window_in(gw) -> tuple[str, str]:  # type: ignore[no-untyped-def]
     from cdr.gateway.schemas import SessionCreate, WindowSubmit
 
     body, _ = sidecar.create_session(gw, SessionCreate(
-        task=gwbench.TASK, outline=gwbench.OUTLINE, max_windows=20, words=6000))
+        task=gwbench.TASK, outline=gwbench.OUTLINE, max_windows=20, words=6000), None)
     sid, token = body["session_id"], body["token"]
-    env, _ = sidecar.envelope(gw, sid, token)
+    env, _ = sidecar.envelope(gw, sid, token, None)
     text = gw.writer.generate(env["messages"], env["max_tokens"]).text
-    w, _ = sidecar.submit_window(gw, sid, env["token"], WindowSubmit(text=text))
+    w, _ = sidecar.submit_window(gw, sid, env["token"], WindowSubmit(text=text), None)
     return sid, w["token"]
 
 
@@ -96,7 +96,7 @@ def request(gw, sid: str, token: str) -> bytes:  # type: ignore[no-untyped-def]
 
     from cdr.gateway import sidecar
 
-    body, headers = sidecar.envelope(gw, sid, token)
+    body, headers = sidecar.envelope(gw, sid, token, None)
     return JSONResponse(body, headers=headers).body
 
 

@@ -49,8 +49,9 @@ CKF_EXHAUSTED = "ckf-exhausted"
 SAFETY_BUDGET_DEPLETED = "safety-budget-depleted"
 UPSTREAM_ERROR = "upstream-error"
 RUN_FAILED = "error"
+CANCELLED = "cancelled"  # the gateway's client disconnected from a non-streamed run
 EXIT_REASONS = (TASK_COMPLETE, LIMIT_REACHED, CKF_EXHAUSTED, SAFETY_BUDGET_DEPLETED)
-RUN_STATUSES = (IN_PROGRESS, *EXIT_REASONS, UPSTREAM_ERROR, RUN_FAILED)
+RUN_STATUSES = (IN_PROGRESS, *EXIT_REASONS, UPSTREAM_ERROR, RUN_FAILED, CANCELLED)
 
 
 def depth_from_words(words: int, expected_words: int) -> float:

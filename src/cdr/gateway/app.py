@@ -1,6 +1,6 @@
 """The gateway app: `create_app()` for uvicorn (`--factory`) and tests, `serve()` for the CLI.
 
-Endpoints (OpenAPI at `/openapi.json`, docs at `/docs`):
+Endpoints (OpenAPI at `/openapi.json`; `/docs` and `/redoc` only with `CDR_API_DOCS=1`):
 
     POST   /v1/chat/completions        OpenAI wire format, multi-window CDR (stream or not)
     POST   /v1/sessions                sidecar: start a session
@@ -35,8 +35,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cdr.errors import CdrError
 from cdr.gateway import routes_chat, routes_ckf, routes_sessions, routes_ui
+from cdr.gateway.access_log import install_access_log_filter
+from cdr.gateway.api_docs import install_api_docs
 from cdr.gateway.app_state import Gateway
 from cdr.gateway.auth import AuthMiddleware, is_loopback
+from cdr.gateway.dev_guard import DevGuardMiddleware
 from cdr.gateway.errors import ApiError, from_cdr_error, from_validation_errors
 from cdr.gateway.metrics import render_metrics
 from cdr.gateway.middleware import GatewayMiddleware
@@ -115,7 +118,12 @@ def create_app(
                 "relay and a sidecar API.",
         version=_version(),
         lifespan=lifespan,
+        docs_url=None,  # see cdr.gateway.api_docs: off unless CDR_API_DOCS=1, with a CSP
+        redoc_url=None,
     )
+    if settings.api_docs:
+        install_api_docs(app)
+    install_access_log_filter()
     app.state.gateway = gw
     app.include_router(routes_chat.router)
     app.include_router(routes_sessions.router)
@@ -124,6 +132,8 @@ def create_app(
     _install_error_handlers(app)
     # Added last = outermost: refusals by the key check are counted and get JSON bodies.
     app.add_middleware(AuthMiddleware, ring=ring)
+    if ring is None:  # dev mode: no keys, so refuse what only a web page would send
+        app.add_middleware(DevGuardMiddleware)
     app.add_middleware(GatewayMiddleware, metrics=gw.metrics,
                        max_body_bytes=settings.max_body_bytes,
                        default_headers=gw.context_mode_headers,

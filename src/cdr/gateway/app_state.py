@@ -4,6 +4,7 @@ token signer, the session store, metrics, ingest jobs; and the checks every sess
 
 from __future__ import annotations
 
+import hmac
 import uuid
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -12,6 +13,7 @@ from typing import Any
 
 from cdr.errors import EmbeddingModelMismatchError, NotFoundError
 from cdr.factindex import FactIndex
+from cdr.gateway.auth import ApiKey
 from cdr.gateway.ckf_snapshots import KnowledgeBase
 from cdr.gateway.errors import ApiError
 from cdr.gateway.job_store import job_store_for
@@ -72,6 +74,24 @@ def token_from_headers(headers: Mapping[str, str]) -> str:
     raise ApiError(401, "missing session token: send `Authorization: Bearer <token>` or "
                    f"`{TOKEN_HEADER}: <token>` with the token from the last `{SET_TOKEN_HEADER}`",
                    code="missing_token")
+
+
+def session_not_found(session_id: str) -> NotFoundError:
+    """The one answer for a session that does not exist and for one that is not the
+    caller's, so that a key learns nothing about other keys' sessions."""
+    return NotFoundError(f"session {session_id!r} does not exist (never created, deleted, "
+                         "or created on another gateway's store)")
+
+
+def check_owner(session_id: str, record: SessionRecord, caller: ApiKey | None) -> None:
+    """The session's owner key, or an admin key, may use it; anyone else gets the 404 of a
+    missing session. Sessions without an owner (made in dev mode, without keys, or stored
+    before sessions had owners) stay reachable by their token alone; a gateway without keys
+    (`caller` None: dev mode, loopback only) reaches every session."""
+    if record.owner is None or caller is None or caller.allows("admin"):
+        return
+    if not hmac.compare_digest(caller.owner_id, record.owner):
+        raise session_not_found(session_id)
 
 
 def session_headers(session: Session, session_id: str, token: str | None = None,
@@ -192,8 +212,7 @@ class Gateway:
         stored = self.store.get(session_id)
         if stored is None:
             self.sessions.discard(session_id)
-            raise NotFoundError(f"session {session_id!r} does not exist (never created, "
-                                "deleted, or created on another gateway's store)")
+            raise session_not_found(session_id)
         record = None if fresh else self.sessions.get(session_id, stored.version, snapshot)
         if record is None:
             index = snapshot.ngram_index if snapshot is not None else None
@@ -206,12 +225,17 @@ class Gateway:
         return stored, record
 
     def authorize(self, session_id: str, token: str, snapshot: FactIndex | None, *,
-                  fresh: bool = False) -> tuple[StoredSession, SessionRecord]:
+                  caller: ApiKey | None, fresh: bool = False, current: bool = True
+                  ) -> tuple[StoredSession, SessionRecord]:
         """Every check a session call needs: token (signature, expiry, model), the session
-        exists, and the token is for its current window (else a replay: 409)."""
+        exists, it is the caller's (`check_owner`), and — with `current`, for every call that
+        writes — the token is for its current window (else a replay: 409). Reads take a token
+        of any earlier window: it proves its holder ran the session, and they answer with the
+        current token, so a client that lost its place (a dropped stream) can get back in."""
         payload = self.verify(token, session_id, snapshot)
         stored, record = self.load(session_id, snapshot, fresh=fresh)
-        if payload.window != record.session.window_count:
+        check_owner(session_id, record, caller)
+        if current and payload.window != record.session.window_count:
             raise StaleTokenError(payload.window, record.session.window_count)
         return stored, record
 

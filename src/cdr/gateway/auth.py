@@ -71,6 +71,13 @@ class ApiKey:
     def id(self) -> str:
         return self.digest.hex()[:8]
 
+    @property
+    def owner_id(self) -> str:
+        """What a session stores as its owner: 64 bits of the key's hash, so two configured
+        keys never share it by chance (the 8 digits of `id` are for logs), yet the stored
+        value is not the hash `CDR_API_KEYS` holds."""
+        return self.digest.hex()[:16]
+
     def allows(self, scope: str) -> bool:
         return self.scope == "admin" or self.scope == scope
 

@@ -34,7 +34,7 @@ from cdr.gateway.schemas import ChatCompletionRequest
 from cdr.gateway.session_record import SessionRecord
 from cdr.headers import SAFETY_ONLY_HEADERS
 from cdr.loop import EmptyKnowledgeBaseError, WindowEvent
-from cdr.session import LIMIT_REACHED
+from cdr.session import CANCELLED, IN_PROGRESS, LIMIT_REACHED
 from cdr.trace import window_record
 
 DeltaSink = Callable[[int, str], None]
@@ -93,13 +93,15 @@ class ChatRun:
     """One `/v1/chat/completions` request. `start` and `run` block (call them off the event
     loop); `run` yields each finished window."""
 
-    def __init__(self, gw: Gateway, req: ChatCompletionRequest) -> None:
+    def __init__(self, gw: Gateway, req: ChatCompletionRequest,
+                 owner: str | None = None) -> None:
         task = req.task()
         if task is None or not task.strip():
             raise ApiError(422, "messages has no user message with text: the last user message "
                            "is the task to write", param="messages", code="invalid_fields")
         self.gw = gw
         self.req = req
+        self.owner = owner  # the API key's owner id, stored with the session
         self.task = task
         self.options = gw.options(req.crp)
         self.outline = req.crp.outline_text() if req.crp is not None else None
@@ -131,7 +133,8 @@ class ChatRun:
         except UpstreamError as exc:  # the LLM wrote the outline
             raise from_cdr_error(exc) from None
         self.sid = gw.new_session_id()
-        self.record = SessionRecord(session, mode="chat", options=self.options)
+        self.record = SessionRecord(session, mode="chat", options=self.options,
+                                    owner=self.owner)
         self.version = gw.store.create(self.sid, self.record.to_json()).version
 
     # ------------------------------------------------------------------ windows
@@ -161,6 +164,14 @@ class ChatRun:
             yield event
             if event.done:
                 return
+
+    def cancel(self) -> None:
+        """The client went away: the run stops (after the window being written) and the
+        stored session says `cancelled`, so nobody waits on it or spends model time on it."""
+        if self.record is None or self.sid is None or self.session.status != IN_PROGRESS:
+            return
+        self.record.session.status = CANCELLED
+        self._save()
 
     def _save(self) -> None:
         assert self.record is not None and self.sid is not None
@@ -252,9 +263,13 @@ class ChatRun:
         return body
 
 
-def run_to_completion(run: ChatRun) -> tuple[dict[str, Any], dict[str, str]]:
-    """The non-streaming request, start to end (blocking)."""
+def run_to_completion(run: ChatRun, cancelled: threading.Event | None = None
+                      ) -> tuple[dict[str, Any], dict[str, str]]:
+    """The non-streaming request, start to end (blocking). When `cancelled` is set (the
+    client disconnected) the run stops between windows and is stored as `cancelled`."""
     run.start()
-    for _ in run.run():
+    for _ in run.run(cancelled=cancelled):
         pass
+    if cancelled is not None and cancelled.is_set():
+        run.cancel()
     return run.completion()

@@ -6,7 +6,10 @@ as it starts (`CRP-Context-Window: 0/M`, the first token); what is only known la
 the chunks' `crp` field instead of headers:
 
 * after each window, a chunk with an empty delta and
-  `crp: {"event": "window", "window": n, "status", "completeness", "headers": {...}}`;
+  `crp: {"event": "window", "window": n, "status", "completeness", "session_id", "token",
+  "headers": {...}}` — `token` is the session's token after that window, so a client whose
+  stream drops can go on with the sidecar API from the last window it saw (a stale token
+  still reads the trace, which answers with the current token);
 * the last chunk (with `finish_reason`) carries `crp: {"event": "final", "session_id",
   "token", "status", "windows", "max_windows", "completeness", "headers": {...}}` — the
   headers a non-streamed response would have had, including `CRP-Set-Session`;
@@ -14,7 +17,9 @@ the chunks' `crp` field instead of headers:
 
 A failure before any text was sent (the upstream LLM down) is a plain JSON error response
 (502); a failure after that is an `{"error": {...}}` event (what OpenAI's clients raise on),
-followed by `[DONE]`. A client that disconnects stops the run after the current window.
+followed by `[DONE]`. A client that disconnects stops the run after the current window: a
+streamed session stays `in-progress` (the client may resume it), a non-streamed one is stored
+as `cancelled`.
 """
 
 from __future__ import annotations
@@ -54,13 +59,32 @@ _END = object()
 )
 async def chat_completions(request: Request, body: ChatCompletionRequest) -> Response:
     gw: Gateway = request.app.state.gateway
-    run = ChatRun(gw, body)
+    key = getattr(request.state, "api_key", None)
+    run = ChatRun(gw, body, owner=key.owner_id if key is not None else None)
     loop = asyncio.get_running_loop()
     if not body.stream:
-        result, headers = await loop.run_in_executor(gw.executor, run_to_completion, run)
+        cancelled = threading.Event()
+        work = loop.run_in_executor(gw.executor, run_to_completion, run, cancelled)
+        watcher = asyncio.ensure_future(_disconnected(request))
+        try:
+            done, _ = await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if watcher in done:
+                cancelled.set()  # the run stops between windows and is stored as cancelled
+            result, headers = await work
+        finally:
+            watcher.cancel()
         return JSONResponse(result, headers=headers)
     await loop.run_in_executor(gw.executor, run.start)
     return await _stream(gw, run, body)
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client closes its connection (the body has been read, so the next
+    ASGI message is the disconnect)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
 
 
 def _sse(obj: Any) -> str:
@@ -84,7 +108,7 @@ async def _stream(gw: Gateway, run: ChatRun, body: ChatCompletionRequest) -> Res
     def work() -> None:
         try:
             for event in run.run(on_delta, cancelled):
-                put(("window", event))
+                put(("window", (event, run.token())))
             put(("final", None))
         except ApiError as exc:
             put(("error", exc))
@@ -118,10 +142,13 @@ async def _stream(gw: Gateway, run: ChatRun, body: ChatCompletionRequest) -> Res
                 if kind == "delta":
                     yield _sse(run.chunk({"content": value}))
                 elif kind == "window":
+                    event, token = value
                     yield _sse(run.chunk({}, crp={
-                        "event": "window", "window": value.number, "status": value.status,
-                        "completeness": round(value.completeness, 4),
-                        "headers": value.headers}))
+                        "event": "window", "window": event.number, "status": event.status,
+                        "completeness": round(event.completeness, 4),
+                        "session_id": run.sid, "token": token,
+                        "headers": {**event.headers, "CRP-Session-Id": run.sid,
+                                    "CRP-Set-Session": token}}))
                 elif kind == "final":
                     final_headers = run.headers()
                     yield _sse(run.chunk({}, run.finish_reason(),

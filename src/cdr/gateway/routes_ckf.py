@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import Annotated, Any
 
@@ -19,6 +20,7 @@ from cdr.gateway.shard_kb import ShardSetKnowledgeBase
 
 router = APIRouter(prefix="/v1/ckf", tags=["ckf"])
 MAX_FILES = 100
+MAX_NAME_BYTES = 255
 
 
 def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
@@ -50,10 +52,17 @@ def _check_upload(name: str, data: bytes) -> str:
 
 
 def _clean_name(raw: str | None) -> str:
+    """The base name of an upload, or a 422. Names are bounded by their UTF-8 bytes, not
+    their characters: file systems count bytes (255 on ext4 and most others), so 250 × "é"
+    is 250 characters but 500 bytes, and would fail only when written."""
     name = PureWindowsPath(PurePosixPath(raw or "").name).name.strip()
-    if not name or name in (".", "..") or len(name) > 255 or any(ord(c) < 32 for c in name):
+    if not name or name in (".", "..") or any(ord(c) < 32 for c in name):
         raise ApiError(422, f"upload has no usable file name ({raw!r}); the name's extension "
                        "says how to read it", param="file", code="invalid_file_name")
+    size = len(name.encode("utf-8", "surrogatepass"))
+    if size > MAX_NAME_BYTES:
+        raise ApiError(422, f"file name {name[:40]!r}… is {size} bytes in UTF-8; the limit "
+                       f"is {MAX_NAME_BYTES} bytes", param="file", code="invalid_file_name")
     return name
 
 
@@ -94,12 +103,21 @@ async def upload_documents(
         kind = await loop.run_in_executor(None, _check_upload, name, data)
         checked.append((name, data, kind))
     staging = gw.jobs.staging_dir()
-    staged = []
-    for name, data, kind in checked:
-        path = staging / name
-        path.write_bytes(data)
-        staged.append(StagedFile(name, path, kind))
-    job = gw.jobs.submit(staged, stype, importance)
+    try:  # from here the job owns the folder (and removes it when it ends); until then we do
+        staged = []
+        for name, data, kind in checked:
+            path = staging / name
+            try:
+                path.write_bytes(data)
+            except OSError as exc:  # e.g. a name this file system refuses
+                raise ApiError(422, f"cannot stage file {name[:40]!r}: "
+                               f"{exc.strerror or type(exc).__name__}", param="file",
+                               code="invalid_file_name") from None
+            staged.append(StagedFile(name, path, kind))
+        job = gw.jobs.submit(staged, stype, importance)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     return JSONResponse(_public_job(job.to_json()), status_code=202,
                         headers={"Location": f"/v1/ckf/jobs/{job.id}"})
 

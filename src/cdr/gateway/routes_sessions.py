@@ -10,6 +10,7 @@ from fastapi.security import APIKeyHeader, HTTPBearer
 
 from cdr.gateway import sidecar
 from cdr.gateway.app_state import SET_TOKEN_HEADER, TOKEN_HEADER, Gateway, token_from_headers
+from cdr.gateway.auth import ApiKey
 from cdr.gateway.errors import ApiError
 from cdr.gateway.schemas import (
     Deleted,
@@ -68,6 +69,11 @@ def _gw(request: Request) -> Gateway:
     return request.app.state.gateway
 
 
+def _caller(request: Request) -> ApiKey | None:
+    """The API key the auth middleware accepted (None in dev mode)."""
+    return getattr(request.state, "api_key", None)
+
+
 def _json(result: tuple[dict[str, Any], dict[str, str]], status: int = 200) -> JSONResponse:
     body, headers = result
     return JSONResponse(body, status_code=status, headers=headers)
@@ -77,14 +83,14 @@ def _json(result: tuple[dict[str, Any], dict[str, str]], status: int = 200) -> J
              responses={201: {"headers": _HEADERS_DOC}, **_errors(400, 409, 413, 422, 502, 503)},
              summary="Start a session: plan the sub-queries, get the id and the first token")
 def create_session(request: Request, body: SessionCreate) -> JSONResponse:
-    return _json(sidecar.create_session(_gw(request), body), 201)
+    return _json(sidecar.create_session(_gw(request), body, _caller(request)), 201)
 
 
 @router.post("/{session_id}/envelope", response_model=EnvelopeResponse,
              responses={200: {"headers": _HEADERS_DOC}, **_TOKEN_ERRORS},
              summary="The next window's envelope: facts, anchor, plan and chat messages")
 def envelope(request: Request, session_id: SessionId, token: Token) -> JSONResponse:
-    return _json(sidecar.envelope(_gw(request), session_id, token))
+    return _json(sidecar.envelope(_gw(request), session_id, token, _caller(request)))
 
 
 @router.post("/{session_id}/windows", response_model=WindowResult,
@@ -92,16 +98,17 @@ def envelope(request: Request, session_id: SessionId, token: Token) -> JSONRespo
              summary="Report the window your LLM wrote: DPE report, headers, exit decision")
 def submit_window(request: Request, session_id: SessionId, token: Token,
                   body: WindowSubmit) -> JSONResponse:
-    return _json(sidecar.submit_window(_gw(request), session_id, token, body))
+    return _json(sidecar.submit_window(_gw(request), session_id, token, body,
+                                       _caller(request)))
 
 
 @router.get("/{session_id}", response_model=Trace, responses=_TOKEN_ERRORS,
             summary="The session's trace (DESIGN.md §4)")
 def get_trace(request: Request, session_id: SessionId, token: Token) -> JSONResponse:
-    return _json(sidecar.trace(_gw(request), session_id, token))
+    return _json(sidecar.trace(_gw(request), session_id, token, _caller(request)))
 
 
 @router.delete("/{session_id}", response_model=Deleted, responses=_TOKEN_ERRORS,
                summary="End a session and delete its state")
 def delete_session(request: Request, session_id: SessionId, token: Token) -> JSONResponse:
-    return _json(sidecar.delete(_gw(request), session_id, token))
+    return _json(sidecar.delete(_gw(request), session_id, token, _caller(request)))

@@ -37,8 +37,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
-from cdr.errors import CdrError, NotFoundError
-from cdr.gateway.app_state import TOKEN_HEADER, Gateway
+from cdr.errors import CdrError
+from cdr.gateway.app_state import TOKEN_HEADER, Gateway, check_owner, session_not_found
 from cdr.gateway.errors import ApiError, from_cdr_error
 from cdr.gateway.session_record import SessionRecord
 from cdr.report import csp_header, render_trace_body
@@ -78,15 +78,21 @@ def _session_token(request: Request) -> str | None:
     return rest.strip() if scheme.lower() == "bearer" and rest.strip() else None
 
 
-def _authorize_view(request: Request, gw: Gateway, sid: str) -> None:
+def _authorize_view(request: Request, gw: Gateway, sid: str) -> tuple[int, SessionRecord]:
+    """The session's stored version and record, for an admin, or for the session's owner key
+    holding a token of the session (any window: the view only reads). Another key gets the
+    404 of a session that does not exist."""
     if is_admin(request, gw):
-        return
+        return _record(gw, sid)
     token = _session_token(request)
     if token is None:
         raise ApiError(401, f"this view needs the session's token: open /ui/sessions/{sid}"
                        "#token=<token>, or send it as `CRP-Session: <token>`",
                        code="missing_token")
     gw.verify(token, sid, gw.kb.current())
+    version, rec = _record(gw, sid)
+    check_owner(sid, rec, getattr(request.state, "api_key", None))
+    return version, rec
 
 
 def _html(body: str) -> HTMLResponse:
@@ -125,12 +131,12 @@ def session_page(session_id: SessionId) -> HTMLResponse:
                       attrs=f' data-live="/ui/api/sessions/{sid}"', connect=True))
 
 
-def _record(gw: Gateway, sid: str) -> tuple[int, float, SessionRecord]:
+def _record(gw: Gateway, sid: str) -> tuple[int, SessionRecord]:
     stored = gw.store.get(sid)
     if stored is None:
-        raise NotFoundError(f"session {sid!r} does not exist")
+        raise session_not_found(sid)
     # No n-gram index: the view reads the session, it never ranks with it.
-    return stored.version, stored.updated, SessionRecord.from_json(stored.data, None)
+    return stored.version, SessionRecord.from_json(stored.data, None)
 
 
 @router.get("/api/sessions/{session_id}")
@@ -138,8 +144,7 @@ def session_view(request: Request, session_id: SessionId,
                  after: Annotated[int, Query(ge=-1)] = -1) -> JSONResponse:
     gw = _gw(request)
     try:
-        _authorize_view(request, gw, session_id)
-        version, _, rec = _record(gw, session_id)
+        version, rec = _authorize_view(request, gw, session_id)
     except (ApiError, CdrError) as exc:
         return _refusal(exc)
     trace = rec.trace(session_id)

@@ -37,12 +37,15 @@ class SessionRecord:
     pending: dict[str, Any] | None = None
     mode: str = "sidecar"  # or "chat": who drives the windows
     options: dict[str, Any] = field(default_factory=dict)
+    # The id of the API key that created the session (`ApiKey.owner_id`, never the key):
+    # only that key, or an admin key, reaches it. None: created without keys (dev mode).
+    owner: str | None = None
 
     def to_json(self) -> str:
         return json.dumps({
             "format": FORMAT, "mode": self.mode, "options": self.options,
             "session": self.session.to_dict(), "windows": self.windows,
-            "pending": self.pending,
+            "pending": self.pending, "owner": self.owner,
         }, separators=(",", ":"))
 
     @classmethod
@@ -56,6 +59,7 @@ class SessionRecord:
             pending=data.get("pending"),
             mode=str(data.get("mode", "sidecar")),
             options=dict(data.get("options") or {}),
+            owner=_owner(data.get("owner")),
         )
 
     def trace(self, session_id: str) -> dict[str, Any]:
@@ -64,6 +68,14 @@ class SessionRecord:
         s = self.session
         return {"session_id": session_id, **trace_document(s, self.windows),
                 "completeness": round(s.completeness(), 4), "max_windows": s.max_windows}
+
+
+def _owner(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise InvalidInputError("stored session has an invalid owner")
+    return value
 
 
 def with_pending(stored_data: str, pending: dict[str, Any] | None) -> str:

@@ -87,6 +87,9 @@ class GatewaySettings(BaseSettings):
     llm_api_key: SecretStr | None = None
     signing_secret: SecretStr | None = None
     dev: bool = False
+    # Swagger UI at /docs and ReDoc at /redoc (scripts from a CDN, under a strict CSP): off
+    # unless asked for, since they run third-party code on the gateway's origin.
+    api_docs: bool = False
     # A file path (SQLite) or a postgresql:// URL (shared by gateway replicas).
     session_db: PostgresUrl | Path | None = None
     # NORMAL survives process crashes; FULL also power cuts, at one fsync per session write.

@@ -27,6 +27,7 @@ from cdr.gateway.app_state import (
     Gateway,
     session_headers,
 )
+from cdr.gateway.auth import ApiKey
 from cdr.gateway.errors import ApiError
 from cdr.gateway.paths import public_sources
 from cdr.gateway.replay import replay_submission, with_submission
@@ -46,12 +47,15 @@ def _backoff(attempt: int) -> None:
     time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
 
 
-def create_session(gw: Gateway, req: SessionCreate) -> Response:
+def create_session(gw: Gateway, req: SessionCreate, caller: ApiKey | None) -> Response:
+    """Start a session owned by `caller` (the API key's id is stored, never the key)."""
     snap = gw.snapshot()
     options = gw.options(req)
     session = gw.generator(snap, options).start(req.task, req.outline_text())
     sid = gw.new_session_id()
-    gw.store.create(sid, SessionRecord(session, mode="sidecar", options=options).to_json())
+    owner = caller.owner_id if caller is not None else None
+    gw.store.create(sid, SessionRecord(session, mode="sidecar", options=options,
+                                       owner=owner).to_json())
     token = gw.issue(sid, session)
     body = {
         "session_id": sid, "token": token, "status": session.status,
@@ -83,14 +87,14 @@ class _Change:
     event: WindowEvent | None
 
 
-def _change(gw: Gateway, sid: str, token: str, fresh: bool,
+def _change(gw: Gateway, sid: str, token: str, caller: ApiKey | None, fresh: bool,
             compute: Callable[[Any, StoredSession, SessionRecord], _Change]) -> _Change:
     """read → `compute` → compare-and-set on the read version, redone from the new state when
     another request changed the session meanwhile (the token check then answers 409 if that
     request finished this window first). `fresh`: `compute` changes the record it is given."""
     for attempt in range(MAX_ATTEMPTS):
         snap = gw.snapshot(require_facts=False)
-        stored, rec = gw.authorize(sid, token, snap, fresh=fresh)
+        stored, rec = gw.authorize(sid, token, snap, caller=caller, fresh=fresh)
         gw.require_in_progress(sid, rec.session)
         change = compute(snap, stored, rec)
         if change.data is not None:
@@ -104,7 +108,7 @@ def _change(gw: Gateway, sid: str, token: str, fresh: bool,
     raise VersionConflictError(sid, stored.version, None)
 
 
-def envelope(gw: Gateway, sid: str, token: str) -> Response:
+def envelope(gw: Gateway, sid: str, token: str, caller: ApiKey | None) -> Response:
     """The next window's envelope. Idempotent while the session does not move: asking again
     returns the same envelope. An empty envelope (nothing relevant and novel left) ends the
     session as ckf-exhausted right here, so the client never asks its LLM for ungrounded text.
@@ -125,7 +129,7 @@ def envelope(gw: Gateway, sid: str, token: str) -> Response:
         return _Change(derive(rec, pending=pending), with_pending(stored.data, pending),
                        prepared, None)
 
-    change = _change(gw, sid, token, False, compute)
+    change = _change(gw, sid, token, caller, False, compute)
     session, prepared, event = change.record.session, change.prepared, change.event
     new_token = gw.issue(sid, session)
     if event is not None:
@@ -148,7 +152,8 @@ def envelope(gw: Gateway, sid: str, token: str) -> Response:
     return body, headers
 
 
-def submit_window(gw: Gateway, sid: str, token: str, req: WindowSubmit) -> Response:
+def submit_window(gw: Gateway, sid: str, token: str, req: WindowSubmit,
+                  caller: ApiKey | None) -> Response:
     """Verify the window's text (DPE Stage 8), update the session, apply the exit rules.
     A repeat of the last accepted submission with its (now stale) token gets the original
     answer and a current token (`cdr.gateway.replay`)."""
@@ -177,7 +182,7 @@ def submit_window(gw: Gateway, sid: str, token: str, req: WindowSubmit) -> Respo
                        event)
 
     try:
-        change = _change(gw, sid, token, True, compute)
+        change = _change(gw, sid, token, caller, True, compute)
     except StaleTokenError as exc:
         done = replay_submission(gw, sid, exc, req, gw.snapshot(require_facts=False))
         if done is not None:
@@ -208,17 +213,19 @@ def _window_body(sid: str, event: WindowEvent, headers: dict[str, str]) -> dict[
     }
 
 
-def trace(gw: Gateway, sid: str, token: str) -> Response:
+def trace(gw: Gateway, sid: str, token: str, caller: ApiKey | None) -> Response:
+    """The trace, for a token of any window of the session (a read): the answer carries the
+    current token, which is how a client that lost its place gets back in."""
     snap = gw.kb.current()
-    _, rec = gw.authorize(sid, token, snap)
+    _, rec = gw.authorize(sid, token, snap, caller=caller, current=False)
     last = rec.windows[-1]["headers"] if rec.windows else None
     headers = session_headers(rec.session, sid, gw.issue(sid, rec.session), last)
     return public_sources(rec.trace(sid)), headers
 
 
-def delete(gw: Gateway, sid: str, token: str) -> Response:
+def delete(gw: Gateway, sid: str, token: str, caller: ApiKey | None) -> Response:
     snap = gw.kb.current()
-    gw.authorize(sid, token, snap)
+    gw.authorize(sid, token, snap, caller=caller)
     gw.sessions.discard(sid)
     if not gw.store.delete(sid):
         raise ApiError(404, f"session {sid!r} does not exist (deleted concurrently)")

@@ -13,6 +13,7 @@ from cdr.dpe import split_paragraphs
 from cdr.errors import InvalidInputError
 from cdr.ngrams import NGRAM_SIZE
 from cdr.quality import cwr6, fact_reuse
+from cdr.ranking import DEFAULT_RANKING, RANKING_MODES
 
 _WORD = re.compile(r"\w+")
 # The exits' thresholds as DESIGN.md §3 reads the spec; used only to explain an exit.
@@ -84,6 +85,11 @@ def check_trace(trace: Any, name: str = "trace") -> Mapping[str, Any]:
         if key not in trace:
             raise InvalidInputError(f"{name} has no {key!r} field: not a cdr trace "
                                     "(write one with `cdr generate --trace FILE`)")
+    ranking = trace.get("ranking", DEFAULT_RANKING)
+    if not isinstance(ranking, str) or ranking not in RANKING_MODES:
+        shown = ranking[:40] if isinstance(ranking, str) else type(ranking).__name__
+        raise InvalidInputError(f"{name}: 'ranking' must be one of {', '.join(RANKING_MODES)}; "
+                                f"got {shown!r}")
     for i, w in enumerate(trace["windows"]):
         if not isinstance(w, Mapping):
             raise InvalidInputError(f"{name}: window {i + 1} is not an object")
@@ -213,6 +219,9 @@ def explain_exit(run: RunView) -> str:
         return (f"Stopped in window {n} because the writer failed"
                 + (f": {err}" if err else "") + ". The text received before the failure "
                 "was kept.")
+    if status == "cancelled":
+        return (f"Stopped after window {n}: the client disconnected, so the gateway wrote no "
+                "more windows.")
     if status == "in-progress":
         return f"Still running: {n} window{'s' if n != 1 else ''} so far."
     return f"Ended with status {status!r} after {n} windows."
