@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 
-.PHONY: demo demo-llm llm test-llm test lint bench bench-ranking bench-ingest bench-quality bench-llm bench-gateway bench-scale clean-venv
+.PHONY: demo demo-llm llm test-llm test lint bench bench-ranking bench-ingest bench-quality bench-llm bench-gateway bench-scale bench-retrieval clean-venv
 
 $(BIN)/python:
 	@command -v $(PY) >/dev/null 2>&1 || { echo "need $(PY) (or run: make PY=python3)"; exit 1; }
@@ -57,6 +57,14 @@ bench-quality: $(STAMP)
 # so every finished run is checkpointed and `--resume` picks up where it stopped.
 bench-llm: llm
 	CDR_LOCAL_THREADS=$${CDR_LOCAL_THREADS:-1} $(BIN)/python bench/quality_llm.py --resume $(ARGS)
+
+# Retrieval on knowledge bases of similar documents (issue 21): system-call man pages and the
+# Python docs, tune then report split; finished runs are checkpointed and resumed.
+bench-retrieval: $(STAMP)
+	$(BIN)/python bench/retrieval.py --corpus man --split tune --ingest-speed --no-report
+	$(BIN)/python bench/retrieval.py --corpus man --split report --no-report
+	$(BIN)/python bench/retrieval.py --corpus pydocs --split tune --no-report
+	$(BIN)/python bench/retrieval.py --corpus pydocs --split report
 
 bench-gateway: $(STAMP)
 	$(BIN)/python bench/gateway.py

@@ -19,7 +19,7 @@ Words used here:
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass
 
 STALE_BELOW = 0.25
@@ -48,22 +48,22 @@ def _share(part: int, whole: int) -> float:
 
 
 def window_measures(
-    envelopes: Sequence[Sequence[str]],
+    envelopes: Sequence[Sequence[Hashable]],
     written: Sequence[bool],
-    own: Collection[str],
-    own_pool: Collection[str] = (),
+    own: Collection[Hashable],
+    own_pool: Collection[Hashable] = (),
 ) -> list[WindowMeasure]:
     """The measures of every window, in order.
 
-    `envelopes[i]` holds the fact ids of window i+1's envelope; `written[i]` says whether it
-    was sent to the writer; `own` is the task document's fact ids, `own_pool` those of them
-    past the gate. A fact repeated within one envelope counts once."""
+    `envelopes[i]` holds the facts (CKF rows or ids) of window i+1's envelope; `written[i]`
+    says whether it was sent to the writer; `own` is the task document's facts, `own_pool`
+    those of them past the gate. A fact repeated within one envelope counts once."""
     if len(envelopes) != len(written):
         raise ValueError(f"{len(envelopes)} envelopes but {len(written)} written flags")
     own_set, pool_set = set(own), set(own_pool)
     if not pool_set <= own_set:
         raise ValueError("the own pool must be a subset of the own facts")
-    sent: set[str] = set()
+    sent: set[Hashable] = set()
     out = []
     for i, (env, w) in enumerate(zip(envelopes, written, strict=True)):
         ids = list(dict.fromkeys(env))

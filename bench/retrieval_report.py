@@ -1,0 +1,296 @@
+"""The retrieval benchmark's report: `bench/results/retrieval.md` and its PNGs, made from the
+runs file (`bench/results/retrieval-runs.jsonl`) alone, so it can be rebuilt without running
+anything: `python bench/retrieval_report.py`.
+
+The report split comes first: its numbers are the final ones. The tune split is the set the
+settings were chosen on, shown after it and labelled as such."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from _machine import cpu_name
+from _paths import BENCH
+
+RESULTS = BENCH / "results"
+SPLITS = ("report", "tune")
+CORPORA = ("man", "pydocs")
+CORPUS_TITLE = {"man": "Linux system-call man pages", "pydocs": "Python 3.11 docs"}
+TARGET_ARMS = ("focused ts", "fresh ts")  # the recommended profile, or fresh until it exists
+TIMINGS = ("on time", "late", "before pool ran out", "window limit after pool ran out",
+           "window limit")
+
+
+def load(path: Path) -> list[dict[str, Any]]:
+    runs: dict[str, dict[str, Any]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+            runs[rec["key"]] = rec
+        except (ValueError, KeyError, TypeError):
+            continue
+    return list(runs.values())
+
+
+def _nanmean(values: Sequence[float]) -> float:
+    vals = [v for v in values if v is not None and not math.isnan(v)]
+    return float(np.mean(vals)) if vals else math.nan
+
+
+def pct(v: float) -> str:
+    return "–" if v is None or math.isnan(v) else f"{100 * v:.1f}%"
+
+
+def arm_order(runs: Sequence[dict[str, Any]]) -> list[str]:
+    """Core arms first (relevance, spec, fresh, focused; plain before ts), then the grid."""
+    from retrieval_arms import all_arms
+
+    canon = [a.name for a in all_arms()]
+    names = {r["arm"] for r in runs}
+    return [a for a in canon if a in names] + sorted(names - set(canon))
+
+
+def per_window(runs: Sequence[dict[str, Any]], field: str, windows: int,
+               written_only: bool = True) -> tuple[list[float], list[int]]:
+    """Mean of `field` per window over the runs that got that far (and wrote it)."""
+    means, counts = [], []
+    for w in range(windows):
+        vals = [r["windows"][w][field] for r in runs if len(r["windows"]) > w
+                and (r["windows"][w]["written"] or not written_only)]
+        vals = [v for v in vals if v is not None and not math.isnan(v)]
+        means.append(float(np.mean(vals)) if vals else math.nan)
+        counts.append(len(vals))
+    return means, counts
+
+
+def arm_row(rs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    s = [r["summary"] for r in rs]
+    stale = [x["stale_windows"] for x in s]
+    timing = Counter(r["exit_timing"] for r in rs)
+    reasons = Counter(x["exit_reason"] for x in s)
+    return {
+        "runs": len(rs),
+        "w1": _nanmean([x["w1_on_topic"] for x in s]),
+        "later_on": _nanmean([x["later_on_topic"] for x in s]),
+        "later_n": sum(1 for x in s if not math.isnan(x["later_on_topic"] or math.nan)),
+        "later_fresh": _nanmean([x["later_fresh"] for x in s]),
+        "recall": _nanmean([x["own_recall_end"] for x in s]),
+        "pool_recall": _nanmean([x["pool_recall_end"] for x in s]),
+        "past_gate": _nanmean([r["own_pool"] / r["own"] if r["own"] else math.nan for r in rs]),
+        "stale": float(np.mean(stale)), "stale_runs": sum(1 for v in stale if v),
+        "written": float(np.mean([x["written_windows"] for x in s])),
+        "timing": timing, "reasons": reasons,
+        "slope": _nanmean([x["on_topic_slope"] for x in s]),
+        "seconds": float(np.mean([r["seconds"] for r in rs])),
+    }
+
+
+def summary_table(runs: Sequence[dict[str, Any]], arms: Sequence[str]) -> list[str]:
+    lines = ["| arm | runs | W1 on-topic | W2+ on-topic (runs) | W2+ fresh | own recall at end | "
+             "own facts past the gate | gated own recall at end | stale windows / run (runs "
+             "with any) | windows written | on-topic slope W2+ / window | exit | exit vs own "
+             "pool running out |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    for a in arms:
+        rs = [r for r in runs if r["arm"] == a]
+        if not rs:
+            continue
+        x = arm_row(rs)
+        reasons = ", ".join(f"{k} {v}" for k, v in x["reasons"].most_common())
+        timing = ", ".join(f"{k} {x['timing'][k]}" for k in TIMINGS if x["timing"][k])
+        slope = "–" if math.isnan(x["slope"]) else f"{100 * x['slope']:+.1f} pt"
+        lines.append(
+            f"| {a} | {x['runs']} | {pct(x['w1'])} | {pct(x['later_on'])} ({x['later_n']}) | "
+            f"{pct(x['later_fresh'])} | {pct(x['recall'])} | {pct(x['past_gate'])} | "
+            f"{pct(x['pool_recall'])} | {x['stale']:.1f} ({x['stale_runs']}) | "
+            f"{x['written']:.1f} | {slope} | {reasons} | {timing} |")
+    return lines
+
+
+def window_table(runs: Sequence[dict[str, Any]], arms: Sequence[str], field: str,
+                 windows: int) -> list[str]:
+    lines = ["| arm | " + " | ".join(f"W{w + 1}" for w in range(windows)) + " |",
+             "|---|" + "---:|" * windows]
+    for a in arms:
+        rs = [r for r in runs if r["arm"] == a]
+        if not rs:
+            continue
+        means, counts = per_window(rs, field, windows)
+        cells = [f"{pct(m)} ({n})" if n else "–" for m, n in zip(means, counts, strict=True)]
+        lines.append(f"| {a} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def target_lines(runs: Sequence[dict[str, Any]]) -> list[str]:
+    arm = next((a for a in TARGET_ARMS if any(r["arm"] == a for r in runs)), None)
+    if arm is None:
+        return []
+    x = arm_row([r for r in runs if r["arm"] == arm])
+
+    def v(ok: bool) -> str:
+        return "**met**" if ok else "**missed**"
+
+    on_time = x["timing"]["on time"]
+    slope = "–" if math.isnan(x["slope"]) else f"{100 * x['slope']:+.1f} points/window"
+    return [
+        f"Targets (issue 21) for `{arm}`:", "",
+        f"- Window 1 envelope on-topic ≥ 90%: {pct(x['w1'])} — {v(x['w1'] >= 0.90)}",
+        f"- Windows 2+ on-topic ≥ 85%, no falling trend: {pct(x['later_on'])} over "
+        f"{x['later_n']} runs that wrote a second window, slope {slope} — "
+        + ("no run wrote a second window" if x["later_n"] == 0 else
+           v(x["later_on"] >= 0.85 and not x["slope"] < -0.01)),
+        f"- own-fact recall at the end ≥ 80%: {pct(x['recall'])} — {v(x['recall'] >= 0.80)}",
+        f"- stale windows written: {x['stale']:.2f} per run ({x['stale_runs']} runs with any) — "
+        f"{v(x['stale_runs'] == 0)}",
+        f"- exit within one window after the own pool runs out: {on_time} of {x['runs']} runs — "
+        f"{v(on_time == x['runs'])}",
+        "",
+    ]
+
+
+def plot(runs: Sequence[dict[str, Any]], arms: Sequence[str], windows: int, title: str,
+         path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(19, 5.2))
+    x = np.arange(1, windows + 1)
+    for a in arms:
+        rs = [r for r in runs if r["arm"] == a]
+        if not rs:
+            continue
+        style = {"linewidth": 2.4, "marker": "o"} if a in TARGET_ARMS else {"marker": "."}
+        for ax, field in ((axes[0], "on_topic"), (axes[1], "fresh")):
+            means, _ = per_window(rs, field, windows)
+            ax.plot(x, 100 * np.asarray(means), label=a, **style)
+    names = [a for a in arms if any(r["arm"] == a for r in runs)]
+    recall = [100 * _nanmean([r["summary"]["own_recall_end"] for r in runs if r["arm"] == a])
+              for a in names]
+    axes[2].barh(np.arange(len(names)), recall, color="steelblue")
+    axes[2].set_yticks(np.arange(len(names)), names, fontsize=7)
+    axes[2].invert_yaxis()
+    axes[2].axvline(80, color="crimson", linestyle="--", linewidth=1)
+    axes[2].set_xlim(0, 100)
+    axes[2].set_title("own-fact recall at the end (%; target 80)", fontsize=10)
+    axes[0].set_title("on-topic share of the envelope, per written window (%)", fontsize=10)
+    axes[1].set_title("fresh share of the envelope, per written window (%)", fontsize=10)
+    axes[1].axhline(25, color="crimson", linestyle="--", linewidth=1)
+    for ax in axes[:2]:
+        ax.set_xlabel("window")
+        ax.set_xticks(x)
+        ax.set_ylim(-3, 103)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7, loc="lower left")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=85)
+    plt.close(fig)
+
+
+def machine() -> str:
+    return (f"{platform.machine()}, {os.cpu_count()} CPUs ({cpu_name()}), "
+            f"{platform.system()} {platform.release()}, Python {platform.python_version()}, "
+            f"numpy {np.__version__}")
+
+
+def ingest_lines() -> list[str]:
+    p = RESULTS / "retrieval-ingest.json"
+    if not p.exists():
+        return []
+    s = json.loads(p.read_text(encoding="utf-8"))
+    fps = s["facts_per_s"]
+    plain, ts = fps["plain"], fps["title-section"]
+    return [
+        "## Ingest speed: plain vs title-section", "",
+        f"Embedding the same {s['facts']} facts ({s['corpus']}: {s['corpus_version']}) as "
+        f"`plain` and as `title-section` texts, {s['rounds']} rounds interleaved chunk by chunk "
+        f"({s['chunk']} facts; A B then B A, so load changes hit both alike), load average "
+        f"{s['load']:.1f} at the end:", "",
+        "| recipe | facts/s | mean words embedded per fact |", "|---|---:|---:|",
+        f"| plain | {plain:.1f} | {s['mean_words']['plain']:.1f} |",
+        f"| title-section | {ts:.1f} | {s['mean_words']['title-section']:.1f} |", "",
+        f"title-section runs at {100 * ts / plain:.1f}% of plain's speed (target ≥ 80%) — "
+        f"{'**met**' if ts >= 0.8 * plain else '**missed**'}. Whole ingest of the corpus "
+        "into the benchmark's CKFs (parse, embed, store; cached pages are not embedded "
+        "again, so a rerun measures little): "
+        + ", ".join(f"{k} {v:.1f} s" for k, v in s.get("ingest_seconds", {}).items()) + ".",
+        "",
+    ]
+
+
+def write(runs_path: Path = RESULTS / "retrieval-runs.jsonl",
+          out: Path = RESULTS / "retrieval.md") -> Path:
+    runs = load(runs_path)
+    meta_p = RESULTS / "retrieval-meta.json"
+    meta = json.loads(meta_p.read_text(encoding="utf-8")) if meta_p.exists() else {}
+    commits = Counter(r.get("commit", "?") for r in runs)
+    L = ["# Retrieval benchmark: the task's own material on a knowledge base of similar "
+         "documents (issue 21)", "",
+         f"Generated {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')} by "
+         "`python bench/retrieval_report.py` from `bench/results/retrieval-runs.jsonl`; the "
+         "runs were made with `python bench/retrieval.py --corpus man|pydocs --split "
+         "tune|report` (`make bench-retrieval` does all four).", "",
+         f"- Machine: {machine()}",
+         "- Library commits the runs were made on: "
+         + ", ".join(f"`{c}` ({n} runs)" for c, n in commits.most_common()),
+         "- Writer: extractive (no language model); each run goes to the arm's own exit, at "
+         "most 12 windows, 9,000 words; model all-MiniLM-L6-v2, gate 0.40."]
+    for c in CORPORA:
+        if c in meta:
+            m = meta[c]
+            L.append(f"- Corpus `{c}`: {m['version']}; {m['documents']} documents; facts per "
+                     "CKF " + ", ".join(f"{k} {v:,}" for k, v in m["facts"].items()))
+    L += ["", "Measures, per window of each run (`bench/retrieval_metrics.py`): **on-topic** "
+          "= envelope facts from the task's own document; **fresh** = envelope facts not sent "
+          "in an earlier window; **own recall** = the document's facts sent so far; a **stale "
+          "window** is a written window with fresh < 25%; the **own pool** is the document's "
+          "facts past the arm's gate, and it *ran out* at the window after which all were "
+          "sent. An exit is *on time* when it comes in the window the pool ran out or the "
+          "next. W2+ figures average the runs that wrote a second window.", ""]
+    skipped = {tuple(x) for m in meta.values() for x in m.get("skipped_arms", [])}
+    if skipped:
+        L += ["Arms not run on this checkout (the options they need were not on main when "
+              "the runs were made; they light up when they land):", ""]
+        L += [f"- `{a}`: {why}" for a, why in sorted(skipped)]
+        L.append("")
+    for split in SPLITS:
+        head = ("Report split (the final numbers)" if split == "report"
+                else "Tune split (settings were chosen on these tasks; not the final numbers)")
+        L += [f"## {head}", ""]
+        for c in CORPORA:
+            rs = [r for r in runs if r["split"] == split and r["corpus"] == c]
+            if not rs:
+                continue
+            arms = arm_order(rs)
+            tasks = len({r["task"] for r in rs})
+            windows = max(len(r["windows"]) for r in rs)
+            png = out.parent / f"retrieval_{c}_{split}.png"
+            plot(rs, arms, windows, f"{CORPUS_TITLE[c]}, {split} split ({tasks} tasks)", png)
+            L += [f"### {CORPUS_TITLE[c]} — {split} split, {tasks} tasks", "",
+                  *summary_table(rs, arms), "", *target_lines(rs),
+                  f"![{c} {split}]({png.name})", "",
+                  "On-topic share per window (runs that wrote the window):", "",
+                  *window_table(rs, arms, "on_topic", windows), "",
+                  "Fresh share per window:", "",
+                  *window_table(rs, arms, "fresh", windows), ""]
+    L += ingest_lines()
+    out.write_text("\n".join(L).rstrip() + "\n", encoding="utf-8")
+    return out
+
+
+if __name__ == "__main__":
+    path = Path(sys.argv[1]) if len(sys.argv) > 1 else RESULTS / "retrieval-runs.jsonl"
+    print(write(path))
