@@ -49,7 +49,14 @@ from cdr.loop import Generator
 from cdr.samples import cache_dir
 from cdr.writers import get_writer
 from quality_arms import CachingEmbedder
-from retrieval_arms import RECIPES, RetrievalArm, all_arms, generation_config, plan_arms
+from retrieval_arms import (
+    RECIPES,
+    RetrievalArm,
+    all_arms,
+    generation_config,
+    inert,
+    plan_arms,
+)
 from retrieval_metrics import summarise, window_measures
 
 RESULTS = BENCH / "results"
@@ -230,7 +237,7 @@ def code_hash() -> str:
 def run_key(code: str, task: RTask, arm: RetrievalArm, max_windows: int, words: int,
             n_rows: int) -> str:
     parts = [code, task.corpus, task.name, task.text, task.outline, arm.name, arm.recipe,
-             sorted(arm.config.items()), max_windows, words, n_rows]
+             sorted(arm.config.items()), max_windows, words, n_rows, inert(arm)]
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:32]
 
 
@@ -353,6 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rec = run_one(ckf, embedders[a.recipe], owners[a.recipe].get(t.source, set()),
                               t, a, args.max_windows, args.words)
                 rec.update(key=key, split=args.split, commit=commit, label=a.label,
+                           inert=inert(a),
                            max_windows=args.max_windows, words=args.words,
                            corpus_version=data.version, n_facts=ckf.n_rows)
                 append_run(args.runs, rec)

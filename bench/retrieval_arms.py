@@ -16,6 +16,7 @@ that needs one is listed as skipped with the reason, and lights up once the opti
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,11 @@ RECOMMENDED = "focused"
 # Option values meaning "on" and "off" for the ablation (issue 21 §2, §3).
 SUBJECT = {"on": "anchor", "off": "off"}
 LEXICAL = {"on": "bm25", "off": "off"}
+
+
+# The module that carries out each new option: an option the library accepts before its module
+# has landed changes nothing yet, and an arm must not report it as measured.
+OPTION_MODULES = {"subject": "cdr.subject", "lexical": "cdr.lexical", "stale": "cdr.stale"}
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,19 @@ def option_fields() -> set[str]:
     return {f.name for f in dataclasses.fields(SessionOptions)}
 
 
+def implemented(option: str) -> bool:
+    module = OPTION_MODULES.get(option)
+    return module is None or importlib.util.find_spec(module) is not None
+
+
+def inert(arm: RetrievalArm) -> list[str]:
+    """Options the arm turns on (itself or through its profile) whose module is not in the
+    library yet: accepted, but they change nothing."""
+    opts = dataclasses.asdict(GenerationConfig(**arm.config).session_options())
+    default = dataclasses.asdict(SessionOptions())
+    return sorted(k for k, v in opts.items() if v != default[k] and not implemented(k))
+
+
 def unavailable(arm: RetrievalArm) -> str | None:
     """Why `arm` cannot run on this checkout (None: it can)."""
     missing = sorted(set(arm.config) - config_fields())
@@ -62,14 +81,21 @@ def unavailable(arm: RetrievalArm) -> str | None:
         GenerationConfig(**arm.config).session_options()
     except (CdrError, TypeError, ValueError) as e:
         return f"refused: {e}"
+    off = [k for k in inert(arm) if k in arm.config]
+    if off:
+        return (f"{', '.join(off)} is accepted but {', '.join(OPTION_MODULES[k] for k in off)} "
+                "is not in the library yet")
     return None
 
 
 def resolved(arm: RetrievalArm) -> tuple[str, str, tuple[tuple[str, str], ...]]:
-    """What the arm really runs: recipe, ranking and the session's options (two arms that
-    resolve the same are the same run)."""
+    """What the arm really runs: recipe, ranking and the session's options, an inert option
+    counted as off (two arms that resolve the same are the same run)."""
     cfg = GenerationConfig(**arm.config)
     opts = dataclasses.asdict(cfg.session_options())
+    default = dataclasses.asdict(SessionOptions())
+    for k in inert(arm):
+        opts[k] = default[k]
     return arm.recipe, cfg.ranking, tuple(sorted(opts.items()))
 
 

@@ -107,11 +107,13 @@ def summary_table(runs: Sequence[dict[str, Any]], arms: Sequence[str]) -> list[s
         if not rs:
             continue
         x = arm_row(rs)
+        noop = sorted({k for r in rs for k in r.get("inert", [])})
+        shown = f"{a} ({', '.join(noop)} not in the library yet: off)" if noop else a
         reasons = ", ".join(f"{k} {v}" for k, v in x["reasons"].most_common())
         timing = ", ".join(f"{k} {x['timing'][k]}" for k in TIMINGS if x["timing"][k])
         slope = "–" if math.isnan(x["slope"]) else f"{100 * x['slope']:+.1f} pt"
         lines.append(
-            f"| {a} | {x['runs']} | {pct(x['w1'])} | {pct(x['later_on'])} ({x['later_n']}) | "
+            f"| {shown} | {x['runs']} | {pct(x['w1'])} | {pct(x['later_on'])} ({x['later_n']}) | "
             f"{pct(x['later_fresh'])} | {pct(x['recall'])} | {pct(x['past_gate'])} | "
             f"{pct(x['pool_recall'])} | {x['stale']:.1f} ({x['stale_runs']}) | "
             f"{x['written']:.1f} | {slope} | {reasons} | {timing} |")

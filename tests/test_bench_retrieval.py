@@ -227,3 +227,34 @@ def test_select_rule() -> None:
     pages = [page("a", 3, 20), page("b", 9, 20), page("c", 10, 14), page("d", 10, 20),
              page("e", 12, 45), page("f", 13, 20), page("g", 9, 46), page("h", 9, 15)]
     assert [p.name for p in corpus_man.select(pages, 3)] == ["e", "d", "b"]
+
+
+# ------------------------------------------------------------------------ arms
+
+
+def test_arm_plan_skips_what_the_library_lacks_and_duplicates() -> None:
+    from retrieval_arms import RetrievalArm, plan_arms, unavailable
+
+    a = RetrievalArm("spec", "spec", "plain", {"ranking": "cdr", "profile": "spec"})
+    same = RetrievalArm("cdr", "cdr", "plain", {"ranking": "cdr"})
+    other_recipe = RetrievalArm("spec ts", "spec", "title-section", {"ranking": "cdr"})
+    no_field = RetrievalArm("x", "x", "plain", {"no_such_option": "on"})
+    no_profile = RetrievalArm("y", "y", "plain", {"profile": "no-such-profile"})
+    bad_value = RetrievalArm("z", "z", "plain", {"memory": "sometimes"})
+    assert unavailable(a) is None
+    assert "no_such_option" in (unavailable(no_field) or "")
+    assert "no-such-profile" in (unavailable(no_profile) or "")
+    assert "memory" in (unavailable(bad_value) or "")
+    plan = plan_arms([a, same, other_recipe, no_field, no_profile, bad_value])
+    assert [x.name for x in plan.run] == ["spec", "spec ts"]
+    why = dict((x.name, w) for x, w in plan.skipped)
+    assert why["cdr"] == "runs exactly as 'spec'"
+    assert set(why) == {"cdr", "x", "y", "z"}
+
+
+def test_every_arm_has_a_unique_name_and_a_known_recipe() -> None:
+    from retrieval_arms import RECIPES, all_arms
+
+    arms = all_arms()
+    assert len({a.name for a in arms}) == len(arms)
+    assert {a.recipe for a in arms} == set(RECIPES)
