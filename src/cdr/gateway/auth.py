@@ -1,10 +1,18 @@
-"""API keys for the gateway: who may call it, and with which scope.
+"""API keys for the gateway: who may call it, with which scope, on which knowledge bases.
 
-`CDR_API_KEYS` is a comma-separated list of `scope:key` entries. `scope` is `generate` (chat
-completions, sidecar sessions, reading the CKF) or `admin` (everything, including CKF writes
-and deletes). `key` is either the key's hash, `sha256:<64 hex digits>` (what to put in a
-config file: a leaked config then does not leak the keys), or a plain key, which is hashed on
-load. `cdr keygen` prints a fresh key and its entry.
+`CDR_API_KEYS` is a comma-separated list of entries:
+
+    scope:key                  every knowledge base (the original format)
+    scope@kb1+kb2:key          only the knowledge bases named (`cdr serve --kb NAME=PATH`)
+    scope@*:key                every knowledge base, said explicitly
+
+`scope` is `generate` (chat completions, sidecar sessions, reading the CKF) or `admin`
+(everything, including CKF writes and deletes). A KB name is 1-64 characters of letters,
+digits, `_`, `.` and `-`, starting with a letter or digit. `key` is either the key's hash,
+`sha256:<64 hex digits>` (what to put in a config file: a leaked config then does not leak
+the keys), or a plain key, which is hashed on load. `cdr keygen [--kb NAME]...` prints a
+fresh key and its entry. One key may appear in one entry only (its scope and KBs are then
+never ambiguous).
 
 Why SHA-256 and not a slow password hash: keys are generated, 256-bit random strings, so
 brute force over their hashes is hopeless; a slow hash would only cost every request time.
@@ -31,13 +39,17 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from cdr.gateway.errors import ApiError
 
 __all__ = [
+    "KB_NAME",
     "SCOPES",
     "ApiKey",
     "AuthMiddleware",
+    "KeyConfigError",
     "KeyRing",
+    "format_key_entry",
     "hash_key",
     "new_key",
     "parse_api_keys",
+    "parse_kb_list",
     "required_scope",
     "weak_secret_reason",
 ]
@@ -49,6 +61,9 @@ MIN_SECRET_BITS = 64.0
 OPEN_PATHS = frozenset({"/healthz", "/metrics", "/openapi.json", "/docs", "/redoc",
                         "/docs/oauth2-redirect"})
 _HASH = re.compile(r"^sha256:([0-9a-f]{64})$")
+# A knowledge base's name: safe in a URL path segment, a model id (`cdr/<name>`) and a key entry.
+KB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+ALL_KBS = "*"
 # The inspector's page shells: fixed HTML with no data, which a browser must be able to load by
 # plain navigation (it cannot send headers); their script sends the credential from the URL
 # fragment to the JSON endpoints under /ui/api/, which stay behind the key.
@@ -66,6 +81,7 @@ class ApiKey:
 
     scope: str
     digest: bytes
+    kbs: frozenset[str] | None = None  # None: every knowledge base
 
     @property
     def id(self) -> str:
@@ -80,6 +96,10 @@ class ApiKey:
 
     def allows(self, scope: str) -> bool:
         return self.scope == "admin" or self.scope == scope
+
+    def reaches(self, kb: str) -> bool:
+        """Whether this key may use knowledge base `kb` at all."""
+        return self.kbs is None or kb in self.kbs
 
 
 def hash_key(key: str) -> str:
@@ -112,6 +132,31 @@ def weak_secret_reason(value: str, min_chars: int = 16) -> str | None:
     return None
 
 
+def parse_kb_list(text: str, where: str) -> frozenset[str] | None:
+    """`kb1+kb2` → those names; `*` → None (every KB). `KeyConfigError` names the problem,
+    prefixed by `where`."""
+    names = text.split("+")
+    if names == [ALL_KBS]:
+        return None
+    if ALL_KBS in names:
+        raise KeyConfigError(f"{where}: '*' alone means every knowledge base; it cannot be "
+                             "combined with names")
+    for name in names:
+        if not KB_NAME.match(name):
+            raise KeyConfigError(
+                f"{where}: {name!r} is not a knowledge base name (1-64 letters, digits, "
+                "'_', '.' or '-', starting with a letter or digit)")
+    return frozenset(names)
+
+
+def format_key_entry(scope: str, hashed: str, kbs: frozenset[str] | None = None) -> str:
+    """The `CDR_API_KEYS` entry for a key hash (`sha256:<hex>`): the original `scope:hash`
+    for every KB, `scope@a+b:hash` for named ones (sorted, so one set has one spelling)."""
+    if kbs is None:
+        return f"{scope}:{hashed}"
+    return f"{scope}@{'+'.join(sorted(kbs))}:{hashed}"
+
+
 def parse_api_keys(raw: str) -> list[ApiKey]:
     """The keys in a `CDR_API_KEYS` value; `KeyConfigError` names the first bad entry."""
     keys: list[ApiKey] = []
@@ -119,24 +164,34 @@ def parse_api_keys(raw: str) -> list[ApiKey]:
     if not entries:
         raise KeyConfigError("CDR_API_KEYS is empty: give scope:key entries, e.g. "
                              "admin:sha256:<hex> (cdr keygen prints one)")
+    seen: dict[bytes, int] = {}
     for n, entry in enumerate(entries, 1):
-        scope, sep, value = entry.partition(":")
+        head, sep, value = entry.partition(":")
+        scope, at, kb_text = head.strip().partition("@")
         scope = scope.strip().lower()
         if not sep or scope not in SCOPES:
-            raise KeyConfigError(f"CDR_API_KEYS entry {n} must be scope:key with scope one of "
-                                 f"{', '.join(SCOPES)} (got scope {scope!r})")
+            raise KeyConfigError(f"CDR_API_KEYS entry {n} must be scope:key or "
+                                 f"scope@kb1+kb2:key with scope one of {', '.join(SCOPES)} "
+                                 f"(got scope {scope!r})")
+        where = f"CDR_API_KEYS entry {n}"
+        kbs = parse_kb_list(kb_text.strip(), where) if at else None
         value = value.strip()
         if value.startswith("sha256:"):
             m = _HASH.match(value.lower())
             if m is None:
-                raise KeyConfigError(f"CDR_API_KEYS entry {n}: a hash must be sha256: and "
-                                     "64 hex digits")
-            keys.append(ApiKey(scope, bytes.fromhex(m.group(1))))
-            continue
-        reason = weak_secret_reason(value, MIN_KEY_CHARS)
-        if reason is not None:
-            raise KeyConfigError(f"CDR_API_KEYS entry {n}: the key {reason}")
-        keys.append(ApiKey(scope, hashlib.sha256(value.encode("utf-8")).digest()))
+                raise KeyConfigError(f"{where}: a hash must be sha256: and 64 hex digits")
+            digest = bytes.fromhex(m.group(1))
+        else:
+            reason = weak_secret_reason(value, MIN_KEY_CHARS)
+            if reason is not None:
+                raise KeyConfigError(f"{where}: the key {reason}")
+            digest = hashlib.sha256(value.encode("utf-8")).digest()
+        if digest in seen:
+            raise KeyConfigError(f"CDR_API_KEYS entries {seen[digest]} and {n} are the same "
+                                 "key: give each key one entry (one scope, its KBs joined "
+                                 "by '+')")
+        seen[digest] = n
+        keys.append(ApiKey(scope, digest, kbs))
     return keys
 
 
