@@ -25,7 +25,7 @@ demo: $(STAMP)
 	$(BIN)/python -m cdr.demo
 
 test: $(STAMP)
-	$(BIN)/python -m ruff check src tests bench
+	$(BIN)/python -m ruff check src tests bench examples
 	$(BIN)/python -m pytest -q
 
 # The reference language model (Qwen2.5-Coder-1.5B-Instruct, llama.cpp): first run builds
@@ -41,7 +41,7 @@ test-llm: $(STAMP)
 	$(BIN)/python -m pytest -q -m llm -rs tests/test_llm_e2e.py
 
 lint: $(STAMP)
-	$(BIN)/python -m ruff check src tests bench
+	$(BIN)/python -m ruff check src tests bench examples
 
 bench-ranking: $(STAMP)
 	$(BIN)/python bench/ranking.py
