@@ -24,12 +24,13 @@ BUILTIN_TYPES_OUTLINE = (
 )
 
 
-def build_topics_ckf(root: Path, topics: tuple[str, ...]) -> Path:
+def build_topics_ckf(root: Path, topics: tuple[str, ...], recipe: str | None = None) -> Path:
+    """A CKF of pydoc topics; `recipe` None = the default fact recipe (`cdr.fact_recipe`)."""
     from cdr.ckf import CKF, ingest
     from cdr.samples import pydoc_topics_dir
 
     docs = pydoc_topics_dir(root / "docs", topics=list(topics))
-    with CKF.create(root / "ckf") as ckf:
+    with CKF.create(root / "ckf", **({} if recipe is None else {"recipe": recipe})) as ckf:
         report = ingest(ckf, [str(docs)], source_type="official")
         assert report.facts_added > 0 and not report.skipped, report
     return root / "ckf"
@@ -46,3 +47,11 @@ def types_ckf_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_ckf_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A handful of facts: a CKF that a long task exhausts."""
     return build_topics_ckf(tmp_path_factory.mktemp("tiny-ckf"), ("pass", "truth"))
+
+
+@pytest.fixture(scope="session")
+def tiny_plain_ckf_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny CKF as every CKF was built before fact recipes (facts embedded alone): what
+    sessions stored by earlier versions were started on."""
+    return build_topics_ckf(tmp_path_factory.mktemp("tiny-plain-ckf"), ("pass", "truth"),
+                            recipe="plain")

@@ -31,7 +31,7 @@ from tests.gateway_server import (
 
 pytest_plugins = ["tests.gateway_server"]
 
-MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+MODEL = "sentence-transformers/all-MiniLM-L6-v2#title-section"  # the default fact recipe
 START = {"task": TASK, **CRP}
 
 

@@ -311,14 +311,15 @@ def assert_same_windows(got: list[tuple], want: list[tuple]) -> None:
 
 # A small envelope, the default one, one so large that 64 candidates cannot fill it (the loop
 # asks the shards again for more until greedy packing is settled), `envelope=fit` (its own
-# fact cap), and the "fresh" profile, whose fact memory re-sorts the whole ranking: it is
-# ranked centrally over select(), as mmr is.
+# fact cap), the "fresh" profile, whose fact memory re-sorts the whole ranking: it is ranked
+# centrally over select(), as mmr is; and "focused", whose fused relevance (cdr.lexical) needs
+# BM25 over the whole row space: the same order as one CKF's, from the same statistics.
 CONFIGS = [{"max_envelope_facts": 3}, {}, {"context_tokens": 60000}, {"envelope": "fit"},
-           {"profile": "fresh"}]
+           {"profile": "fresh"}, {"profile": "focused"}]
 
 
 @pytest.mark.parametrize("config", CONFIGS,
-                         ids=["3-facts", "default", "60k-context", "fit", "fresh"])
+                         ids=["3-facts", "default", "60k-context", "fit", "fresh", "focused"])
 @pytest.mark.parametrize("ranking", ["cdr", "relevance", "mmr"])
 def test_the_loop_on_ray_shards_writes_the_same_windows_as_on_one_ckf(
         real_pair: Pair, ranking: str, config: dict[str, Any],
@@ -337,7 +338,7 @@ def test_the_loop_on_ray_shards_writes_the_same_windows_as_on_one_ckf(
 
     monkeypatch.setattr(RayShardedIndex, "rank_window", counted)
     assert_same_windows(_windows(real_pair.index, ranking, **config), local)
-    if ranking == "mmr" or config.get("profile") == "fresh":  # ranked centrally
+    if ranking == "mmr" or config.get("profile") in ("fresh", "focused"):  # ranked centrally
         assert asked == []
     else:  # ranked on the shards, shipping only the top candidates
         assert len(asked) >= len(local) and all(k is not None and k < 4000 for k in asked)

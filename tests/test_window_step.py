@@ -125,11 +125,11 @@ def test_core_types_round_trip_through_json(types_ckf):
         Session.from_json("[1, 2]")
 
 
-def test_a_session_stored_before_the_move_still_loads_and_goes_on(tiny_ckf_path):
+def test_a_session_stored_before_the_move_still_loads_and_goes_on(tiny_plain_ckf_path):
     """tests/data/stored_session_v1.json was written by the gateway's own dump code before the
     core types owned their serialisation: one finished window and a pending envelope."""
     text = STORED_V1.read_text(encoding="utf-8")
-    with CKF.open(tiny_ckf_path) as ckf:
+    with CKF.open(tiny_plain_ckf_path) as ckf:
         rec = SessionRecord.from_json(text, ckf.ngram_index)
         assert json.loads(rec.to_json()) == json.loads(text)  # nothing lost or renamed
         pending = PreparedWindow.from_dict(rec.pending)

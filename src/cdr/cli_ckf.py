@@ -309,14 +309,30 @@ def search_command(
     ckf: CkfOption,
     limit: Annotated[int, typer.Option("--limit", "-n", min=1)] = 10,
     min_relevance: Annotated[float, typer.Option("--min-relevance")] = -1.0,
+    lexical: Annotated[str, typer.Option(
+        "--lexical", help="off: cosine relevance | bm25: the cosine fused with BM25 of the "
+                          "query's words, as sessions with `lexical: bm25` rank.")] = "off",
     embedder: EmbedderOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Top facts for QUERY by cosine relevance, with their section and source."""
+    """Top facts for QUERY by relevance (cosine, or fused with BM25), with section and source."""
+    from cdr.lexical import FusedIndex, lexical_index, session_terms
+    from cdr.options import LEXICAL_MODES
+
+    if lexical not in LEXICAL_MODES:
+        err.print(f"[red]error:[/red] --lexical must be one of {', '.join(LEXICAL_MODES)}, "
+                  f"got {escape(repr(lexical))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
     with _errors():
         store = _open(ckf, embedder)
         try:
-            hits = store.search(query, limit=limit, min_relevance=min_relevance)
+            if lexical == "off":
+                hits = store.search(query, limit=limit, min_relevance=min_relevance)
+            else:  # cdr.lexical: the loop's own fused Phase 1
+                fused = FusedIndex(store, lexical_index(store), session_terms(query, []))
+                sel = fused.select(store.embedder.encode([query])[0], min_relevance, limit)
+                hits = list(zip(store.facts(sel.indices), sel.relevances.tolist(),
+                                strict=True))
         finally:
             store.close()
     if as_json:

@@ -56,6 +56,7 @@ from cdr.factindex import FactIndex, RankingIndex, Selection
 from cdr.fit import FIT_FACTS_PER_WORD, fit_facts, planned_words
 from cdr.headers import SAFETY_ONLY_HEADERS, crp_headers
 from cdr.kept_stream import KeptStream
+from cdr.lexical import LEXICAL_WEIGHT, FusedIndex, lexical_index, session_terms
 from cdr.memory import DEFAULT_MEMORY_RULE, MemoryRule, apply_memory, written_rows
 from cdr.options import OPTION_NAMES, SessionOptions, resolve_options
 from cdr.prompt import WORDS_PER_TOKEN, PlanSection, build_user_prompt, fit_plan
@@ -72,7 +73,7 @@ from cdr.session import (
 )
 from cdr.shard_server import WindowQuery
 from cdr.stale import is_stale
-from cdr.subject import sub_query_texts
+from cdr.subject import sub_query_texts, subject_of
 from cdr.vectors import normalize
 from cdr.writers.base import Writer, WriterResult
 
@@ -164,6 +165,7 @@ class GenerationConfig:
     lexical: str | None = None  # "off" | "bm25" (cdr.lexical)
     stale: str | None = None  # "write" | "stop" (cdr.stale)
     # The rules' tunables (library and benchmark only; sessions use the defaults).
+    lexical_weight: float = LEXICAL_WEIGHT  # cdr.lexical: BM25's share of fused relevance
     memory_rule: MemoryRule = DEFAULT_MEMORY_RULE
     fit_facts_per_word: float = FIT_FACTS_PER_WORD
     expansion_facts: int = EXPANSION_FACTS
@@ -337,7 +339,8 @@ class Generator:
         query = normalize(topic + centroid, "query")  # DESIGN.md §3.11
         expanded = None
         if self.options.queries == "expanded":  # cdr.expansion: once, from Phase 1's pool
-            pool = self.ckf.select(query, self.min_relevance, PHASE1_LIMIT)
+            index = self.phase1_index(self.options, task, sqs)
+            pool = index.select(query, self.min_relevance, PHASE1_LIMIT)
             near = None
             if self.config.expansion_scorer is not None and len(pool.indices):
                 texts = [f.content for f in self.ckf.facts(pool.indices)]
@@ -361,14 +364,24 @@ class Generator:
         unfinished = [sq for sq in session.sub_queries if session.cumulative_depth[sq.id] < 0.9]
         return unfinished or list(session.sub_queries)
 
+    def phase1_index(self, options: SessionOptions, task: str,
+                     sub_queries: Sequence[SubQuery]) -> Any:
+        """The index Phase 1 selects from: the CKF, or (`lexical: "bm25"`, cdr.lexical) the
+        CKF with relevance fused with BM25 of the task's subject and outline words."""
+        if options.lexical == "off":
+            return self.ckf
+        words = session_terms(subject_of(task), [sq.text for sq in sub_queries])
+        return FusedIndex(self.ckf, lexical_index(self.ckf), words, self.config.lexical_weight)
+
     def candidates(self, session: Session) -> Any:
         """Phase 1: the facts past the gate (widened by expanded sub-queries when on)."""
+        index = self.phase1_index(session.options, session.task, session.sub_queries)
         if session.expanded_embeddings is not None and self.config.expansion_widens:
-            return widened_selection(self.ckf, session.query_vector, session.expanded_embeddings,
+            return widened_selection(index, session.query_vector, session.expanded_embeddings,
                                      session.min_relevance, PHASE1_LIMIT,
                                      self.config.expansion_widen_limit,
                                      self.config.expansion_top_up)
-        return self.ckf.select(session.query_vector, session.min_relevance, PHASE1_LIMIT)
+        return index.select(session.query_vector, session.min_relevance, PHASE1_LIMIT)
 
     def prepare(self, session: Session) -> PreparedWindow:
         """Phase 1 select, Phase 2 rank, Phase 3 pack, plan and prompt for the next window."""
@@ -394,7 +407,8 @@ class Generator:
         widened = session.expanded_embeddings is not None and cfg.expansion_widens
         if (section_vecs is None and cfg.ranker is None
                 and session.ranking in SHARD_RANKED_MODES and not widened
-                and opts.memory != "facts" and isinstance(self.ckf, RankingIndex)):
+                and opts.memory != "facts" and opts.lexical == "off"
+                and isinstance(self.ckf, RankingIndex)):
             envelope = self._pack_ranked_on_index(session, budget, anchor, max_facts)
         else:
             envelope = self._pack_ranked_here(session, budget, anchor, max_facts, section_vecs)

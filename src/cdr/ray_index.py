@@ -208,6 +208,10 @@ class RayShardedIndex:
             [*offs, [sum(len(h) for h in hashes)]]).astype(np.int64)
         self._ngram_hashes = np.concatenate(hashes).astype(np.uint64)
         self._ngram_index: NgramIndex | None = None
+        if embedder is not None:
+            from cdr.fact_recipe import bind
+
+            embedder = bind(embedder, self.model_id)
         self._embedder = embedder
         digest = hashlib.sha256(repr((str(self._set.root), self._gens)).encode()).digest()
         self._generation = int.from_bytes(digest[:7], "big")
@@ -300,9 +304,10 @@ class RayShardedIndex:
     def embedder(self) -> Embedder:
         if self._embedder is None:
             from cdr.embed import default_embedder
+            from cdr.fact_recipe import bind
             from cdr.shardset import check_shard_model
 
-            candidate = default_embedder()
+            candidate = bind(default_embedder(), self.model_id)  # the shards' recipe
             check_shard_model(self.model_id, candidate.model_id, None, self.dim,
                               int(candidate.dim))
             self._embedder = candidate
