@@ -42,11 +42,14 @@ class SessionRecord:
     owner: str | None = None
 
     def to_json(self) -> str:
-        return json.dumps({
+        data: dict[str, Any] = {
             "format": FORMAT, "mode": self.mode, "options": self.options,
             "session": self.session.to_dict(), "windows": self.windows,
-            "pending": self.pending, "owner": self.owner,
-        }, separators=(",", ":"))
+            "pending": self.pending,
+        }
+        if self.owner is not None:  # a dev-mode session stores exactly what it did before
+            data["owner"] = self.owner
+        return json.dumps(data, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str, ngram_index: NgramIndex | None = None) -> SessionRecord:
