@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 
-.PHONY: demo demo-llm llm test-llm test lint bench bench-ranking bench-ingest bench-quality bench-llm bench-gateway bench-scale bench-retrieval clean-venv
+.PHONY: demo demo-llm llm test-llm test test-fast docs lint bench bench-ranking bench-ingest bench-quality bench-llm bench-gateway bench-scale bench-retrieval clean-venv
 
 $(BIN)/python:
 	@command -v $(PY) >/dev/null 2>&1 || { echo "need $(PY) (or run: make PY=python3)"; exit 1; }
@@ -20,6 +20,13 @@ $(STAMP): $(BIN)/python pyproject.toml
 	@touch $(STAMP)
 
 venv: $(STAMP)
+
+# The documentation site's tools (the `docs` extra), installed once per pyproject change.
+DOCS_STAMP := $(VENV)/.docs-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[docs]'
+	@rm -f $(VENV)/.docs-*
+	@touch $(DOCS_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python -m cdr.demo
@@ -39,6 +46,12 @@ demo-llm: llm
 # End-to-end tier on the real model (a few minutes); skips with a reason when it is absent.
 test-llm: $(STAMP)
 	$(BIN)/python -m pytest -q -m llm -rs tests/test_llm_e2e.py
+
+# Regenerates the reference pages derived from code, then builds site/ (--strict: a broken
+# link, anchor or nav entry fails).
+docs: $(DOCS_STAMP)
+	$(BIN)/python docs/gen_reference.py
+	$(BIN)/mkdocs build --strict
 
 lint: $(STAMP)
 	$(BIN)/python -m ruff check src tests bench examples

@@ -1091,7 +1091,7 @@ def write_report(path: Path, runs: list[Run], sweep_runs: list[Run], arms: Seque
           "- A run that stops (own exit rule) before window "
           f"{windows} is continued by hand (prepare → write → complete) so the fixed tables "
           "compare the same windows; the windows before the exit are identical either way.",
-          "- Measures (DESIGN.md §6, `cdr.quality`): CWR6 of each window's text against "
+          "- Measures (docs/design.md §6, `cdr.quality`): CWR6 of each window's text against "
           "earlier windows; cumulative 6-gram repetition; fact reuse between envelopes; "
           "sub-topic recall of the envelopes (and of the facts actually written); α-nDCG@20 "
           "over each window's envelope in ranking order, with the ideal built from the page's "

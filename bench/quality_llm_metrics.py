@@ -1,6 +1,7 @@
 """Per-window measures of generated text (issue 9 §3), pure functions over texts and vectors.
 
-- CWR6 and the cumulative 6-gram repetition come from `cdr.quality` (DESIGN.md §6, seed §1.1).
+- CWR6 and the cumulative 6-gram repetition come from `cdr.quality` (docs/design.md §6
+  "Quality, measured the same way every time", SPEC-024 §1.1).
 - Semantic repetition: the share of a window's sentences whose cosine to some sentence of an
   earlier window reaches a threshold — the repetition a model produces by restating, which
   6-grams miss. Sentence level, because paragraph cosines of MiniLM bunch together.

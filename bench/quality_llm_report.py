@@ -671,7 +671,7 @@ def _method_lines() -> list[str]:
     return [
         "- Sentences: the prose of each window's Markdown (headings and code blocks left out, "
         "list items split), split at sentence ends, fragments under 4 words dropped.",
-        "- CWR6: share of a window's distinct 6-grams seen in earlier windows (DESIGN.md §6; "
+        "- CWR6: share of a window's distinct 6-grams seen in earlier windows (docs/design.md §6; "
         "NaN for a window with no 6-gram). Cumulative 6-gram repetition: Σ(count − 1) / "
         "#6-grams over the document so far (seed §1.1); the W5 target is read at the run's "
         "last window.",

@@ -1,4 +1,5 @@
-"""Per-window measures of one run, on top of `cdr.quality` (DESIGN.md §6).
+"""Per-window measures of one run, on top of `cdr.quality` (docs/design.md §6 "Quality, measured the
+same way every time").
 
 `cdr.quality` gives CWR6, the cumulative 6-gram repetition, fact reuse, sub-topic recall and
 an α-nDCG whose ideal is built from the ranked facts themselves. That ideal cannot see a

@@ -1,4 +1,5 @@
-"""A plain per-fact implementation of CRP-SPEC-024 §7.1 with DESIGN.md §3's readings.
+"""A plain per-fact implementation of CRP-SPEC-024 §7.1 with the readings of
+docs/design.md §3 "Answers to the spec's open questions".
 
 Written as literally as possible (loops, math.fsum, true cosines) so that the vectorised core
 can be checked against it. Not used by the package.

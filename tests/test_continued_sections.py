@@ -1,5 +1,5 @@
 """A begun section is continued where it stopped: its last words travel with the session and
-the next window that plans it is shown them (DESIGN.md §3, continued sections)."""
+the next window that plans it is shown them (docs/design.md §3.15 "Continued sections")."""
 
 from __future__ import annotations
 

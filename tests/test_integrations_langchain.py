@@ -128,18 +128,19 @@ def test_writer_reports_usage_and_finish(server: ChatServer):
     assert result.usage["completion_tokens"] == 3 and result.usage["prompt_tokens"] == 2
 
 
-def test_readme_langchain_example_runs(types_ckf_path: Path, server: ChatServer):
+def test_docs_langchain_example_runs(types_ckf_path: Path, server: ChatServer):
     chat_openai(server)  # skips when langchain-openai is absent
     server.reset()
     server.reply = from_envelope
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    block = re.search(r"### LangChain\n.*?```python\n(.*?)```", readme, re.S).group(1)
+    page = (Path(__file__).resolve().parents[1] / "docs" / "integrations.md").read_text(
+        encoding="utf-8")
+    block = re.search(r"## LangChain\n.*?```python\n(.*?)```", page, re.S).group(1)
     code = (block.replace('"my.ckf"', repr(str(types_ckf_path)))
             .replace("http://127.0.0.1:8000/v1", server.openai_base_url)
             .replace("print(", "seen.append(("))
     code = re.sub(r"seen\.append\(\((.*)\)$", r"seen.append((\1,))", code, flags=re.M)
     seen: list = []
-    exec(compile(code, "README.md", "exec"), {"seen": seen})
+    exec(compile(code, "docs/integrations.md", "exec"), {"seen": seen})
     assert seen[0][0] in ("task-complete", "limit-reached", "ckf-exhausted")
     assert seen[1][0] in ("task-complete", "limit-reached", "ckf-exhausted")
     assert len(server.requests) >= 4

@@ -103,15 +103,16 @@ def test_async_and_trace_renders(retriever):
         rerank.record("more")
 
 
-def test_readme_llamaindex_example_runs(server):
+def test_docs_llamaindex_example_runs(server):
     server.reset()
     server.reply = facts_back
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    block = re.search(r"### LlamaIndex\n.*?```python\n(.*?)```", readme, re.S).group(1)
+    page = (Path(__file__).resolve().parents[1] / "docs" / "integrations.md").read_text(
+        encoding="utf-8")
+    block = re.search(r"## LlamaIndex\n.*?```python\n(.*?)```", page, re.S).group(1)
     code = (block.replace("http://127.0.0.1:8000/v1", server.openai_base_url)
             .replace("print(", "seen.append(("))
     code = re.sub(r"seen\.append\(\((.*)\)$", r"seen.append((\1,))", code, flags=re.M)
     seen: list = []
-    exec(compile(code, "README.md", "exec"), {"seen": seen, "my_documents": documents()})
+    exec(compile(code, "docs/integrations.md", "exec"), {"seen": seen, "my_documents": documents()})
     assert seen[0][0] in ("task-complete", "limit-reached", "ckf-exhausted")
     assert 1 <= len(server.requests) <= 5

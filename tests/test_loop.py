@@ -71,7 +71,8 @@ def test_headers_per_window(both_rankings):
         assert h["CRP-Context-Coverage-Depth"] == str(
             sum(len(x.report.addressed) for x in events[: i - 1]))
         assert h["CRP-Context-Continuation-Status"] == e.status
-        # novelty ratio = novelty × (1 − n-gram penalty) ≥ 0.20 × 0.20 (DESIGN.md §3.7)
+        # novelty ratio = novelty × (1 − n-gram penalty) ≥ 0.20 × 0.20
+        # (docs/design.md §3.7 "Novelty ratio")
         assert 0.04 <= float(h["CRP-Context-Coverage-Score"]) <= 1.0
         assert h["CRP-Quality-Completeness"] == f"{e.completeness:.2f}"
         assert len(h["CRP-Envelope-ETag"]) == 32

@@ -1,4 +1,5 @@
-"""The quality measures of DESIGN.md §6, on hand-checked cases."""
+"""The quality measures of docs/design.md §6 "Quality, measured the same way every time", on
+hand-checked cases."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The Coverage Set keeps its entries (for headers, traces and serialisation). Because entries are
 unit vectors, the spec's weighted mean of cosines equals one dot product with the weighted
-centroid (DESIGN.md §2):
+centroid (docs/design.md §2 "The math, and why it is cheap"):
 
     Σ wᵢ (f·eᵢ) / Σ wᵢ = f · (Σ wᵢ eᵢ / Σ wᵢ)
 
@@ -35,7 +35,8 @@ def weighted_centroid(embeddings: np.ndarray, weights: object,
     """Σ wᵢ eᵢ / Σ wᵢ, summed in float64 (None while the total weight is 0).
 
     Not normalised: with unit rows eᵢ, its dot with a unit f *is* the weighted mean cosine
-    of f to the entries (DESIGN.md §2), which is what the Coverage-Score needs."""
+    of f to the entries (docs/design.md §2 "The math, and why it is cheap"), which is what the
+    Coverage-Score needs."""
     w = np.asarray(weights, dtype=np.float64).reshape(-1)
     total = float(w.sum())
     if total <= 0.0:

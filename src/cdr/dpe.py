@@ -43,7 +43,8 @@ def word_count(text: str) -> int:
 
 def task_topic(task: str) -> str:
     """The task without its instruction words ("Write a comprehensive guide to X" → "X"),
-    which embeds closer to the material than the instruction does (DESIGN.md §3.11)."""
+    which embeds closer to the material than the instruction does (docs/design.md §3.11
+    "The query and the gate")."""
     topic = _INSTRUCTION.sub("", task.strip(), count=1).strip(" .:")
     return topic or task.strip()
 

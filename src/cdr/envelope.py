@@ -132,7 +132,7 @@ class Envelope:
 
     @property
     def mean_novelty_ratio(self) -> float | None:
-        """Exit 3's statistic (DESIGN.md §3.7); None for an empty envelope."""
+        """Exit 3's statistic (docs/design.md §3.7 "Novelty ratio"); None for an empty envelope."""
         r = self.ranking.novelty_ratio()
         return float(r.mean()) if len(r) else None
 

@@ -1,4 +1,5 @@
-"""`FactIndex`: the narrow interface the window loop needs from a knowledge base (DESIGN.md §5).
+"""`FactIndex`: the narrow interface the window loop needs from a knowledge base (docs/design.md §5
+"Real parts, and how they start").
 
 The loop, the gateway and the benchmarks read facts through this protocol only, so a backend
 other than the local CKF directory (e.g. shards served by Ray actors, issue 12) slots in
@@ -48,7 +49,7 @@ class Selection:
     """Phase 1 output: rows that pass the relevance gate, best first, with their vectors.
 
     Arrays rather than objects because Phase 2 touches every candidate each window as a
-    handful of numpy operations (DESIGN.md §1)."""
+    handful of numpy operations (docs/design.md §1 "What flows where")."""
 
     indices: np.ndarray  # int64 (k,): rows of the index
     relevances: np.ndarray  # float32 (k,): cosine(query, fact), descending
@@ -125,7 +126,7 @@ class FactIndex(Protocol):
     @property
     def active(self) -> np.ndarray:
         """bool (n_rows,): selectable rows. `active.any()` says whether CDR has anything to
-        ground a document in (else `safety-only`, DESIGN.md §3.10)."""
+        ground a document in (else `safety-only`, docs/design.md §3.10 "Headers")."""
         ...
 
     @property
@@ -142,7 +143,8 @@ class FactIndex(Protocol):
     def ngram_offsets(self) -> np.ndarray:
         """int64 (n_rows + 1,): CSR offsets; row i's 6-gram hashes are
         `ngram_hashes[ngram_offsets[i]:ngram_offsets[i + 1]]`. Computed once at ingest, so
-        the n-gram guard never re-tokenises facts (DESIGN.md §2)."""
+        the n-gram guard never re-tokenises facts (docs/design.md §2 "The math, and why it is
+        cheap")."""
         ...
 
     @property

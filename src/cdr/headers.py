@@ -1,4 +1,5 @@
-"""CRP response headers (SPEC-024 §8, DESIGN.md §3.10): plain decimals with two places.
+"""CRP response headers (SPEC-024 §8, docs/design.md §3.10 "Headers"): plain decimals with two
+places.
 
 `CRP-Context-Mode` is `full` while windows are grounded in novel material, `ckf-exhausted`
 when Exit 3 fired (with the onboarding hint), and `safety-only` for an empty CKF.

@@ -91,7 +91,7 @@ SHARD_TOP_K = 64  # candidates a ranking index ships per window before packing s
 
 def stale_envelope(envelope: Envelope) -> bool:
     """Exit 3 read off a prepared envelope: its mean novelty ratio is below the floor, so a
-    window written from it could only repeat (DESIGN.md §3.12)."""
+    window written from it could only repeat (docs/design.md §3.12 "When Exit 3 is checked")."""
     ratio = envelope.mean_novelty_ratio
     return ratio is not None and ratio < EXHAUSTION_RATIO
 
@@ -126,7 +126,7 @@ class SafetyCheck(Protocol):
 
 
 # How much of a begun section's text a continuing window is shown: one or two sentences,
-# constant in size like the Residual Task Anchor (DESIGN.md §3, continued sections).
+# constant in size like the Residual Task Anchor (docs/design.md §3.15 "Continued sections").
 SECTION_END_WORDS = 40
 
 
@@ -336,7 +336,8 @@ class Generator:
         vecs = self.embedder.encode([task_topic(task), *texts])
         topic, sq_emb = vecs[0], vecs[1:]
         centroid = normalize(sq_emb.mean(axis=0), "sub-query centroid")
-        query = normalize(topic + centroid, "query")  # DESIGN.md §3.11
+        # docs/design.md §3.11 "The query and the gate"
+        query = normalize(topic + centroid, "query")
         expanded = None
         if self.options.queries == "expanded":  # cdr.expansion: once, from Phase 1's pool
             index = self.phase1_index(self.options, task, sqs)
@@ -637,8 +638,8 @@ class Generator:
     def close_if_empty(self, session: Session, prepared: PreparedWindow,
                        started: float | None = None) -> WindowEvent | None:
         """An empty envelope (nothing relevant and novel left), or one Exit 3 already condemns
-        (DESIGN.md §3.12), ends the window unwritten: nobody is asked for ungrounded or stale
-        text. None when there is something fresh to write from."""
+        (docs/design.md §3.12 "When Exit 3 is checked"), ends the window unwritten: nobody is asked
+        for ungrounded or stale text. None when there is something fresh to write from."""
         if not self.ends_unwritten(session, prepared):
             return None
         return self.complete(session, prepared, "", seconds=_since(started))

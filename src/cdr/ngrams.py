@@ -5,7 +5,7 @@ blacklist is a set of such hashes; an inverted index (hash -> facts holding it) 
 window update the per-fact blacklisted-6-gram counts in time proportional to the window's own
 text, not to the size of the knowledge base.
 
-Tokenizer (DESIGN.md §3.1): ``re.findall(r"\\w+", text.lower())``.
+Tokenizer (docs/design.md §3.1 "Tokenizer for n-grams"): ``re.findall(r"\\w+", text.lower())``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ _EMPTY = np.zeros(0, dtype=np.uint64)
 
 
 def tokenize(text: str) -> list[str]:
-    """Lower-cased word tokens, the spec's `tokenize` as read in DESIGN.md §3.1."""
+    """Lower-cased word tokens, the spec's `tokenize` as read in docs/design.md §3.1 "Tokenizer for
+    n-grams"."""
     return _TOKEN_RE.findall(text.lower())
 
 

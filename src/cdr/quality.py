@@ -1,4 +1,5 @@
-"""Quality measures of a multi-window document, the same way every time (DESIGN.md §6).
+"""Quality measures of a multi-window document, the same way every time (docs/design.md §6 "Quality,
+measured the same way every time").
 
 They work on window texts and on the fact ids of each window's envelope, so the CLI's table,
 the traces and the benchmarks report the same numbers.

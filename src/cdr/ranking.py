@@ -79,8 +79,9 @@ class Ranking:
         return len(self.indices)
 
     def novelty_ratio(self) -> np.ndarray:
-        """Score over base score, `novelty × (1 − ngram_penalty)` (DESIGN.md §3.7), times the
-        fact-memory weight when the session remembers facts (so Exit 3 sees stale envelopes)."""
+        """Score over base score, `novelty × (1 − ngram_penalty)` (docs/design.md §3.7 "Novelty
+        ratio"), times the fact-memory weight when the session remembers facts (so Exit 3 sees
+        stale envelopes)."""
         ratio = self.novelty * (1.0 - self.ngram_penalty)
         if self.memory is not None:
             ratio = ratio * self.memory
@@ -404,7 +405,8 @@ def cdr_scores(
     ngram_counts: np.ndarray | None,
     min_relevance: float = CDR_MIN_RELEVANCE,
 ) -> np.ndarray:
-    """The array face of the core (DESIGN.md §4): CDR score per fact, NaN where gated.
+    """The array face of the core (docs/design.md §4 "Contracts other code relies on"): CDR
+    score per fact, NaN where gated.
 
     `facts` (N, d), `query` (d,), `coverage` (C, d), `residual` (R, d) are unit rows (validated
     here, not re-normalised); C or R may be 0. The fact matrix is validated at scan speed

@@ -1,6 +1,6 @@
 """Session state across windows: Coverage Set, Residual Set, n-gram blacklist, exits (§3, §6, §7.2).
 
-Readings of the spec (DESIGN.md §3) live here:
+Readings of the spec (docs/design.md §3 "Answers to the spec's open questions") live here:
 - depth of a sub-query in one window = min(words / expected_words, 0.90) (§3.2);
 - cumulative depth = sum over windows, capped at 1; a sub-query leaves the Residual Set when its
   cumulative depth reaches `residual_exit_depth` (default 0.70) — 0.0 gives §7.2 literally;
@@ -74,7 +74,7 @@ def exit_reason(
     """The four exits of §6 in priority order; None while the loop should go on.
 
     `mean_novelty_ratio` is None when the window's envelope was empty: nothing novel was left,
-    which is CKF exhaustion (DESIGN.md §3.7).
+    which is CKF exhaustion (docs/design.md §3.7 "Novelty ratio").
     """
     if completeness >= completion_threshold and residual_empty:
         return TASK_COMPLETE
@@ -125,7 +125,8 @@ class Session:
     fact_memory: FactMemory = field(default_factory=FactMemory)
     expanded_embeddings: np.ndarray | None = None  # `queries: "expanded"` (cdr.expansion)
     # Sub-query id → the last words written for it (`DpeReport.section_ends`): a window that
-    # continues a begun section is shown where it stopped (DESIGN.md §3, continued sections).
+    # continues a begun section is shown where it stopped (docs/design.md §3.15 "Continued
+    # sections").
     section_ends: dict[str, str] = field(default_factory=dict)
     # `repeats: "drop"` (cdr.repeat_guard): unit vectors of the sentences earlier windows kept,
     # which a later window's sentences are compared with. Stored as float16: a cosine ≥ 0.70
@@ -230,7 +231,8 @@ class Session:
         return self.residual.sub_queries
 
     def completeness(self) -> float:
-        """Mean over sub-queries of min(cumulative depth / 0.90, 1) (DESIGN.md §3.6)."""
+        """Mean over sub-queries of min(cumulative depth / 0.90, 1) (docs/design.md §3.6
+        "Completeness")."""
         vals = [min(self.cumulative_depth[i] / THOROUGH_DEPTH, 1.0) for i in self.sub_query_ids]
         return float(np.mean(vals))
 

@@ -1,9 +1,9 @@
 """CRP-SPEC-024 §7 as written: the spec's names and duck types, running on the fast core.
 
 Outside checks call this module; keep it exact. Readings where the spec is unclear are those of
-DESIGN.md §3 (Window 1 has no residual pull, novelty never exceeds 1, cumulative residual
-updates, distinct-6-gram counting). Embeddings given here need not be normalised: true cosines
-are computed, in float64.
+docs/design.md §3 "Answers to the spec's open questions" (Window 1 has no residual pull, novelty
+never exceeds 1, cumulative residual updates, distinct-6-gram counting). Embeddings given here
+need not be normalised: true cosines are computed, in float64.
 
 Duck types:
 - fact: ``.embedding``, ``.content``, ``.importance_weight`` (1.0 when absent)
@@ -48,7 +48,8 @@ __all__ = [
 
 
 def count_matching_ngrams(content: str, blacklist: Iterable[tuple[str, ...]]) -> int:
-    """Distinct 6-grams of `content` present in `blacklist` (DESIGN.md §3.1)."""
+    """Distinct 6-grams of `content` present in `blacklist` (docs/design.md §3.1 "Tokenizer for
+    n-grams")."""
     bl = blacklist if isinstance(blacklist, set | frozenset) else set(blacklist)
     return sum(1 for g in ngram_tuples(content) if g in bl)
 
@@ -142,9 +143,10 @@ def _embed_one(model: Any, text: str) -> np.ndarray:
 def update_session_after_window(session: Any, dpe_report: Any, window_output: str) -> None:
     """§7.2: Coverage Set, Residual Set, n-gram blacklist and window count after a window.
 
-    Residual updates are cumulative (DESIGN.md §3.4): a sub-query leaves the Residual Set once
-    its summed depth reaches ``session.residual_exit_depth`` (0.70 when absent); 0.0 reproduces
-    §7.2's "any mention removes it". The embedding model must be the session's (§2.5).
+    Residual updates are cumulative (docs/design.md §3.4 "Residual Set updates are cumulative"):
+    a sub-query leaves the Residual Set once its summed depth reaches
+    ``session.residual_exit_depth`` (0.70 when absent); 0.0 reproduces §7.2's "any mention
+    removes it". The embedding model must be the session's (§2.5).
     """
     model = session.embed_model
     session_model = getattr(session, "embedding_model_id", None) or getattr(

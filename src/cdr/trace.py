@@ -1,5 +1,6 @@
-"""The trace JSON of a run (DESIGN.md §4): the contract `--trace` files and the gateway's
-session view share. `TRACE_SCHEMA` is its JSON Schema; tests validate traces against it.
+"""The trace JSON of a run (docs/design.md §4 "Contracts other code relies on"): the contract
+`--trace` files and the gateway's session view share. `TRACE_SCHEMA` is its JSON Schema; tests
+validate traces against it.
 
 The gateway's session trace is `trace_document` plus the session id, completeness and window
 limit; the sidecar's envelope facts are `packed_facts` plus the reference and text."""

@@ -103,7 +103,7 @@ def submit_window(request: Request, session_id: SessionId, token: Token,
 
 
 @router.get("/{session_id}", response_model=Trace, responses=_TOKEN_ERRORS,
-            summary="The session's trace (DESIGN.md §4)")
+            summary="The session's trace (docs/design.md §4)")
 def get_trace(request: Request, session_id: SessionId, token: Token) -> JSONResponse:
     return _json(sidecar.trace(_gw(request), session_id, token, _caller(request)))
 

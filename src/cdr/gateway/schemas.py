@@ -351,7 +351,8 @@ class WindowResult(BaseModel):
 
 
 class Trace(BaseModel):
-    """DESIGN.md §4's trace, plus the session id and its progress."""
+    """The trace of docs/design.md §4 "Contracts other code relies on", plus the session id and
+    its progress."""
 
     model_config = ConfigDict(extra="allow")
     session_id: str

@@ -13,8 +13,8 @@ Three pieces, each following LangChain's conventions:
   and the trace (`ainvoke` awaits the model's `ainvoke`).
 
 Why the retriever ignores its query after the first call: CDR ranks against the session's
-task (its composite query vector, DESIGN.md §3.11), not against each call's text; the first
-call's query starts the session when none was given.
+task (its composite query vector, docs/design.md §3.11 "The query and the gate"), not against each
+call's text; the first call's query starts the session when none was given.
 """
 
 from __future__ import annotations
@@ -164,7 +164,8 @@ class CDRRetriever(BaseRetriever):
         return convert_to_messages(self._prepared.messages)
 
     def trace(self) -> dict[str, Any]:
-        """The run's trace (DESIGN.md §4), for `cdr report` or `cdr.report.render_report`."""
+        """The run's trace (docs/design.md §4 "Contracts other code relies on"), for `cdr report` or
+        `cdr.report.render_report`."""
         if self.session is None:
             raise InvalidInputError("the session has not started yet")
         return build_trace(self.session, self._events)
@@ -243,7 +244,8 @@ def _task_input(value: Any) -> tuple[str, str | None]:
 class CDRLoop(Runnable[Any, dict[str, Any]]):
     """The whole multi-window loop as a runnable: task in, document out, a LangChain chat
     model writing every window. Output: `document` (the windows merged, Markdown), `status`
-    (the exit reason), `windows` (how many) and `trace` (DESIGN.md §4)."""
+    (the exit reason), `windows` (how many) and `trace` (docs/design.md §4 "Contracts other
+    code relies on")."""
 
     def __init__(self, ckf: Any, llm: Any, config: GenerationConfig | None = None, *,
                  max_tokens_arg: str | None = "max_tokens") -> None:

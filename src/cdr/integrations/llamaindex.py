@@ -218,7 +218,8 @@ class CDRNodePostprocessor(BaseNodePostprocessor):
         return await asyncio.to_thread(self.record, text)
 
     def trace(self) -> dict[str, Any]:
-        """The session's trace (DESIGN.md §4), for `cdr report`."""
+        """The session's trace (docs/design.md §4 "Contracts other code relies on"), for `cdr
+        report`."""
         s = self.session
         return {"task": s.task, "embedding_model": s.model_id, "ranking": s.ranking,
                 "sub_queries": [{"id": q.id, "text": q.text, "expected_words": q.expected_words}

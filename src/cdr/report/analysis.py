@@ -1,6 +1,6 @@
-"""What a report shows, derived from a trace alone (DESIGN.md §4), so that any trace — from
-`cdr generate --trace`, the demo, or the gateway's session view — can be reported on later,
-without the CKF or the embedding model that produced it."""
+"""What a report shows, derived from a trace alone (docs/design.md §4 "Contracts other code
+relies on"), so that any trace — from `cdr generate --trace`, the demo, or the gateway's session
+view — can be reported on later, without the CKF or the embedding model that produced it."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from cdr.quality import cwr6, fact_reuse
 from cdr.ranking import DEFAULT_RANKING, RANKING_MODES
 
 _WORD = re.compile(r"\w+")
-# The exits' thresholds as DESIGN.md §3 reads the spec; used only to explain an exit.
+# The exits' thresholds as docs/design.md §3 "Answers to the spec's open questions" reads
+# the spec; used only to explain an exit.
 COMPLETENESS_EXIT = 0.92
 EXHAUSTION_RATIO = 0.15
 SAFETY_FLOOR = 0.10
@@ -105,8 +106,8 @@ def _ngrams(tokens: Sequence[str]) -> set[tuple[str, ...]]:
 
 def mark_repeats(text: str, seen: set[tuple[str, ...]]) -> tuple[list[tuple[str, bool]], int]:
     """`text` cut into runs, each flagged when its words belong to a 6-gram already in `seen`
-    (the tokenizer of DESIGN.md §3.1), and the number of flagged words. The runs concatenate
-    back to `text` exactly."""
+    (the tokenizer of docs/design.md §3.1 "Tokenizer for n-grams"), and the number of flagged
+    words. The runs concatenate back to `text` exactly."""
     matches = list(_WORD.finditer(text))
     tokens = [m.group(0).lower() for m in matches]
     marked = [False] * len(tokens)

@@ -1,0 +1,84 @@
+"""The documentation pages that restate code stay equal to it: the generated CLI and HTTP
+references, the settings table, and the spec's copy (unchanged, with its attribution)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+# sha256 of CRP-SPEC-024 v3.1.0 as published (the text between the page's fences).
+SPEC_SHA256 = "d572d4d6610d807cf98b8d2e3481fdd13e513dee2b7917000a0a04533188c861"
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("gen_reference", DOCS / "gen_reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_generated_reference_pages_are_current():
+    """`python docs/gen_reference.py` rewrites these; a changed command, option or route
+    without a regenerated page fails here."""
+    for path, text in _generator().render().items():
+        assert path.read_text(encoding="utf-8") == text, (
+            f"{path.relative_to(ROOT)} is stale: run python docs/gen_reference.py")
+
+
+def test_cli_reference_covers_every_command():
+    page = (DOCS / "reference" / "cli.md").read_text(encoding="utf-8")
+    for command in ("ingest", "generate", "serve", "report", "keygen", "ckf stats",
+                    "ckf reembed", "models install"):
+        assert f"## `cdr {command}`" in page
+    assert "[env var: CDR_CKF" in page
+
+
+def _settings_rows() -> dict[str, list[str]]:
+    page = (DOCS / "reference" / "settings.md").read_text(encoding="utf-8")
+    rows = {}
+    for line in page.splitlines():
+        m = re.match(r"\| `(CDR_[A-Z0-9_]+)` \|", line)
+        if m:
+            assert m.group(1) not in rows, f"{m.group(1)} listed twice"
+            rows[m.group(1)] = [c.strip() for c in line.strip("|").split(" | ")]
+    return rows
+
+
+def test_settings_page_lists_every_variable_the_code_reads():
+    names = set()
+    for path in [*(ROOT / "src").rglob("*.py"), *(ROOT / "bench").rglob("*.py"),
+                 *(ROOT / "tests").rglob("*.py")]:
+        names |= set(re.findall(r"\bCDR_[A-Z][A-Z0-9_]*[A-Z0-9]\b", path.read_text("utf-8")))
+    missing = sorted(n for n in names if n not in _settings_rows())
+    assert missing == []
+
+
+def test_settings_page_matches_gateway_settings():
+    """Every gateway setting has its row with the code's default."""
+    from cdr.gateway.settings import GatewaySettings
+
+    rows = _settings_rows()
+    for field, info in GatewaySettings.model_fields.items():
+        name = f"CDR_{field.upper()}"
+        assert name in rows, name
+        default = rows[name][2]
+        if info.default is None:
+            assert default.startswith("none"), (name, default)
+        elif isinstance(info.default, bool):
+            assert default == f"`{str(info.default).lower()}`", (name, default)
+        else:
+            assert default == f"`{info.default}`", (name, default)
+
+
+def test_spec_copy_is_unchanged_and_attributed():
+    page = (DOCS / "spec" / "CRP-SPEC-024.md").read_text(encoding="utf-8")
+    body = re.search(r"^~~~~text\n(.*)\n~~~~$", page, re.S | re.M).group(1)
+    assert hashlib.sha256(body.encode("utf-8")).hexdigest() == SPEC_SHA256
+    note = page[: page.index("~~~~text")]
+    for part in ("CRP-SPEC-024", "Constantinos Vidiniotis, AutoCyber AI Pty Ltd",
+                 "CC BY 4.0", "https://creativecommons.org/licenses/by/4.0/", "unchanged"):
+        assert part in note
