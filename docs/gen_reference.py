@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-
 DOCS = Path(__file__).resolve().parent
 PAGES = {"cli": DOCS / "reference" / "cli.md", "http": DOCS / "reference" / "http.md"}
 
@@ -87,8 +86,8 @@ def http_page() -> str:
             for field, prop in props.items():
                 kind = prop.get("type") or _schema_name(prop).strip("`") or "any"
                 if "anyOf" in prop:
-                    kind = " or ".join(
-                        s.get("type") or s.get("$ref", "").rsplit("/", 1)[-1] for s in prop["anyOf"])
+                    kind = " or ".join(s.get("type") or s.get("$ref", "").rsplit("/", 1)[-1]
+                                       for s in prop["anyOf"])
                 lines.append(f"| `{field}` | {_cell(kind)} | "
                              f"{'yes' if field in required else ''} | "
                              f"{_cell(prop.get('description', ''))} |")

@@ -1,6 +1,6 @@
 """The scripts under examples/ run as a user runs them (a subprocess, from another directory)
 against the extractive writer, a real gateway or a real loopback OpenAI-compatible server;
-`mypy --strict` is clean on them; and each README snippet is the code of one of them."""
+`mypy --strict` is clean on them; and each README or docs snippet is the code of one of them."""
 
 from __future__ import annotations
 
@@ -48,9 +48,14 @@ def readme_regions() -> dict[str, tuple[str, str]]:
 def test_every_readme_snippet_is_an_example():
     regions = readme_regions()
     assert set(regions) == {"library", "gateway", "langchain", "llamaindex"}
-    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    # The README shows the library's; the guide pages in docs/ show the others.
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    blocks = [b for page in pages
+              for b in re.findall(r"```python\n(.*?)```", page.read_text(), re.S)]
     for tag, (name, code) in regions.items():
-        assert any(code in block for block in blocks), f"README lacks {name}'s [{tag}] code"
+        assert any(code in block for block in blocks), f"no page shows {name}'s [{tag}] code"
+    readme = (ROOT / "README.md").read_text()
+    assert regions["library"][1] in readme
 
 
 def test_library_loop(tmp_path: Path):

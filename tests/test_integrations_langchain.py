@@ -135,12 +135,13 @@ def test_docs_langchain_example_runs(types_ckf_path: Path, server: ChatServer):
     page = (Path(__file__).resolve().parents[1] / "docs" / "integrations.md").read_text(
         encoding="utf-8")
     block = re.search(r"## LangChain\n.*?```python\n(.*?)```", page, re.S).group(1)
-    code = (block.replace('"my.ckf"', repr(str(types_ckf_path)))
-            .replace("http://127.0.0.1:8000/v1", server.openai_base_url)
-            .replace("print(", "seen.append(("))
+    code = block.replace("print(", "seen.append((")
     code = re.sub(r"seen\.append\(\((.*)\)$", r"seen.append((\1,))", code, flags=re.M)
     seen: list = []
-    exec(compile(code, "docs/integrations.md", "exec"), {"seen": seen})
+    # The snippet's free names, as its comment says: the CKF and an OpenAI-compatible server.
+    names = {"seen": seen, "ckf": str(types_ckf_path), "BASE_URL": server.openai_base_url,
+             "API_KEY": "sk-local", "MODEL": "my-model"}
+    exec(compile(code, "docs/integrations.md", "exec"), names)
     assert seen[0][0] in ("task-complete", "limit-reached", "ckf-exhausted")
     assert seen[1][0] in ("task-complete", "limit-reached", "ckf-exhausted")
     assert len(server.requests) >= 4

@@ -1,7 +1,7 @@
 """The report and the gateway inspector in a real browser (headless Chromium from Debian,
 driven by selenium): no console errors (CSP violations included), charts drawn at their size,
 sortable envelope tables, live refresh, and hostile markup in facts shown as text, never run.
-Screenshots go to bench/results/ (the README shows one)."""
+Screenshots go to bench/results/ (docs/guide.md shows one)."""
 
 from __future__ import annotations
 
