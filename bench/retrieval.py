@@ -106,27 +106,29 @@ class CorpusData:
     ckfs: dict[str, CKF]  # recipe -> CKF
     tasks: dict[str, list[RTask]]  # split -> tasks
     ingest_seconds: dict[str, float]
+    embedded: dict[str, int]  # facts embedded by this run's ingest (0: the CKF was built)
 
 
 # ------------------------------------------------------------------------------- corpora
 
 
 def _ingest(path: Path, recipe: str, docs: Path, include: Sequence[str],
-            exclude: Sequence[str] = ()) -> tuple[CKF, float]:
+            exclude: Sequence[str] = ()) -> tuple[CKF, float, int]:
     ckf = CKF.open_or_create(path, recipe=recipe)
     t0 = time.perf_counter()
-    ingest(ckf, [docs], source_type="official", include=list(include), exclude=list(exclude))
+    rep = ingest(ckf, [docs], source_type="official", include=list(include),
+                 exclude=list(exclude))
     ckf.refresh()
-    return ckf, time.perf_counter() - t0
+    return ckf, time.perf_counter() - t0, rep.embedded
 
 
 def man_corpus() -> CorpusData:
     import corpus_man
 
     md, version, pages = corpus_man.corpus_dir()
-    ckfs, secs = {}, {}
+    ckfs, secs, emb = {}, {}, {}
     for r in RECIPES:
-        ckfs[r], secs[r] = _ingest(CKF_DIR / f"man-{r}.ckf", r, md, ["*.md"])
+        ckfs[r], secs[r], emb[r] = _ingest(CKF_DIR / f"man-{r}.ckf", r, md, ["*.md"])
     by_name = {p.name: p for p in pages}
 
     def task(name: str) -> RTask:
@@ -135,7 +137,7 @@ def man_corpus() -> CorpusData:
 
     tasks = {s: [task(n) for n in corpus_man.split_names(s)] for s in ("tune", "report")}
     return CorpusData("man", f"Debian {corpus_man.DEBIAN_PACKAGE} {version}, section 2, "
-                      f"{len(pages)} pages", ckfs, tasks, secs)
+                      f"{len(pages)} pages", ckfs, tasks, secs, emb)
 
 
 def pydocs_corpus() -> CorpusData:
@@ -144,9 +146,10 @@ def pydocs_corpus() -> CorpusData:
     from quality_tasks import make_task, page_of
 
     docs = python_docs_dir()
-    ckfs, secs = {}, {}
+    ckfs, secs, emb = {}, {}, {}
     for r in RECIPES:
-        ckfs[r], secs[r] = _ingest(CKF_DIR / f"pydocs-{r}.ckf", r, docs, RELATED, EXCLUDE)
+        ckfs[r], secs[r], emb[r] = _ingest(CKF_DIR / f"pydocs-{r}.ckf", r, docs, RELATED,
+                                           EXCLUDE)
     ckf = ckfs[RECIPES[0]]
     sections: dict[str, list[str]] = {}
     for f in ckf.facts(np.flatnonzero(ckf.active)):
@@ -162,7 +165,7 @@ def pydocs_corpus() -> CorpusData:
                 tasks[split].append(RTask("pydocs", p, t.title, t.outline, str(docs / p)))
     version = _deb_version(DEBIAN_PACKAGE)
     return CorpusData("pydocs", f"Debian {DEBIAN_PACKAGE} {version}, `related` pages",
-                      ckfs, tasks, secs)
+                      ckfs, tasks, secs, emb)
 
 
 def _deb_version(package: str) -> str:
@@ -372,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.ingest_speed:
         speed = ingest_speed(data.ckfs[RECIPES[0]])
         speed.update(corpus=data.name, corpus_version=data.version,
-                     ingest_seconds=data.ingest_seconds)
+                     ingest_seconds=data.ingest_seconds, ingest_embedded=data.embedded)
         INGEST_SPEED.write_text(json.dumps(speed, indent=1) + "\n", encoding="utf-8")
         console.print(f"embedding speed: {speed['facts_per_s']}")
     meta = RESULTS / "retrieval-meta.json"
