@@ -247,6 +247,12 @@ def serve(
         envvar="CDR_CKF")] = None,
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port.")] = 8088,
+    kb: Annotated[list[str] | None, typer.Option(
+        "--kb", help="A named knowledge base, NAME=PATH (a CKF directory or ray://...); "
+                     "repeat for several. --ckf is the one named 'default'.")] = None,
+    kb_config: Annotated[str | None, typer.Option(
+        "--kb-config", envvar="CDR_KB_CONFIG",
+        help="A TOML file with a [kbs] table of name = \"path\" lines.")] = None,
 ) -> None:
     """Run the HTTP gateway (OpenAI-compatible relay and sidecar API)."""
     try:
@@ -254,7 +260,8 @@ def serve(
     except ImportError as exc:
         raise fail(f"the gateway is not available: {exc}") from None
     try:
-        run_server(ckf=ckf, host=host, port=port)  # a directory or ray://, parsed by settings
+        # a directory or ray://, parsed by settings
+        run_server(ckf=ckf, host=host, port=port, kbs=kb, kb_config=kb_config)
     except CdrError as exc:
         if type(exc).__name__ == "GatewayConfigError":  # one plain line, exit 2 (usage)
             sys.stderr.write(f"error: {' '.join(str(exc).split())}\n")

@@ -28,29 +28,32 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cdr.errors import CdrError
-from cdr.gateway import routes_chat, routes_ckf, routes_sessions, routes_ui
+from cdr.gateway import routes_chat, routes_ckf, routes_models, routes_sessions, routes_ui
 from cdr.gateway.access_log import install_access_log_filter
 from cdr.gateway.api_docs import install_api_docs
-from cdr.gateway.app_state import Gateway
 from cdr.gateway.auth import AuthMiddleware, is_loopback
 from cdr.gateway.dev_guard import DevGuardMiddleware
 from cdr.gateway.errors import ApiError, from_cdr_error, from_validation_errors
+from cdr.gateway.kbs import KnowledgeBases, use_default_kb, use_named_kb
 from cdr.gateway.metrics import render_metrics
 from cdr.gateway.middleware import GatewayMiddleware
 from cdr.gateway.paths import public_path
 from cdr.gateway.redact import register_path, register_secret
 from cdr.gateway.schemas import Health
 from cdr.gateway.settings import (
+    DEFAULT_KB,
     SESSION_DB_NAME,
     GatewayConfigError,
     GatewaySettings,
+    is_ray_address,
     load_settings,
+    parse_kb_specs,
 )
 from cdr.gateway.shard_kb import index_root
 from cdr.writers import Writer
@@ -88,27 +91,40 @@ def create_app(
             "ckf": path, "session_db": settings.session_db or path / SESSION_DB_NAME})
     settings.validate_for_serving()
     ring = settings.key_ring()
-    for path in (settings.ckf, settings.session_db, Path.cwd(), tempfile.gettempdir()):
+    specs: dict[str, Any] = dict(settings.named_kbs())
+    if ckf is not None:
+        specs[DEFAULT_KB] = ckf
+    for name, spec in specs.items():
+        if isinstance(spec, str) and is_ray_address(spec):
+            from cdr.index_open import open_fact_index
+
+            specs[name] = open_fact_index(spec, retry_seconds=settings.ray_retry_seconds)
+    for path in (settings.ckf, settings.session_db, Path.cwd(), tempfile.gettempdir(),
+                 *(p for p in specs.values() if isinstance(p, str | Path))):
         register_path(path)
     if settings.llm_api_key is not None:
         register_secret(settings.llm_api_key.get_secret_value())
     blas_threads = _blas_threads()
-    gw = Gateway(settings, ckf=ckf, writer=writer)
+    kbs = KnowledgeBases(settings, specs, writer=writer)
+    gw = kbs.main
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         limiter = _limit_blas(blas_threads)
-        await asyncio.get_running_loop().run_in_executor(None, gw.kb.warm)
+        loop = asyncio.get_running_loop()
+        for each in kbs:
+            await loop.run_in_executor(None, each.kb.warm)
         # Jobs of replicas killed mid-upload: failed now rather than `running` forever.
         try:
-            await asyncio.get_running_loop().run_in_executor(None, gw.jobs.reap_expired)
+            await loop.run_in_executor(None, gw.jobs.reap_expired)  # one store for all KBs
         except Exception:  # the store may be briefly down; GET /jobs reaps them later
             log.exception("could not check upload jobs for expired leases")
-        gw.kb.start_watching()
+        for each in kbs:
+            each.kb.start_watching()
         try:
             yield
         finally:
-            gw.close()
+            kbs.close()
             if limiter is not None:
                 limiter.restore_original_limits()
 
@@ -124,10 +140,16 @@ def create_app(
     if settings.api_docs:
         install_api_docs(app)
     install_access_log_filter()
-    app.state.gateway = gw
+    app.state.gateway = gw  # the default KB (else the first): health, default headers
+    app.state.kbs = kbs
     app.include_router(routes_chat.router)
-    app.include_router(routes_sessions.router)
-    app.include_router(routes_ckf.router)
+    app.include_router(routes_models.router)
+    default, named = [Depends(use_default_kb)], [Depends(use_named_kb)]
+    app.include_router(routes_sessions.router, prefix="/v1/sessions", dependencies=default)
+    app.include_router(routes_sessions.router, prefix="/v1/kbs/{kb}/sessions",
+                       dependencies=named)
+    app.include_router(routes_ckf.router, prefix="/v1/ckf", dependencies=default)
+    app.include_router(routes_ckf.router, prefix="/v1/kbs/{kb}", dependencies=named)
     app.include_router(routes_ui.router)
     _install_error_handlers(app)
     # Added last = outermost: refusals by the key check are counted and get JSON bodies.
@@ -219,8 +241,10 @@ def _install_error_handlers(app: FastAPI) -> None:
                         headers=dict(exc.headers or {})).response()
 
 
-def serve(ckf: Path | str | None, host: str = "127.0.0.1", port: int = 8088) -> None:
-    """`cdr serve`: settings from the environment, `--ckf` over `CDR_CKF`; blocks.
+def serve(ckf: Path | str | None, host: str = "127.0.0.1", port: int = 8088,
+          kbs: list[str] | None = None, kb_config: Path | str | None = None) -> None:
+    """`cdr serve`: settings from the environment, `--ckf` over `CDR_CKF`, `--kb NAME=PATH`
+    (repeatable) over `CDR_KBS`, `--kb-config FILE` over `CDR_KB_CONFIG`; blocks.
 
     Raises `GatewayConfigError` (one line, naming the variable) on a bad configuration, and
     for dev mode on a non-loopback `host`. Uses the guarded HTTP protocol
@@ -233,7 +257,16 @@ def serve(ckf: Path | str | None, host: str = "127.0.0.1", port: int = 8088) -> 
     # `--ckf` and `CDR_CKF` go through the same settings field, so a ray:// address is parsed
     # by one parser either way (settings keep its directory in `ckf`).
     overrides: dict[str, Any] = {} if ckf is None else {"ckf": str(ckf)}
+    if kbs:
+        specs = parse_kb_specs(kbs, "--kb")
+        if any("," in p for p in specs.values()):
+            raise GatewayConfigError("--kb: a path with a comma cannot be given here; list "
+                                     "that KB in a --kb-config file")
+        overrides["kbs"] = ",".join(f"{n}={p}" for n, p in specs.items())
+    if kb_config is not None:
+        overrides["kb_config"] = Path(kb_config)
     settings = load_settings(**overrides)
+    settings.named_kbs()  # a bad or clashing KB list stops here, before anything opens
     if settings.dev and not is_loopback(host):
         raise GatewayConfigError(
             f"CDR_DEV=1 serves on loopback only (127.0.0.1, ::1, localhost), not {host!r}: "
@@ -241,8 +274,8 @@ def serve(ckf: Path | str | None, host: str = "127.0.0.1", port: int = 8088) -> 
     index = open_ray_index(settings)
     app = create_app(settings, ckf=index)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    log.info("cdr gateway on http://%s:%d (CKF %s, writer %s)", host, port,
-             settings.ckf or "none", settings.writer)
+    log.info("cdr gateway on http://%s:%d (knowledge bases %s, writer %s)", host, port,
+             ", ".join(app.state.kbs.by_name) or "none", settings.writer)
     uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5,
                 timeout_keep_alive=settings.keepalive_seconds,
                 http=guarded_h11(settings.read_timeout_seconds),

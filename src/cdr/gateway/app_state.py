@@ -23,7 +23,7 @@ from cdr.gateway.schemas import GenerationOptions
 from cdr.gateway.selections import CachingIndex, SelectionCache
 from cdr.gateway.session_record import SessionCache, SessionRecord
 from cdr.gateway.session_store import SessionStore, StoredSession
-from cdr.gateway.settings import GatewaySettings
+from cdr.gateway.settings import DEFAULT_KB, GatewaySettings
 from cdr.gateway.shard_kb import ShardSetKnowledgeBase, index_root
 from cdr.headers import SAFETY_ONLY_HEADERS, crp_headers
 from cdr.loop import EmptyKnowledgeBaseError, GenerationConfig, Generator, WindowEvent
@@ -83,12 +83,20 @@ def session_not_found(session_id: str) -> NotFoundError:
                          "or created on another gateway's store)")
 
 
-def check_owner(session_id: str, record: SessionRecord, caller: ApiKey | None) -> None:
-    """The session's owner key, or an admin key, may use it; anyone else gets the 404 of a
-    missing session. Sessions without an owner (made in dev mode, without keys, or stored
-    before sessions had owners) stay reachable by their token alone; a gateway without keys
-    (`caller` None: dev mode, loopback only) reaches every session."""
-    if record.owner is None or caller is None or caller.allows("admin"):
+def check_owner(session_id: str, record: SessionRecord, caller: ApiKey | None,
+                kb: str | None = None) -> None:
+    """The session's owner key, or an admin key that reaches its knowledge base, may use it;
+    anyone else gets the 404 of a missing session, and so does a call through another KB's
+    routes (`kb`: the KB of the route). Sessions without an owner (made in dev mode, without
+    keys, or stored before sessions had owners) stay reachable by their token alone; a
+    gateway without keys (`caller` None: dev mode, loopback only) reaches every session."""
+    if kb is not None and record.kb_name != kb:
+        raise session_not_found(session_id)
+    if caller is None:
+        return
+    if not caller.reaches(record.kb_name):
+        raise session_not_found(session_id)
+    if record.owner is None or caller.allows("admin"):
         return
     if not hmac.compare_digest(caller.owner_id, record.owner):
         raise session_not_found(session_id)
@@ -118,10 +126,20 @@ class Gateway:
         writer: Writer | None = None,
         store: SessionStore | None = None,
         signer: TokenSigner | None = None,
+        name: str = DEFAULT_KB,
+        metrics: GatewayMetrics | None = None,
+        executor: ThreadPoolExecutor | None = None,
     ) -> None:
+        """One knowledge base's state. Several KBs of one gateway (`cdr.gateway.kbs`) share
+        the writer, signer, session store, metrics and chat threads (passed in; then closed by
+        their owner, not here) and each keep their own CKF snapshots, Phase 1 cache, session
+        cache and upload writer."""
+        self.name = name
+        self._owns_shared = store is None and executor is None
         self.settings = settings
         initial = None if ckf is None or isinstance(ckf, str | Path) else ckf
-        path = Path(ckf) if isinstance(ckf, str | Path) else settings.ckf
+        path = (Path(ckf) if isinstance(ckf, str | Path)
+                else index_root(ckf) if ckf is not None else settings.ckf)
         self.kb: Any
         if initial is not None and is_ray_address(str(initial.path)):
             self.kb = ShardSetKnowledgeBase(initial, index_root(initial))  # served by Ray
@@ -130,21 +148,24 @@ class Gateway:
         self.writer = writer if writer is not None else writer_for(settings)
         self.signer = signer if signer is not None else settings.token_signer()
         self.store = store if store is not None else settings.session_store()
-        self.metrics = GatewayMetrics()
+        self.metrics = metrics if metrics is not None else GatewayMetrics()
         self.jobs = IngestJobs(self.kb, store=job_store_for(self.store),
                                lease_seconds=settings.job_lease_seconds,
-                               commit_facts=settings.upload_commit_facts)
+                               commit_facts=settings.upload_commit_facts, kb_name=name)
         self.sessions = SessionCache()
         self.selections = SelectionCache()
-        self.executor = ThreadPoolExecutor(max_workers=CHAT_THREADS,
-                                           thread_name_prefix="cdr-chat")
+        self.executor = executor if executor is not None else ThreadPoolExecutor(
+            max_workers=CHAT_THREADS, thread_name_prefix="cdr-chat")
 
     def close(self) -> None:
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        if self._owns_shared:
+            self.executor.shutdown(wait=False, cancel_futures=True)
         self.kb.close()
         self.jobs.close()
-        self.jobs.store.close()
-        self.store.close()
+        if self.jobs.store is not self.store:
+            self.jobs.store.close()  # its own (closing a shared pool's view leaves the pool)
+        if self._owns_shared:
+            self.store.close()
 
     # ------------------------------------------------------------------ CKF
 
@@ -234,7 +255,7 @@ class Gateway:
         current token, so a client that lost its place (a dropped stream) can get back in."""
         payload = self.verify(token, session_id, snapshot)
         stored, record = self.load(session_id, snapshot, fresh=fresh)
-        check_owner(session_id, record, caller)
+        check_owner(session_id, record, caller, self.name)
         if current and payload.window != record.session.window_count:
             raise StaleTokenError(payload.window, record.session.window_count)
         return stored, record

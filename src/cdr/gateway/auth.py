@@ -64,6 +64,8 @@ _HASH = re.compile(r"^sha256:([0-9a-f]{64})$")
 # A knowledge base's name: safe in a URL path segment, a model id (`cdr/<name>`) and a key entry.
 KB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 ALL_KBS = "*"
+# A named KB's CKF routes (documents, jobs, stats): writes there need admin, as on /v1/ckf/.
+_KB_CKF = re.compile(r"^/v1/kbs/[^/]*/(?!sessions(/|$))")
 # The inspector's page shells: fixed HTML with no data, which a browser must be able to load by
 # plain navigation (it cannot send headers); their script sends the credential from the URL
 # fragment to the JSON endpoints under /ui/api/, which stay behind the key.
@@ -219,7 +221,8 @@ def required_scope(method: str, path: str) -> str | None:
         return None
     if method.upper() in ("GET", "HEAD") and _UI_SHELL.match(path):
         return None
-    if path.startswith("/v1/ckf/") and method.upper() not in ("GET", "HEAD", "OPTIONS"):
+    if (path.startswith("/v1/ckf/") or _KB_CKF.match(path)) \
+            and method.upper() not in ("GET", "HEAD", "OPTIONS"):
         return "admin"
     return "generate"
 

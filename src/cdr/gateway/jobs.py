@@ -61,10 +61,12 @@ class IngestJob:
     report: dict[str, Any] | None = None
     documents: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
+    kb: str = "default"  # the knowledge base it writes to
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "id": self.id, "status": self.status, "files": [f.name for f in self.files],
+            "id": self.id, "kb": self.kb, "status": self.status,
+            "files": [f.name for f in self.files],
             "created": self.created, "started": self.started, "finished": self.finished,
             "report": self.report, "documents": self.documents, "error": self.error,
         }
@@ -102,8 +104,9 @@ class StoredJob:
 class IngestJobs:
     def __init__(self, kb: KnowledgeBase, staging_root: Path | None = None,
                  store: SessionStore | None = None, *, lease_seconds: float = LEASE_SECONDS,
-                 commit_facts: int = UPLOAD_COMMIT_FACTS) -> None:
+                 commit_facts: int = UPLOAD_COMMIT_FACTS, kb_name: str = "default") -> None:
         self.kb = kb
+        self.kb_name = kb_name  # jobs of other KBs in a shared store are not found here
         self.store: SessionStore = store if store is not None else MemorySessionStore()
         # Not inside the CKF directory: `CKF.create` wants that empty on the first upload.
         self.staging_root = staging_root
@@ -128,7 +131,7 @@ class IngestJobs:
 
     def submit(self, files: list[StagedFile], source_type: str,
                importance: float | None) -> IngestJob:
-        job = IngestJob(uuid.uuid4().hex, files, source_type, importance)
+        job = IngestJob(uuid.uuid4().hex, files, source_type, importance, kb=self.kb_name)
         self.store.create(job.id, json.dumps(job.to_json()))
         self._lease(job.id)
         self._prune()
@@ -198,10 +201,10 @@ class IngestJobs:
 
     def get(self, job_id: str) -> StoredJob:
         stored = self.store.get(job_id)
-        if stored is None:
+        data = json.loads(stored.data) if stored is not None else None
+        if data is None or data.get("kb", "default") != self.kb_name:
             raise NotFoundError(f"no ingest job {job_id!r} (the newest {MAX_JOBS_KEPT} jobs "
                                 "are kept)")
-        data = json.loads(stored.data)
         if data.get("status") in ("queued", "running"):
             data = self.reap(job_id) or data
         return StoredJob(data)

@@ -68,4 +68,5 @@ def expects_json(method: str, path: str) -> bool:
     """Whether this call's body (when it has one) must be JSON: every write under /v1 except
     the multipart upload."""
     return (method.upper() in ("POST", "PUT", "PATCH") and path.startswith("/v1/")
-            and path != "/v1/ckf/documents")
+            and path != "/v1/ckf/documents"
+            and not (path.startswith("/v1/kbs/") and path.endswith("/documents")))

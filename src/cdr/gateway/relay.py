@@ -32,6 +32,7 @@ from cdr.gateway.errors import ApiError, from_cdr_error
 from cdr.gateway.redact import upstream_summary
 from cdr.gateway.schemas import ChatCompletionRequest
 from cdr.gateway.session_record import SessionRecord
+from cdr.gateway.settings import DEFAULT_KB
 from cdr.headers import SAFETY_ONLY_HEADERS
 from cdr.loop import EmptyKnowledgeBaseError, WindowEvent
 from cdr.session import CANCELLED, IN_PROGRESS, LIMIT_REACHED
@@ -134,7 +135,8 @@ class ChatRun:
             raise from_cdr_error(exc) from None
         self.sid = gw.new_session_id()
         self.record = SessionRecord(session, mode="chat", options=self.options,
-                                    owner=self.owner)
+                                    owner=self.owner,
+                                    kb=None if gw.name == DEFAULT_KB else gw.name)
         self.version = gw.store.create(self.sid, self.record.to_json()).version
 
     # ------------------------------------------------------------------ windows

@@ -37,8 +37,11 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from cdr.errors import CdrError
 from cdr.gateway.app_state import Gateway, session_headers
 from cdr.gateway.errors import ApiError, from_cdr_error
+from cdr.gateway.kbs import KnowledgeBases
 from cdr.gateway.relay import ChatRun, DocumentText, run_to_completion
+from cdr.gateway.routes_models import MODEL_PREFIX, model_not_found
 from cdr.gateway.schemas import ChatCompletion, ChatCompletionRequest, ErrorResponse
+from cdr.gateway.settings import DEFAULT_KB
 
 log = logging.getLogger("cdr.gateway")
 router = APIRouter(tags=["openai"])
@@ -53,13 +56,13 @@ _END = object()
         200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
               "description": "A chat.completion, or with `stream: true` an SSE stream of "
                              "chat.completion.chunk events ending with `data: [DONE]`."},
-        **{c: {"model": ErrorResponse} for c in (400, 409, 413, 422, 502, 503)},
+        **{c: {"model": ErrorResponse} for c in (400, 404, 409, 413, 422, 502, 503)},
     },
     summary="OpenAI-compatible chat completion written over several CDR windows",
 )
 async def chat_completions(request: Request, body: ChatCompletionRequest) -> Response:
-    gw: Gateway = request.app.state.gateway
     key = getattr(request.state, "api_key", None)
+    gw = _kb_for(request, body, key)
     run = ChatRun(gw, body, owner=key.owner_id if key is not None else None)
     loop = asyncio.get_running_loop()
     if not body.stream:
@@ -76,6 +79,20 @@ async def chat_completions(request: Request, body: ChatCompletionRequest) -> Res
         return JSONResponse(result, headers=headers)
     await loop.run_in_executor(gw.executor, run.start)
     return await _stream(gw, run, body)
+
+
+def _kb_for(request: Request, body: ChatCompletionRequest, key: Any) -> Gateway:
+    """The KB a chat completion writes from, the OpenAI way: `crp.kb`, else a `model` of
+    `cdr/<name>`, else the default KB. One the key does not reach is an unknown model."""
+    kbs: KnowledgeBases = request.app.state.kbs
+    name = body.crp.kb if body.crp is not None and body.crp.kb else None
+    if name is None and body.model.startswith(MODEL_PREFIX):
+        name = body.model.removeprefix(MODEL_PREFIX)
+    try:
+        return kbs.resolve(name or DEFAULT_KB, key)
+    except ApiError:
+        shown = body.model if name is None or not body.crp or not body.crp.kb else name
+        raise model_not_found(shown) from None
 
 
 async def _disconnected(request: Request) -> None:

@@ -13,12 +13,14 @@ from fastapi.responses import JSONResponse
 from cdr.gateway.app_state import Gateway
 from cdr.gateway.errors import ApiError
 from cdr.gateway.jobs import StagedFile
+from cdr.gateway.kbs import kb_gateway
 from cdr.gateway.paths import public_path, public_sources
 from cdr.gateway.redact import scrub_paths
 from cdr.gateway.schemas import Deleted, ErrorResponse, Job
 from cdr.gateway.shard_kb import ShardSetKnowledgeBase
 
-router = APIRouter(prefix="/v1/ckf", tags=["ckf"])
+# Mounted twice (`app.py`): under /v1/ckf for the default KB and under /v1/kbs/{kb}.
+router = APIRouter(tags=["ckf"])
 MAX_FILES = 100
 MAX_NAME_BYTES = 255
 
@@ -28,7 +30,8 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 
 def _gw(request: Request) -> Gateway:
-    return request.app.state.gateway
+    """The KB this route serves (chosen by the router's dependency, `cdr.gateway.kbs`)."""
+    return kb_gateway(request)
 
 
 def _check_upload(name: str, data: bytes) -> str:
@@ -119,7 +122,8 @@ async def upload_documents(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return JSONResponse(_public_job(job.to_json()), status_code=202,
-                        headers={"Location": f"/v1/ckf/jobs/{job.id}"})
+                        headers={"Location": f"{request.state.kb_prefix or '/v1/ckf'}"
+                                            f"/jobs/{job.id}"})
 
 
 @router.get("/jobs/{job_id}", response_model=Job, responses=_errors(404, 422),

@@ -12,6 +12,7 @@ from cdr.gateway import sidecar
 from cdr.gateway.app_state import SET_TOKEN_HEADER, TOKEN_HEADER, Gateway, token_from_headers
 from cdr.gateway.auth import ApiKey
 from cdr.gateway.errors import ApiError
+from cdr.gateway.kbs import kb_gateway
 from cdr.gateway.schemas import (
     Deleted,
     EnvelopeResponse,
@@ -23,7 +24,8 @@ from cdr.gateway.schemas import (
     WindowSubmit,
 )
 
-router = APIRouter(prefix="/v1/sessions", tags=["sidecar"])
+# Mounted twice (`app.py`): under /v1/sessions for the default KB and /v1/kbs/{kb}/sessions.
+router = APIRouter(tags=["sidecar"])
 
 _bearer = HTTPBearer(auto_error=False, description="The session token (`CRP-Set-Session` of "
                      "the last response).")
@@ -66,7 +68,8 @@ _HEADERS_DOC = {
 
 
 def _gw(request: Request) -> Gateway:
-    return request.app.state.gateway
+    """The KB this route serves (chosen by the router's dependency, `cdr.gateway.kbs`)."""
+    return kb_gateway(request)
 
 
 def _caller(request: Request) -> ApiKey | None:

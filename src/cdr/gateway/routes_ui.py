@@ -41,6 +41,7 @@ from cdr.errors import CdrError
 from cdr.gateway.app_state import TOKEN_HEADER, Gateway, check_owner, session_not_found
 from cdr.gateway.errors import ApiError, from_cdr_error
 from cdr.gateway.session_record import SessionRecord
+from cdr.gateway.settings import DEFAULT_KB
 from cdr.report import csp_header, render_trace_body
 from cdr.report.page import page
 
@@ -82,16 +83,16 @@ def _authorize_view(request: Request, gw: Gateway, sid: str) -> tuple[int, Sessi
     """The session's stored version and record, for an admin, or for the session's owner key
     holding a token of the session (any window: the view only reads). Another key gets the
     404 of a session that does not exist."""
-    if is_admin(request, gw):
-        return _record(gw, sid)
-    token = _session_token(request)
-    if token is None:
-        raise ApiError(401, f"this view needs the session's token: open /ui/sessions/{sid}"
-                       "#token=<token>, or send it as `CRP-Session: <token>`",
-                       code="missing_token")
-    gw.verify(token, sid, gw.kb.current())
+    caller = getattr(request.state, "api_key", None)
+    if not is_admin(request, gw):
+        token = _session_token(request)
+        if token is None:
+            raise ApiError(401, f"this view needs the session's token: open /ui/sessions/"
+                           f"{sid}#token=<token>, or send it as `CRP-Session: <token>`",
+                           code="missing_token")
+        gw.verify(token, sid, None)  # signature, expiry, this session (any KB's model)
     version, rec = _record(gw, sid)
-    check_owner(sid, rec, getattr(request.state, "api_key", None))
+    check_owner(sid, rec, caller)  # the owner, or an admin reaching the session's KB
     return version, rec
 
 
@@ -162,23 +163,31 @@ def sessions_list(request: Request) -> JSONResponse:
         return _refusal(ApiError(403, "the session list is for admins: send an API key with "
                                  "the admin scope (`Authorization: Bearer <key>`)",
                                  code="forbidden"))
+    key = getattr(request.state, "api_key", None)
     rows = []
     for sid in gw.store.list_ids():
         stored = gw.store.get(sid)
         if stored is None:
             continue
-        rows.append((stored.updated, sid, stored.data))
-    rows.sort(reverse=True)
-    sessions = []
-    for updated, sid, data in rows[:LIST_LIMIT]:
         try:
-            raw = json.loads(data)
+            raw = json.loads(stored.data)
+            kb = str(raw.get("kb") or DEFAULT_KB)
+        except (ValueError, AttributeError):
+            continue  # a damaged record is listed nowhere rather than breaking the list
+        if key is not None and not key.reaches(kb):
+            continue  # another KB's session: neither listed nor counted
+        rows.append((stored.updated, sid, raw, kb))
+    rows.sort(key=lambda r: (r[0], r[1]), reverse=True)
+    sessions = []
+    for updated, sid, raw, kb in rows[:LIST_LIMIT]:
+        try:
             s = raw["session"]
             windows = raw.get("windows") or []
             sessions.append({
                 "id": sid, "task": str(s["task"]), "ranking": str(s["ranking"]),
                 "status": str(s["status"]), "windows": int(s["window_count"]),
                 "max_windows": int(s["max_windows"]), "mode": str(raw.get("mode", "")),
+                "kb": kb,
                 "completeness": float(windows[-1]["completeness"]) if windows else 0.0,
                 "updated": float(updated)})
         except (ValueError, KeyError, TypeError, CdrError):

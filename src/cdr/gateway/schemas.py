@@ -159,6 +159,14 @@ class ChatMessage(BaseModel):
         return "\n".join(p.text for p in self.content if p.type == "text" and p.text)
 
 
+class ChatCrpOptions(GenerationOptions):
+    """`crp` of a chat completion: the generation options, and which knowledge base."""
+
+    kb: str | None = Field(None, min_length=1, max_length=64,
+                           description="The knowledge base to write from (else `model`'s "
+                           "`cdr/<name>`, else the default KB).")
+
+
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
     include_usage: bool = False
@@ -173,7 +181,7 @@ class ChatCompletionRequest(_CleanText, BaseModel):
     messages: list[ChatMessage] = Field(..., min_length=1, max_length=256)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    crp: GenerationOptions | None = Field(
+    crp: ChatCrpOptions | None = Field(
         None, description="CDR options (OpenAI clients send them with `extra_body`).")
 
     @model_validator(mode="after")

@@ -40,6 +40,13 @@ class SessionRecord:
     # The id of the API key that created the session (`ApiKey.owner_id`, never the key):
     # only that key, or an admin key, reaches it. None: created without keys (dev mode).
     owner: str | None = None
+    # The knowledge base it was made on (`cdr serve --kb NAME=...`); None: the default KB
+    # (and every record stored before KBs had names).
+    kb: str | None = None
+
+    @property
+    def kb_name(self) -> str:
+        return self.kb if self.kb is not None else "default"
 
     def to_json(self) -> str:
         data: dict[str, Any] = {
@@ -47,8 +54,12 @@ class SessionRecord:
             "session": self.session.to_dict(), "windows": self.windows,
             "pending": self.pending,
         }
-        if self.owner is not None:  # a dev-mode session stores exactly what it did before
+        # A session without an owner or on the default KB (dev mode, one KB) stores exactly
+        # what it did before either existed.
+        if self.owner is not None:
             data["owner"] = self.owner
+        if self.kb is not None:
+            data["kb"] = self.kb
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
@@ -63,6 +74,7 @@ class SessionRecord:
             mode=str(data.get("mode", "sidecar")),
             options=dict(data.get("options") or {}),
             owner=_owner(data.get("owner")),
+            kb=_owner(data.get("kb")),
         )
 
     def trace(self, session_id: str) -> dict[str, Any]:
@@ -74,10 +86,11 @@ class SessionRecord:
 
 
 def _owner(value: object) -> str | None:
+    """An optional non-empty string field of the stored record (owner, kb)."""
     if value is None:
         return None
     if not isinstance(value, str) or not value:
-        raise InvalidInputError("stored session has an invalid owner")
+        raise InvalidInputError("stored session has an invalid owner or knowledge base")
     return value
 
 

@@ -23,9 +23,11 @@ from cdr.gateway.session_store import SessionStore, SQLiteSessionStore
 from cdr.gateway.session_store_postgres import is_postgres_url
 from cdr.session_token import DEFAULT_KID, TokenSigner, parse_signing_secret
 
-__all__ = ["GatewayConfigError", "GatewaySettings", "load_settings"]
+__all__ = ["DEFAULT_KB", "GatewayConfigError", "GatewaySettings", "load_settings",
+           "parse_kb_specs", "read_kb_config"]
 
 SESSION_DB_NAME = "sessions.sqlite3"
+DEFAULT_KB = "default"  # the name of `--ckf` / `CDR_CKF`, served by the un-named routes
 
 
 class GatewayConfigError(InvalidInputError):
@@ -90,6 +92,10 @@ class GatewaySettings(BaseSettings):
     # Swagger UI at /docs and ReDoc at /redoc (scripts from a CDN, under a strict CSP): off
     # unless asked for, since they run third-party code on the gateway's origin.
     api_docs: bool = False
+    # More knowledge bases, by name: `name=path,name=ray://...` (`cdr serve --kb NAME=PATH`),
+    # and a TOML file with a [kbs] table of name = "path" (`--kb-config`).
+    kbs: str | None = None
+    kb_config: Path | None = None
     # A file path (SQLite) or a postgresql:// URL (shared by gateway replicas).
     session_db: PostgresUrl | Path | None = None
     # NORMAL survives process crashes; FULL also power cuts, at one fsync per session write.
@@ -142,12 +148,35 @@ class GatewaySettings(BaseSettings):
             self._ray_address = str(self.ckf)
             self.ckf = parse_address(self._ray_address).path
         if self.session_db is None:
+            first = next((p for p in self.named_kbs().values() if not is_ray_address(p)),
+                         None) if self.ckf is None and (self.kbs or self.kb_config) else None
             if self.ckf is not None:
                 self.session_db = self.ckf / SESSION_DB_NAME
+            elif first is not None:  # one store for every KB, beside the first local one
+                self.session_db = Path(first) / SESSION_DB_NAME
             elif self.dev:
                 name = f"cdr-sessions-{os.getpid()}-{uuid.uuid4().hex[:12]}.sqlite3"
                 self.session_db = Path(tempfile.gettempdir()) / name
         return self
+
+    def named_kbs(self) -> dict[str, str]:
+        """Every knowledge base by name, in order: `default` (`CDR_CKF` / `--ckf`), then
+        `CDR_KBS` (`--kb`), then the `--kb-config` file. A name given twice is an error."""
+        out: dict[str, str] = {}
+        sources: list[tuple[str, dict[str, str]]] = []
+        if self.ckf is not None:
+            sources.append(("CDR_CKF", {DEFAULT_KB: self._ray_address or str(self.ckf)}))
+        if self.kbs:
+            sources.append(("CDR_KBS", parse_kb_specs(self.kbs.split(","), "CDR_KBS")))
+        if self.kb_config is not None:
+            sources.append((str(self.kb_config), read_kb_config(self.kb_config)))
+        for where, kbs in sources:
+            for name, path in kbs.items():
+                if name in out:
+                    raise GatewayConfigError(f"knowledge base {name!r} is given twice (again in "
+                                             f"{where}); each name names one KB")
+                out[name] = path
+        return out
 
     @property
     def ray_address(self) -> str | None:
@@ -228,6 +257,66 @@ class GatewaySettings(BaseSettings):
 
             return PostgresSessionStore(str(self.session_db))
         return SQLiteSessionStore(self.session_db, synchronous=self.session_db_synchronous)
+
+
+def is_ray_address(value: str) -> bool:
+    from cdr.ray_index import is_ray_address as check
+
+    return check(value)
+
+
+def _check_kb_name(name: str, where: str) -> str:
+    from cdr.gateway.auth import KB_NAME
+
+    if not KB_NAME.match(name):
+        raise GatewayConfigError(f"{where}: {name!r} is not a knowledge base name (1-64 "
+                                 "letters, digits, '_', '.' or '-', starting with a letter or "
+                                 "digit)")
+    return name
+
+
+def parse_kb_specs(specs: list[str], where: str = "--kb") -> dict[str, str]:
+    """`NAME=PATH` items (PATH a CKF directory or `ray://HOST:PORT/ABS_PATH`) → {name: path}."""
+    out: dict[str, str] = {}
+    for spec in (s.strip() for s in specs):
+        if not spec:
+            continue
+        name, sep, path = spec.partition("=")
+        name, path = name.strip(), path.strip()
+        if not sep or not path:
+            raise GatewayConfigError(f"{where} {spec[:80]!r}: give NAME=PATH (a CKF directory "
+                                     "or ray://HOST:PORT/ABS_PATH)")
+        _check_kb_name(name, where)
+        if name in out:
+            raise GatewayConfigError(f"{where}: knowledge base {name!r} is given twice")
+        out[name] = path
+    return out
+
+
+def read_kb_config(path: Path) -> dict[str, str]:
+    """The `[kbs]` table of a TOML file: `name = "path"`; relative paths are relative to the
+    file's directory (so a config and its KBs move together)."""
+    import tomllib
+
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise GatewayConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise GatewayConfigError(f"{path} is not TOML: {' '.join(str(exc).split())}") from None
+    table = data.get("kbs")
+    if not isinstance(table, dict):
+        raise GatewayConfigError(f"{path} needs a [kbs] table of name = \"path\" lines")
+    out: dict[str, str] = {}
+    for name, value in table.items():
+        _check_kb_name(name, str(path))
+        if not isinstance(value, str) or not value.strip():
+            raise GatewayConfigError(f"{path}: kbs.{name} must be a path or ray:// address "
+                                     "(a string)")
+        value = value.strip()
+        out[name] = value if is_ray_address(value) else str(path.parent / value)
+    return out
 
 
 def load_settings(**overrides: Any) -> GatewaySettings:

@@ -34,6 +34,7 @@ from cdr.gateway.replay import replay_submission, with_submission
 from cdr.gateway.schemas import SessionCreate, WindowSubmit
 from cdr.gateway.session_record import SessionRecord, derive, with_pending
 from cdr.gateway.session_store import StoredSession, VersionConflictError
+from cdr.gateway.settings import DEFAULT_KB
 from cdr.loop import PreparedWindow, WindowEvent
 from cdr.session_token import StaleTokenError
 from cdr.trace import packed_facts, window_record
@@ -55,7 +56,7 @@ def create_session(gw: Gateway, req: SessionCreate, caller: ApiKey | None) -> Re
     sid = gw.new_session_id()
     owner = caller.owner_id if caller is not None else None
     gw.store.create(sid, SessionRecord(session, mode="sidecar", options=options,
-                                       owner=owner).to_json())
+                                       owner=owner, kb=_kb(gw)).to_json())
     token = gw.issue(sid, session)
     body = {
         "session_id": sid, "token": token, "status": session.status,
@@ -66,6 +67,11 @@ def create_session(gw: Gateway, req: SessionCreate, caller: ApiKey | None) -> Re
     headers = session_headers(session, sid, token)
     body["headers"] = headers
     return body, headers
+
+
+def _kb(gw: Gateway) -> str | None:
+    """The KB name a new session stores: None for the default KB, as records always had."""
+    return None if gw.name == DEFAULT_KB else gw.name
 
 
 def _facts_out(prepared: PreparedWindow) -> list[dict[str, Any]]:
