@@ -252,7 +252,7 @@ def serve(
                      "repeat for several. --ckf is the one named 'default'.")] = None,
     kb_config: Annotated[str | None, typer.Option(
         "--kb-config", envvar="CDR_KB_CONFIG",
-        help="A TOML file with a [kbs] table of name = \"path\" lines.")] = None,
+        help="A TOML file listing knowledge bases: a kbs table of name = \"path\" lines.")] = None,
 ) -> None:
     """Run the HTTP gateway (OpenAI-compatible relay and sidecar API)."""
     try:
