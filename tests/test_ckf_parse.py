@@ -188,7 +188,8 @@ def test_pdf_that_is_not_a_pdf_is_skipped_with_reason():
         parse_bytes(b"%PDF-1.4\n garbage that is not a pdf body", "pdf")
 
 
-def test_html_article_header_keeps_its_title_page_header_is_dropped():
+def test_html_article_header_keeps_its_title_page_header_is_dropped(monkeypatch):
+    monkeypatch.setenv("CDR_HTML_EXTRACTOR", "off")  # the streaming parser's own rules
     doc = parse_html("<body><header><h1>Site name</h1><p>Site tagline</p></header>"
                      "<article><header><h1>Vacuum</h1></header><p>Vacuum reclaims space."
                      "</p><footer><p>Posted in maintenance</p></footer></article>"
@@ -308,7 +309,8 @@ def test_html_nested_100k_deep_parses_without_recursion():
         (("Deep",), "inner text"), (("Deep",), "outer text")]
 
 
-def test_html_unclosed_and_stray_tags_close_like_a_browser():
+def test_html_unclosed_and_stray_tags_close_like_a_browser(monkeypatch):
+    monkeypatch.setenv("CDR_HTML_EXTRACTOR", "off")  # the streaming parser's own rules
     doc = parse_html("<ul><li>one<li>two</ul></span><p>para one<p>para two<table><tr><td>a"
                      "<td>b<tr><td>c</table><h3>H</h3>tail")
     assert [(b.section, b.text) for b in doc.blocks] == [

@@ -13,6 +13,7 @@ import re
 import textwrap
 from html.parser import HTMLParser
 
+from cdr.ckf.html_main import keep_main_blocks
 from cdr.ckf.records import Block, ParsedDocument
 from cdr.ckf.sections import Sections
 
@@ -240,4 +241,7 @@ def parse_html(text: str) -> ParsedDocument:
     while parser.stack:
         parser._pop()
     parser.flush()
-    return ParsedDocument("html", parser.blocks, parser.title_text or None, parser.meta)
+    # Site chrome the markup does not name (a menu in plain divs): kept out by a main-content
+    # extractor where one is installed and the page is safe to give it (cdr.ckf.html_main).
+    blocks, _ = keep_main_blocks(text, parser.blocks)
+    return ParsedDocument("html", blocks, parser.title_text or None, parser.meta)

@@ -22,6 +22,7 @@ import numpy as np
 
 from cdr.ckf.chunk import DEFAULT_CHUNKING, ChunkConfig, chunk_blocks
 from cdr.ckf.handle import CKF
+from cdr.ckf.html_main import extractor_id
 from cdr.ckf.parse import KIND_BY_SUFFIX, KINDS, PARSER_VERSION, front_matter
 from cdr.ckf.records import (
     SOURCE_TYPE_IMPORTANCE,
@@ -140,7 +141,8 @@ def _plan(ckf: CKF, doc: DocumentInput, source_type: str, importance: float | No
     if kind not in KINDS:
         raise SkipDocument(f"unsupported document kind {kind!r}")
     # The bytes plus how they are cut into facts: a new chunking re-chunks unchanged files.
-    recipe = f"cdr-ckf parser {PARSER_VERSION} {chunking!r}\0".encode()
+    extractor = f" html {extractor_id()}" if kind == "html" else ""
+    recipe = f"cdr-ckf parser {PARSER_VERSION}{extractor} {chunking!r}\0".encode()
     content_hash = hashlib.sha256(recipe + data).hexdigest()
     text = decode_text(data, kind)[0] if kind != "pdf" else ""
     try:

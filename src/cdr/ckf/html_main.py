@@ -1,0 +1,140 @@
+"""Main-content detection for HTML pages: which of the streaming parser's blocks are the page's
+content, and which are its site chrome (menus, navigation bars, footers, sidebars).
+
+The streaming parser (`cdr.ckf.html_blocks`) drops what the markup names as chrome (`<nav>`,
+`role=navigation`, Sphinx sidebars...), but a site whose menu is a plain `<div>` of links
+becomes facts such as "Home Menu About Documentation Download License Support Purchase".
+`trafilatura`, a maintained extractor tuned on real web pages, tells content from boilerplate
+by text density, link density and position. Its own output is not used as the document:
+it flattens code blocks (newlines lost) and turns inline `<code>` into `<pre>`, so the
+streaming parser's blocks, sections and code stay the document and trafilatura's text only
+decides which blocks to keep: a block stays when most of its word trigrams occur in the
+extracted text.
+
+The extractor is skipped, and every block kept, when it is not installed, when
+`CDR_HTML_EXTRACTOR=off`, when the page is larger than `MAX_CHARS` or nested deeper than
+`MAX_DEPTH` (lxml builds a tree: the streaming parser's linear-cost guarantees on hostile
+pages must hold), when it raises, or when it finds no content at all (it refuses pages it
+cannot classify, such as short or mostly-tabular ones).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cdr.ckf.records import Block
+
+log = logging.getLogger("cdr.ckf")
+
+ENV = "CDR_HTML_EXTRACTOR"
+MAX_CHARS = 2_000_000
+MAX_DEPTH = 200
+# A block is content when at least this share of its word trigrams is in the extracted text.
+KEEP_SHARE = 0.5
+
+_WORD = re.compile(r"\w+")
+_TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9:-]*)[^>]*?(/?)>")
+_VOID = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta",
+                   "param", "source", "track", "wbr", "p", "li", "dt", "dd", "tr", "td", "th",
+                   "option"})  # void, or closed implicitly often enough not to count as depth
+
+
+def extractor_enabled() -> bool:
+    """False when `CDR_HTML_EXTRACTOR` is off/0/false/no, or trafilatura is not installed."""
+    if os.environ.get(ENV, "on").strip().lower() in ("off", "0", "false", "no"):
+        return False
+    import importlib.util
+
+    return importlib.util.find_spec("trafilatura") is not None
+
+
+def extractor_id() -> str:
+    """What decides the blocks, for the ingest's content hash: a change re-chunks the page."""
+    if not extractor_enabled():
+        return "stream"
+    from importlib.metadata import version
+
+    return f"trafilatura {version('trafilatura')} share {KEEP_SHARE}"
+
+
+def nesting_depth(text: str, stop_at: int = MAX_DEPTH) -> int:
+    """The deepest element nesting in `text` by a linear scan of its tags (stops counting at
+    `stop_at`). Elements that are void or usually left unclosed are not counted."""
+    depth = deepest = 0
+    for m in _TAG.finditer(text):
+        closing, name, selfclosing = m.group(1), m.group(2).lower(), m.group(3)
+        if name in _VOID or selfclosing:
+            continue
+        if closing:
+            depth = max(depth - 1, 0)
+        else:
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest >= stop_at:
+                    break
+    return deepest
+
+
+@dataclass(frozen=True, slots=True)
+class MainContent:
+    """Why the blocks are what they are: `used` is False when the extractor was skipped."""
+
+    used: bool
+    reason: str
+    dropped: int = 0
+
+
+def _trigrams(words: Sequence[str]) -> set[tuple[str, ...]]:
+    if len(words) < 3:
+        return {tuple(words)} if words else set()
+    return {tuple(words[i:i + 3]) for i in range(len(words) - 2)}
+
+
+def extracted_text(html: str) -> str | None:
+    """trafilatura's main text of the page, or None when it finds none or fails."""
+    import trafilatura
+
+    try:
+        text = trafilatura.extract(html, output_format="txt", include_tables=True,
+                                   include_comments=False, include_links=False,
+                                   include_formatting=False, favor_recall=True)
+    except Exception as exc:  # a third-party parser on a hostile page: fall back, say why
+        log.debug("trafilatura failed: %s: %s", type(exc).__name__, exc)
+        return None
+    return text if text and text.strip() else None
+
+
+def keep_main_blocks(html: str, blocks: list[Block]) -> tuple[list[Block], MainContent]:
+    """The blocks that are main content, and a note of what was done. Never raises."""
+    if not blocks:
+        return blocks, MainContent(False, "no blocks")
+    if not extractor_enabled():
+        return blocks, MainContent(False, "extractor off or not installed")
+    if len(html) > MAX_CHARS:
+        return blocks, MainContent(False, f"page over {MAX_CHARS:,} characters")
+    if nesting_depth(html) >= MAX_DEPTH:
+        return blocks, MainContent(False, f"page nested {MAX_DEPTH} or more deep")
+    main = extracted_text(html)
+    if main is None:
+        return blocks, MainContent(False, "extractor found no main content")
+    words = [w.lower() for w in _WORD.findall(main)]
+    grams = _trigrams(words)
+    vocabulary = set(words)
+    kept: list[Block] = []
+    for block in blocks:
+        bw = [w.lower() for w in _WORD.findall(block.text)]
+        if len(bw) < 3:
+            keep = bool(bw) and all(w in vocabulary for w in bw)
+        else:
+            own = _trigrams(bw)
+            keep = len(own & grams) >= KEEP_SHARE * len(own)
+        if keep:
+            kept.append(block)
+    if not kept:  # the extractor's text matched nothing we parsed: trust the parser
+        return blocks, MainContent(False, "extracted text matched no block")
+    return kept, MainContent(True, "trafilatura", len(blocks) - len(kept))

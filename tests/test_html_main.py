@@ -1,0 +1,105 @@
+"""Main-content extraction for HTML (cdr.ckf.html_main): site chrome in plain divs is kept out
+when trafilatura is installed and the page is safe to hand it; otherwise, and with
+CDR_HTML_EXTRACTOR=off, the streaming parser's blocks are kept as they are."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cdr.ckf import html_main
+from cdr.ckf.html_blocks import parse_html
+from cdr.ckf.records import Block
+
+pytest.importorskip("trafilatura", reason="trafilatura is a dependency; reinstall cdr")
+
+MENU = ("<div class='top'><div><a href='/'>Home</a></div><div><a href='/m'>Menu</a></div>"
+        "<div><a href='/a'>About</a></div><div><a href='/d'>Documentation</a></div>"
+        "<div><a href='/dl'>Download</a></div><div><a href='/p'>Purchase</a></div></div>")
+BODY = "".join(
+    f"<p>Partial indexes cover a subset of the rows of a table, chosen by a WHERE clause; "
+    f"paragraph {i} explains how the query planner uses them when the query implies the "
+    f"index's condition, which saves space and time on writes.</p>" for i in range(6))
+PAGE = (f"<html><head><title>Partial Indexes</title></head><body>{MENU}"
+        f"<div class='content'><h1>Partial Indexes</h1>{BODY}</div>"
+        f"<div class='foot'><a href='/c'>Contact</a> <a href='/l'>License</a></div>"
+        "</body></html>")
+CHROME = {"Home", "Menu", "About", "Documentation", "Download", "Purchase"}
+
+
+def test_menu_in_plain_divs_is_kept_out(monkeypatch):
+    monkeypatch.delenv(html_main.ENV, raising=False)
+    doc = parse_html(PAGE)
+    texts = [b.text for b in doc.blocks]
+    assert not CHROME & {w for t in texts for w in t.split()}
+    assert len(texts) == 6 and all(t.startswith("Partial indexes cover") for t in texts)
+    assert {b.section for b in doc.blocks} == {("Partial Indexes",)}
+    assert doc.title == "Partial Indexes"
+
+
+def test_off_switch_keeps_every_block(monkeypatch):
+    monkeypatch.setenv(html_main.ENV, "off")
+    texts = [b.text for b in parse_html(PAGE).blocks]
+    assert set(texts) >= CHROME and len(texts) > 6
+    assert html_main.extractor_id() == "stream"
+    monkeypatch.setenv(html_main.ENV, "on")
+    assert html_main.extractor_id().startswith("trafilatura ")
+
+
+def test_deep_page_skips_the_extractor_and_keeps_the_streaming_guarantees(monkeypatch):
+    monkeypatch.delenv(html_main.ENV, raising=False)
+    monkeypatch.setattr(html_main, "extracted_text",
+                        lambda html: pytest.fail("the extractor must not see a deep page"))
+    deep = "<div>" * 50_000 + "<h2>Deep</h2><p>inner text</p>" + "</div>" * 50_000
+    doc = parse_html(MENU + deep)
+    assert [b.text for b in doc.blocks][-1] == "inner text"
+    blocks = [Block("x y z")]
+    assert html_main.keep_main_blocks(deep, blocks)[1].reason == "page nested 200 or more deep"
+
+
+def test_huge_page_skips_the_extractor(monkeypatch):
+    monkeypatch.delenv(html_main.ENV, raising=False)
+    monkeypatch.setattr(html_main, "MAX_CHARS", 1000)
+    kept, note = html_main.keep_main_blocks(PAGE, [Block("Home"), Block("text here now")])
+    assert not note.used and "over 1,000 characters" in note.reason and len(kept) == 2
+
+
+def test_extractor_failure_or_refusal_keeps_every_block(monkeypatch):
+    import trafilatura
+
+    monkeypatch.delenv(html_main.ENV, raising=False)
+
+    def boom(*a, **k):
+        raise ValueError("lxml choked")
+
+    monkeypatch.setattr(trafilatura, "extract", boom)
+    blocks = [Block("Home"), Block("Partial indexes cover rows")]
+    assert html_main.keep_main_blocks(PAGE, blocks) == (
+        blocks, html_main.MainContent(False, "extractor found no main content"))
+    monkeypatch.setattr(trafilatura, "extract", lambda *a, **k: None)
+    assert html_main.keep_main_blocks(PAGE, blocks)[0] == blocks
+    monkeypatch.setattr(trafilatura, "extract", lambda *a, **k: "nothing alike at all")
+    assert html_main.keep_main_blocks(PAGE, blocks) == (
+        blocks, html_main.MainContent(False, "extracted text matched no block"))
+
+
+def test_blocks_are_kept_by_their_trigrams(monkeypatch):
+    import trafilatura
+
+    monkeypatch.delenv(html_main.ENV, raising=False)
+    monkeypatch.setattr(trafilatura, "extract", lambda *a, **k: (
+        "The planner uses the partial index when the WHERE clause implies it.\nCode: x = 1"))
+    blocks = [Block("the planner uses the partial index"),  # all trigrams in: kept
+              Block("The planner uses a different thing entirely here"),  # 1 of 6: dropped
+              Block("x = 1", is_code=True),  # short, every word in the text: kept
+              Block("Purchase")]  # short, not in the text: dropped
+    kept, note = html_main.keep_main_blocks(PAGE, blocks)
+    assert kept == [blocks[0], blocks[2]] and note == html_main.MainContent(True, "trafilatura",
+                                                                            2)
+
+
+@given(st.integers(min_value=0, max_value=400), st.integers(min_value=0, max_value=20))
+def test_nesting_depth_counts_open_elements_up_to_the_cap(n, voids):
+    html = "<div>" * n + "<br><img src=x><p>" * voids + "text" + "</div>" * n
+    assert html_main.nesting_depth(html) == min(n, html_main.MAX_DEPTH)
