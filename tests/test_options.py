@@ -426,7 +426,8 @@ def test_cli_profile_and_flags_reach_the_trace(types_ckf_path, tmp_path):
 
 @pytest.mark.parametrize(("flag", "value"), [("--memory", "topics"), ("--envelope", "all"),
                                              ("--queries", "bm25"), ("--profile", "stale"),
-                                             ("--repeats", "hide")])
+                                             ("--repeats", "hide"), ("--subject", "title"),
+                                             ("--lexical", "tfidf"), ("--stale", "skip")])
 def test_cli_refuses_bad_option_values_with_one_line(flag, value, tmp_path):
     r = runner.invoke(app, ["generate", "t", "--ckf", str(tmp_path), flag, value])
     assert r.exit_code == 2
@@ -446,6 +447,11 @@ def test_gateway_crp_schema_takes_the_options_and_refuses_others():
     assert GenerationOptions(repeats="drop").repeats == "drop"
     with pytest.raises(ValueError, match="repeats"):
         GenerationOptions(repeats="hide")
+    o = GenerationOptions(profile="focused", subject="off", lexical="bm25", stale="stop")
+    assert (o.profile, o.subject, o.lexical, o.stale) == ("focused", "off", "bm25", "stop")
+    for name, bad in (("subject", "title"), ("lexical", "tfidf"), ("stale", "skip")):
+        with pytest.raises(ValueError, match=name):
+            GenerationOptions(**{name: bad})
 
 
 def test_sidecar_session_persists_its_options(gateway):
@@ -467,15 +473,19 @@ def test_sidecar_session_persists_its_options(gateway):
 
 def test_openai_crp_options_are_persisted_and_bad_ones_are_422(gateway):
     body = {"model": "cdr", "messages": [{"role": "user", "content": TASK}],
-            "crp": {**CRP, "memory": "facts"}}
+            "crp": {**CRP, "memory": "facts", "subject": "anchor", "stale": "stop"}}
     r = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, timeout=120)
     assert r.status_code == 200, r.text
     crp = r.json()["crp"]
     tr = httpx.get(f"{gateway.url}/v1/sessions/{crp['session_id']}",
                    headers={"Authorization": f"Bearer {crp['token']}"}, timeout=30)
     assert tr.status_code == 200, tr.text
-    assert tr.json()["options"] == {"memory": "facts"}
+    assert tr.json()["options"] == {"memory": "facts", "subject": "anchor", "stale": "stop"}
     jsonschema.validate(tr.json(), TRACE_SCHEMA)
+    assert all("sent_before" in w for w in tr.json()["windows"])
     bad = httpx.post(f"{gateway.url}/v1/chat/completions", timeout=30,
                      json={**body, "crp": {**CRP, "queries": "bm25"}})
     assert bad.status_code == 422 and "queries" in bad.text
+    bad = httpx.post(f"{gateway.url}/v1/chat/completions", timeout=30,
+                     json={**body, "crp": {**CRP, "lexical": "tfidf"}})
+    assert bad.status_code == 422 and "lexical" in bad.text

@@ -15,7 +15,7 @@ from cdr.dpe import parse_outline
 from cdr.embed import default_embedder
 from cdr.loop import GenerationConfig, Generator
 from cdr.options import PROFILES, resolve_options
-from cdr.session import CKF_EXHAUSTED, LIMIT_REACHED
+from cdr.session import CKF_EXHAUSTED, LIMIT_REACHED, TASK_COMPLETE
 from cdr.stale import STALE_SHARE, is_stale, sent_before_per_window, sent_before_share
 from cdr.subject import SUBJECT_WORDS, anchored, sub_query_texts, subject_of
 from cdr.trace import TRACE_SCHEMA, build_trace
@@ -117,7 +117,9 @@ def test_the_spec_loop_writes_stale_windows_and_the_trace_shows_it(types_ckf):
     stale = [i for i, s in enumerate(shares) if s is not None and s >= STALE_SHARE]
     assert stale, shares  # Exit 3 does not see an unwritten fact sent again ...
     assert all(events[i].output for i in stale)  # ... so the spec loop writes them
-    assert session.status == LIMIT_REACHED and "stale" not in trace.get("options", {})
+    # it runs on to another exit: Exit 3 never fired on those windows
+    assert session.status in (LIMIT_REACHED, TASK_COMPLETE)
+    assert "stale" not in trace.get("options", {})
 
 
 def test_stale_stop_ends_the_run_at_the_first_stale_envelope_unwritten(types_ckf):

@@ -41,8 +41,9 @@ from cdr.factindex import Selection, check_gate
 
 K1 = 1.2
 B = 0.75
-# The lexical share of the fused relevance: chosen on the retrieval benchmark's tuning split.
-LEXICAL_WEIGHT = 0.3
+# The lexical share of the fused relevance: chosen with its gate (`cdr.gates`) on the TUNE
+# tasks of the retrieval benchmark's two corpora (bench/results/calibration_lexical.md).
+LEXICAL_WEIGHT = 0.6
 MAX_QUERY_TERMS = 64
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 # Words that name no subject: function words and the words every task and outline uses.

@@ -54,6 +54,7 @@ from cdr.expansion import (
 )
 from cdr.factindex import FactIndex, RankingIndex, Selection
 from cdr.fit import FIT_FACTS_PER_WORD, fit_facts, planned_words
+from cdr.gates import calibrated_gate
 from cdr.headers import SAFETY_ONLY_HEADERS, crp_headers
 from cdr.kept_stream import KeptStream
 from cdr.lexical import LEXICAL_WEIGHT, FusedIndex, lexical_index, session_terms
@@ -80,8 +81,6 @@ from cdr.writers.base import Writer, WriterResult
 # The spec's 0.55 gate assumes a large embedding model; all-MiniLM-L6-v2's similarities run
 # lower. Measured on the Python docs (README "Calibration"): 0.40 keeps on-topic material and
 # sits above the 99th percentile of off-topic similarity.
-MODEL_GATES = {"sentence-transformers/all-MiniLM-L6-v2": 0.40}
-SPEC_GATE = 0.55
 DEFAULT_SUB_QUERIES = 6
 DECOMPOSITION_POOL = 300
 PHASE1_LIMIT = 4000
@@ -96,8 +95,9 @@ def stale_envelope(envelope: Envelope) -> bool:
     return ratio is not None and ratio < EXHAUSTION_RATIO
 
 
-def default_min_relevance(model_id: str) -> float:
-    return MODEL_GATES.get(model_id, SPEC_GATE)
+def default_min_relevance(model_id: str, lexical: str = "off") -> float:
+    """The calibrated gate for the index's embedding identity (`cdr.gates`)."""
+    return calibrated_gate(model_id, lexical)
 
 
 class EmptyKnowledgeBaseError(CdrError):
@@ -293,7 +293,9 @@ class Generator:
     @property
     def min_relevance(self) -> float:
         mr = self.config.min_relevance
-        return default_min_relevance(self.ckf.model_id) if mr is None else float(mr)
+        if mr is not None:
+            return float(mr)
+        return default_min_relevance(self.ckf.model_id, self.options.lexical)
 
     # -- start -----------------------------------------------------------------------------
 
