@@ -23,8 +23,14 @@ so both see the same machine load: the before/after of a change in one run. Each
 reports the server process's CPU time per request (from /proc), which other processes on a
 loaded machine disturb far less than wall time.
 
+`--second-kb` (issue 23) measures a gateway serving one KB against the same gateway serving
+a second, equally large KB beside it (`CDR_KBS=second=...`, another synthetic CKF with its
+own seed), requests going to the first KB in both; levels alternate between the two servers
+and may repeat (`--clients 1,1,1`) so both see the same load. The ratios (two KBs / one KB)
+go to `bench/results/gateway-kbs.md`.
+
 Usage: python bench/gateway.py [--facts 100000] [--seconds 10] [--clients 1,8,32]
-       [--baseline main]
+       [--baseline main | --second-kb]
 """
 
 from __future__ import annotations
@@ -269,7 +275,11 @@ def main() -> None:
     ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for the server")
     ap.add_argument("--baseline", default=None, metavar="REV",
                     help="also run git revision REV's src/ side by side (before/after)")
+    ap.add_argument("--second-kb", action="store_true",
+                    help="one KB vs the same gateway with a second KB of the same size")
     args = ap.parse_args()
+    if args.baseline and args.second_kb:
+        ap.error("--baseline and --second-kb are two different comparisons: pick one")
     levels = [int(x) for x in args.clients.split(",")]
     ckf = build_ckf(args.ckf or CACHE / f"gateway-{args.facts // 1000}k.ckf", args.facts)
     env_machine = machine()
@@ -280,7 +290,13 @@ def main() -> None:
         src = baseline_src(args.baseline, tmp)
         commit = (src.parent / "COMMIT").read_text()
         arms.append((f"before ({args.baseline} {commit})", {"PYTHONPATH": str(src)}))
-    arms.append(("after (this tree)" if args.baseline else "", {}))
+    if args.second_kb:
+        second = build_ckf(CACHE / f"gateway-{args.facts // 1000}k-second.ckf", args.facts,
+                           seed=1)
+        arms.append(("one KB", {}))
+        arms.append(("two KBs", {"CDR_KBS": f"second={second}"}))
+    else:
+        arms.append(("after (this tree)" if args.baseline else "", {}))
     runs: list[Run] = []
     servers = []
     try:
@@ -311,7 +327,8 @@ def main() -> None:
     finally:
         for server in servers:
             server.stop()
-    cols = (["server"] if args.baseline else []) + [
+    compared = bool(args.baseline or args.second_kb)
+    cols = (["server"] if compared else []) + [
         "clients", "requests", "req/s", "p50 ms", "p99 ms", "server CPU ms/req",
         "client CPU ms/req", "errors"]
     table = Table(title=f"Envelope requests, {args.facts:,}-fact CKF (loopback, "
@@ -320,7 +337,7 @@ def main() -> None:
         table.add_column(col, justify="right")
     rows = []
     for r in runs:
-        row = (([r.label] if args.baseline else [])
+        row = (([r.label] if compared else [])
                + [str(r.clients), f"{r.requests:,}", f"{r.rps:.1f}", f"{r.pct(50):.1f}",
                   f"{r.pct(99):.1f}", f"{r.cpu_ms:.1f}", f"{r.client_cpu_ms:.1f}",
                   str(r.errors)])
@@ -337,6 +354,9 @@ def main() -> None:
         console.print("after vs before (p50 faster, req/s higher, CPU/req lower):")
         for line in ratio_lines:
             console.print(line)
+    if args.second_kb:
+        second_kb_report(args, runs, levels, env_machine, n_facts, size_kb, cols, rows)
+        return
     console.print(env_machine)
     console.print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     if args.no_write:
@@ -386,6 +406,65 @@ def main() -> None:
         kept = old[old.index(PROFILE_SECTION):]
     RESULTS.write_text("\n".join(md) + ("\n" + kept if kept else ""), encoding="utf-8")
     console.print(f"wrote {RESULTS}")
+
+
+def second_kb_report(args: argparse.Namespace, runs: list[Run], levels: list[int],
+                     env_machine: str, n_facts: int, size_kb: float, cols: list[str],
+                     rows: list[list[str]]) -> None:
+    """One KB against two, side by side: per level (runs alternate one, two), the ratios
+    two/one of p50 latency and of server CPU per request, and their medians over levels of
+    the same client count."""
+    pairs = [(runs[i], runs[i + 1]) for i in range(0, len(runs), 2)]
+    lines = [f"| {one.clients} | {one.pct(50):.1f} | {two.pct(50):.1f} | "
+             f"{two.pct(50) / one.pct(50):.3f} | {one.cpu_ms:.1f} | {two.cpu_ms:.1f} | "
+             f"{two.cpu_ms / one.cpu_ms:.3f} |" for one, two in pairs]
+    summary = []
+    for k in dict.fromkeys(levels):
+        mine = [(o, t) for o, t in pairs if o.clients == k]
+        p50 = float(np.median([t.pct(50) / o.pct(50) for o, t in mine]))
+        cpu = float(np.median([t.cpu_ms / o.cpu_ms for o, t in mine]))
+        summary.append(f"| {k} | {len(mine)} | {p50:.3f} | {cpu:.3f} |")
+    head = ("| clients | one KB p50 ms | two KBs p50 ms | p50 two/one | one KB CPU ms/req | "
+            "two KBs CPU ms/req | CPU two/one |")
+    console.print(head)
+    for line in lines:
+        console.print(line)
+    console.print("| clients | pairs | median p50 two/one | median CPU/req two/one |")
+    for line in summary:
+        console.print(line)
+    console.print(env_machine)
+    console.print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+    if args.no_write:
+        return
+    out = BENCH / "results" / "gateway-kbs.md"
+    md = [
+        "# A second knowledge base (`bench/gateway.py --second-kb`)",
+        "",
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC — {env_machine}.",
+        "",
+        f"`POST /v1/sessions/{{id}}/envelope` on a {args.facts:,}-fact CKF (the default KB), "
+        f"{n_facts} facts per envelope, {size_kb:.0f} KB responses, served by a gateway with "
+        f"that one KB and by a gateway with a second {args.facts:,}-fact KB beside it. The "
+        "two servers run at once and the levels alternate between them, so both see the "
+        f"same machine load; {args.seconds:g} s per level. Target (issue 23): the second KB "
+        "keeps the first's envelope p50 within 10%.",
+        "",
+        f"| {' | '.join(cols)} |",
+        "|" + "---:|" * len(cols),
+        *[f"| {' | '.join(r)} |" for r in rows],
+        "",
+        head, "|---:|---:|---:|---:|---:|---:|---:|", *lines, "",
+        "| clients | pairs | median p50 two/one | median CPU/req two/one |",
+        "|---:|---:|---:|---:|", *summary, "",
+        f"Load average {os.getloadavg()[0]:.1f} at the end of the run.",
+        "",
+        f"Command: `python bench/gateway.py --second-kb --facts {args.facts} --seconds "
+        f"{args.seconds:g} --clients {args.clients}`",
+        "",
+    ]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(md), encoding="utf-8")
+    console.print(f"wrote {out}")
 
 
 if __name__ == "__main__":
