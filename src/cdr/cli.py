@@ -101,7 +101,7 @@ def generate(
     llm_model: Annotated[str | None, typer.Option(help="Model name for LLM writers.")] = None,
     profile: Annotated[str | None, typer.Option(
         help="Preset of options beyond the spec: spec | fresh (fact memory, fitted "
-             "envelopes, expanded sub-queries) | focused (fresh, plus subject-anchored "
+             "envelopes, expanded sub-queries) | focused (fact memory, subject-anchored "
              "sub-queries, BM25 fused relevance, a stop on stale envelopes). Single options "
              "below override it.")] = None,
     memory: Annotated[str | None, typer.Option(

@@ -78,7 +78,7 @@ class GenerationOptions(_Strict):
     # Opt-in options beyond the spec (cdr.options), fixed into the session at its start.
     profile: ProfileName | None = Field(None, description="Preset: 'spec' (default), "
                                         "'fresh' (fact memory, fitted envelopes, expanded "
-                                        "sub-queries) or 'focused' (fresh, plus subject-"
+                                        "sub-queries) or 'focused' (fact memory, subject-"
                                         "anchored sub-queries, BM25 fused relevance and a "
                                         "stop on stale envelopes); single options override "
                                         "it.")
