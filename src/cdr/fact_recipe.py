@@ -2,7 +2,7 @@
 
 On a knowledge base of many documents of one kind, a fact rarely names its document's subject
 ("The match drew 100,000 spectators"), so embedded alone it sits far from any task about that
-subject and the relevance gate drops it while other documents' facts pass (docs/design.md,
+subject and the relevance gate drops it while other documents' facts pass (docs/retrieval.md,
 "Relevance means the task's own material"). The `title-section` recipe embeds each fact as
 
     <document title> — <section path>: <fact>

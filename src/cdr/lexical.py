@@ -11,7 +11,7 @@ outline lines, `cdr.subject`) against the fact's *lexical text* (its document's 
 section path and its content: the words a reader would look it up by), and `bm25_max` is the
 best score any fact of the knowledge base reaches for those words. So the normalised score lies
 in [0, 1] like the cosines it is mixed with, and it depends on the query and the whole corpus,
-never on which facts a shard happened to hold (docs/design.md, "Relevance means the task's own
+never on which facts a shard happened to hold (docs/retrieval.md, "Relevance means the task's own
 material"). The gate a fused relevance must pass is calibrated for it (`FUSED_GATES`).
 
 Phase 1 stays exact without scoring every row: a fact with no query word has fused relevance

@@ -28,7 +28,8 @@ existed loads with the defaults. Each option is a rule in its own module:
 A profile names a set of options: ``"spec"`` is the defaults, ``"fresh"`` turns on what the
 quality benchmark measured to win on the Python-docs corpus, ``"focused"`` is fact memory plus
 what the retrieval benchmark measured to keep a run on its task's own material in a knowledge
-base of many similar documents (subject anchoring, BM25 fusion, the stale stop) (docs/design.md, "Relevance means the task's own material").
+base of many similar documents: subject anchoring, BM25 fusion and the stale stop
+(docs/retrieval.md, "Relevance means the task's own material").
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Set, and the Coverage Set holds *sub-query* embeddings. A fact sent in every win
 written (an off-topic fact that passes the gate, say) adds nothing to the Coverage Set, so its
 novelty never falls and Exit 3 never sees that the run is sending the same material again: the
 spec-exact loop writes window after window from an envelope earlier windows already got
-(docs/design.md, "Relevance means the task's own material"). The trace shows it for every run
+(docs/retrieval.md, "Relevance means the task's own material"). The trace shows it for every run
 as each window's `sent_before` share.
 
 With `stale: "stop"` the session remembers which facts it sent (by fact id, `cdr.memory`) and
