@@ -40,6 +40,7 @@ MIN_SECTIONS, MAX_SECTIONS = 4, 12
 MIN_PARAGRAPHS, MAX_PARAGRAPHS = 15, 45
 GROFF = ["groff", "-man", "-Tutf8", "-P-c", "-rLL=4000n", "-rHY=0", "-dAD=l"]
 _SPACES = re.compile(r"[ \t]+")
+_HEADING = re.compile(r"#{1,6} ")
 
 # Fixed from manpages-dev 6.03-2 by `select()` (see its rule) before any tuning.
 PAGES: tuple[str, ...] = (
@@ -283,18 +284,38 @@ def select(pages: list[ManPage], n: int = N_PAGES) -> list[ManPage]:
     return ok[:n]
 
 
+def from_markdown(name: str, markdown: str) -> ManPage:
+    """A chosen page read back from the Markdown `to_markdown` wrote."""
+    lines = markdown.splitlines()
+    title = lines[0].removeprefix("# ").strip()
+    sections = tuple(ln[3:].strip() for ln in lines if ln.startswith("## "))
+    body = markdown.split("\n\n")
+    paragraphs = sum(1 for b in body if b.strip() and not _HEADING.match(b.lstrip()))
+    names, desc = split_title(title)
+    return ManPage(name, title, names, desc, sections, paragraphs, markdown)
+
+
 def corpus_dir(cache: str | os.PathLike[str] | None = None) -> tuple[Path, str, list[ManPage]]:
     """(Markdown directory, package version, chosen pages): the chosen pages written as
-    `<name>.md` under `~/.cache/cdr/bench/manpages-md/` (rewritten only when they differ)."""
+    `<name>.md` under `~/.cache/cdr/bench/manpages-md/` (rewritten only when they differ).
+
+    Rendering every page takes minutes on a loaded machine, so a directory whose `CHOSEN`
+    stamp names this package version and the fixed pages is read back as it is."""
     root = package_dir(cache)
     version = package_version(root)
+    out = root.with_name("manpages-md")
+    stamp = out / "CHOSEN"
+    want = f"{version}\n" + "\n".join(PAGES) + "\n"
+    if PAGES and stamp.is_file() and stamp.read_text(encoding="utf-8") == want:
+        return out, version, [from_markdown(n, (out / f"{n}.md").read_text(encoding="utf-8"))
+                              for n in PAGES]
     chosen = select(all_pages(root))
     if PAGES and tuple(sorted(p.name for p in chosen)) != PAGES:
         raise NotFoundError(
             f"{DEBIAN_PACKAGE} {version} yields other pages than the fixed set (6.03-2); "
             "the benchmark's tasks would not be the ones tuned and reported")
-    out = root.with_name("manpages-md")
     out.mkdir(parents=True, exist_ok=True)
+    stamp.unlink(missing_ok=True)
     keep = set()
     for p in chosen:
         f = out / f"{p.name}.md"
@@ -304,4 +325,6 @@ def corpus_dir(cache: str | os.PathLike[str] | None = None) -> tuple[Path, str, 
     for f in out.glob("*.md"):
         if f.name not in keep:
             f.unlink()
+    if PAGES:
+        stamp.write_text(want, encoding="utf-8")
     return out, version, chosen

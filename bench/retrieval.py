@@ -228,9 +228,12 @@ def run_one(ckf: CKF, embedder: CachingEmbedder, own: set[int], task: RTask,
 
 
 def code_hash() -> str:
-    """What a finished run depends on in the benchmark (the library is recorded per run by
-    its commit instead, so arms that light up later rerun alone; `--restart` redoes all)."""
+    """What a finished run depends on: the library and the benchmark's measuring code. A run
+    made on another library is not reused (the report keeps the latest run per arm and task)."""
     h = hashlib.sha256()
+    for p in sorted((ROOT / "src" / "cdr").rglob("*.py")):
+        h.update(p.relative_to(ROOT).as_posix().encode())
+        h.update(p.read_bytes())
     for name in ("retrieval_metrics.py",):
         h.update((BENCH / name).read_bytes())
     h.update(inspect.getsource(run_one).encode())

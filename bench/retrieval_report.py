@@ -33,14 +33,27 @@ TIMINGS = ("on time", "late", "before pool ran out", "window limit after pool ra
 
 
 def load(path: Path) -> list[dict[str, Any]]:
-    runs: dict[str, dict[str, Any]] = {}
+    """The latest run of each (corpus, split, arm, task): runs made on an earlier library stay
+    in the file but a rerun replaces them here."""
+    runs: dict[tuple[str, ...], dict[str, Any]] = {}
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
             rec = json.loads(line)
-            runs[rec["key"]] = rec
+            runs[(rec["corpus"], rec["split"], rec["arm"], rec["task"])] = rec
         except (ValueError, KeyError, TypeError):
             continue
     return list(runs.values())
+
+
+def compact(path: Path) -> int:
+    """Rewrite the runs file with only the runs the report uses (`load`); returns how many
+    superseded lines went. Run it when no benchmark is appending to the file."""
+    lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    keep = load(path)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in keep), encoding="utf-8")
+    os.replace(tmp, path)
+    return len(lines) - len(keep)
 
 
 def _nanmean(values: Sequence[float]) -> float:
@@ -83,7 +96,7 @@ def arm_row(rs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "runs": len(rs),
         "w1": _nanmean([x["w1_on_topic"] for x in s]),
         "later_on": _nanmean([x["later_on_topic"] for x in s]),
-        "later_n": sum(1 for x in s if not math.isnan(x["later_on_topic"] or math.nan)),
+        "later_n": sum(1 for x in s if not math.isnan(x["later_on_topic"])),
         "later_fresh": _nanmean([x["later_fresh"] for x in s]),
         "recall": _nanmean([x["own_recall_end"] for x in s]),
         "pool_recall": _nanmean([x["pool_recall_end"] for x in s]),
@@ -319,5 +332,8 @@ def write(runs_path: Path = RESULTS / "retrieval-runs.jsonl",
 
 
 if __name__ == "__main__":
-    path = Path(sys.argv[1]) if len(sys.argv) > 1 else RESULTS / "retrieval-runs.jsonl"
+    args = [a for a in sys.argv[1:] if a != "--compact"]
+    path = Path(args[0]) if args else RESULTS / "retrieval-runs.jsonl"
+    if "--compact" in sys.argv:
+        print(f"{compact(path)} superseded runs dropped from {path}")
     print(write(path))

@@ -258,3 +258,31 @@ def test_every_arm_has_a_unique_name_and_a_known_recipe() -> None:
     arms = all_arms()
     assert len({a.name for a in arms}) == len(arms)
     assert {a.recipe for a in arms} == set(RECIPES)
+
+
+def test_markdown_reads_back_as_the_page() -> None:
+    conv = corpus_man.to_markdown(RENDERED)
+    page = corpus_man.from_markdown("pipe", conv.markdown)
+    assert (page.title, page.sections, page.paragraphs) == (conv.title, conv.sections,
+                                                             conv.paragraphs)
+    assert page.task == "Write a reference page about pipe, pipe2: create pipe"
+
+
+def test_report_keeps_the_latest_run_per_arm_and_task(tmp_path: Path) -> None:
+    import json
+
+    import retrieval_report
+
+    def rec(key: str, arm: str, seconds: float) -> str:
+        return json.dumps({"key": key, "corpus": "man", "split": "tune", "arm": arm,
+                           "task": "pipe", "seconds": seconds})
+
+    path = tmp_path / "runs.jsonl"
+    path.write_text("\n".join([rec("k1", "spec ts", 1.0), rec("k2", "fresh ts", 2.0),
+                               '{"cut by a kill', rec("k3", "spec ts", 3.0)]) + "\n")
+    runs = retrieval_report.load(path)
+    assert sorted((r["arm"], r["seconds"]) for r in runs) == [("fresh ts", 2.0),
+                                                             ("spec ts", 3.0)]
+    assert retrieval_report.compact(path) == 2
+    assert sorted(r["key"] for r in retrieval_report.load(path)) == ["k2", "k3"]
+    assert len(path.read_text().splitlines()) == 2
