@@ -93,6 +93,10 @@ def test_a_key_sees_only_its_kbs(server: KbServer) -> None:
             assert error_of(r)["code"] == "kb_not_found"
         assert c.get("/v1/kbs/docs/stats", headers=DOCS).status_code == 200
         assert c.get("/v1/kbs/hr/stats", headers=HR).status_code == 200
+        # Metrics label by the whole route template, never by a KB name.
+        metrics = c.get("/metrics").text
+        assert 'route="/v1/kbs/{kb}/stats",status="200"' in metrics
+        assert "docs" not in metrics.replace("/documents", "") and '"hr"' not in metrics
         # An admin of hr only: no writes to docs, and docs does not exist for it.
         r = c.post("/v1/kbs/docs/documents", headers=HR_ADMIN,
                    files={"file": ("x.md", b"# X\n\nThe docs knowledge base is not yours.\n" * 5)})

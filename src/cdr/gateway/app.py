@@ -28,9 +28,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cdr.errors import CdrError
@@ -145,11 +146,10 @@ def create_app(
     app.include_router(routes_chat.router)
     app.include_router(routes_models.router)
     default, named = [Depends(use_default_kb)], [Depends(use_named_kb)]
-    app.include_router(routes_sessions.router, prefix="/v1/sessions", dependencies=default)
-    app.include_router(routes_sessions.router, prefix="/v1/kbs/{kb}/sessions",
-                       dependencies=named)
-    app.include_router(routes_ckf.router, prefix="/v1/ckf", dependencies=default)
-    app.include_router(routes_ckf.router, prefix="/v1/kbs/{kb}", dependencies=named)
+    app.include_router(mounted(routes_sessions.router, "/v1/sessions", default))
+    app.include_router(mounted(routes_sessions.router, "/v1/kbs/{kb}/sessions", named))
+    app.include_router(mounted(routes_ckf.router, "/v1/ckf", default))
+    app.include_router(mounted(routes_ckf.router, "/v1/kbs/{kb}", named))
     app.include_router(routes_ui.router)
     _install_error_handlers(app)
     # Added last = outermost: refusals by the key check are counted and get JSON bodies.
@@ -179,6 +179,24 @@ def create_app(
         return Response(body, media_type=content_type)
 
     return app
+
+
+def mounted(template: APIRouter, prefix: str, dependencies: list[Any]) -> APIRouter:
+    """`template`'s routes under `prefix`, each route carrying its whole path.
+
+    Why not `include_router(template, prefix=...)`: that leaves the matched route's own path
+    without the prefix (`/{session_id}/envelope`), and the metrics label requests by the
+    matched route's template, which must tell `/v1/sessions/...` from `/v1/kbs/{kb}/...`."""
+    out = APIRouter(prefix=prefix, dependencies=dependencies)
+    for route in template.routes:
+        assert isinstance(route, APIRoute)
+        out.add_api_route(
+            route.path, route.endpoint, methods=sorted(route.methods or ()),
+            response_model=route.response_model, status_code=route.status_code,
+            responses=route.responses, summary=route.summary, tags=route.tags,
+            description=route.description, name=route.name,
+            response_class=route.response_class, include_in_schema=route.include_in_schema)
+    return out
 
 
 def _blas_threads() -> int:

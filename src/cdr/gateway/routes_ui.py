@@ -12,12 +12,17 @@ a fragment never reaches a server or its logs), keeps it in the tab's sessionSto
 sends it as a header on every call to the JSON endpoints, which check it:
 
 * a session's view accepts that session's token (`CRP-Session`, or `Authorization: Bearer`
-  when no API key is in that header) — signature, expiry, session and embedding model are
-  checked as on the sidecar API, but not the window number: the view only reads, and a
-  token from any earlier window of the session still proves its holder ran it;
-* an admin may view every session and the list. Who is an admin is the gateway's to say:
-  the API key the auth middleware accepted (`request.state.api_key`, scope `admin`); without
-  keys, a dev-mode gateway (`CDR_DEV=1`, loopback only) treats every caller as admin.
+  when no API key is in that header) — signature, expiry and session are checked as on the
+  sidecar API, but not the window number (the view only reads, and a token from any earlier
+  window of the session still proves its holder ran it) nor the embedding model (the view
+  never ranks, and the session's KB may not be the default one);
+* with API keys, the key must be the session's owner (the key that created it), else the
+  answer is the 404 of a missing session (`check_owner`);
+* an admin may view every session of the knowledge bases its key reaches, and the list of
+  them (sessions of other KBs are neither shown nor counted). Who is an admin is the
+  gateway's to say: the API key the auth middleware accepted (`request.state.api_key`,
+  scope `admin`); without keys, a dev-mode gateway (`CDR_DEV=1`, loopback only) treats
+  every caller as admin.
 
 With API keys configured, the auth middleware lets the two page shells through without a key
 (`cdr.gateway.auth.required_scope`: they hold no data) and asks a key of every JSON endpoint
