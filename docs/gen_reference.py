@@ -1,5 +1,5 @@
-"""Generate the reference pages that are derived from code: the CLI (from the typer app) and
-the HTTP routes (from the gateway's OpenAPI document).
+"""Generate the reference pages that are derived from code: the CLI (from the typer app), the
+HTTP routes (from the gateway's OpenAPI document) and the settings (from `cdr.settings`).
 
 Run `python docs/gen_reference.py` after changing a command, an option or a route; `make docs`
 runs it, and `tests/test_docs_reference.py` fails when a committed page differs from what this
@@ -15,7 +15,25 @@ from pathlib import Path
 from typing import Any
 
 DOCS = Path(__file__).resolve().parent
-PAGES = {"cli": DOCS / "reference" / "cli.md", "http": DOCS / "reference" / "http.md"}
+PAGES = {"cli": DOCS / "reference" / "cli.md", "http": DOCS / "reference" / "http.md",
+         "settings": DOCS / "reference" / "settings.md"}
+
+SETTINGS_INTRO = """\
+# Settings
+
+Every `CDR_*` environment variable cdr reads. The gateway's settings (`cdr serve`, or
+`uvicorn --factory cdr.gateway.app:create_app`) are one pydantic-settings class,
+`cdr.gateway.settings.GatewaySettings`: each of its fields is the variable `CDR_<FIELD>`, and
+they can also come from an env file named by `CDR_CONFIG` (else `./.env` when present);
+keyword arguments beat the environment, which beats the file, which beats the defaults. A bad
+value stops `cdr serve` with one `error:` line naming the variable and exit status 2; values
+that may hold a credential are never echoed. The other variables are read where they are used,
+by the library, the CLI and the writers.
+
+Generated from `cdr.settings` by `docs/gen_reference.py`; do not edit by hand.
+`tests/test_docs_pages.py` keeps it complete: every `CDR_*` name in the code must have an entry
+there, and every gateway setting's default must match the one in the code.
+"""
 
 
 def _cell(text: str | None) -> str:
@@ -95,8 +113,22 @@ def http_page() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def settings_page() -> str:
+    """`cdr.settings.SETTINGS` as one table per group, in the order the module lists them."""
+    from cdr.settings import GROUPS, SETTINGS
+
+    lines = [SETTINGS_INTRO.rstrip()]
+    for group, title in GROUPS.items():
+        lines += ["", f"## {title}", "", "| variable | type | default | meaning |",
+                  "|---|---|---|---|"]
+        lines += [f"| `{s.name}` | {_cell(s.type)} | {_cell(s.default)} | {_cell(s.meaning)} |"
+                  for s in SETTINGS if s.group == group]
+    return "\n".join(lines) + "\n"
+
+
 def render() -> dict[Path, str]:
-    return {PAGES["cli"]: cli_page(), PAGES["http"]: http_page()}
+    return {PAGES["cli"]: cli_page(), PAGES["http"]: http_page(),
+            PAGES["settings"]: settings_page()}
 
 
 def main() -> int:

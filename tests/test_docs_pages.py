@@ -8,6 +8,8 @@ import importlib.util
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 # sha256 of CRP-SPEC-024 v3.1.0 as published (the text between the page's fences).
@@ -37,41 +39,43 @@ def test_cli_reference_covers_every_command():
     assert "[env var: CDR_CKF" in page
 
 
-def _settings_rows() -> dict[str, list[str]]:
-    page = (DOCS / "reference" / "settings.md").read_text(encoding="utf-8")
-    rows = {}
-    for line in page.splitlines():
-        m = re.match(r"\| `(CDR_[A-Z0-9_]+)` \|", line)
-        if m:
-            assert m.group(1) not in rows, f"{m.group(1)} listed twice"
-            rows[m.group(1)] = [c.strip() for c in line.strip("|").split(" | ")]
-    return rows
+def test_settings_module_lists_every_variable_the_code_reads():
+    from cdr.settings import SETTINGS
 
-
-def test_settings_page_lists_every_variable_the_code_reads():
     names = set()
     for path in [*(ROOT / "src").rglob("*.py"), *(ROOT / "bench").rglob("*.py"),
                  *(ROOT / "tests").rglob("*.py")]:
         names |= set(re.findall(r"\bCDR_[A-Z][A-Z0-9_]*[A-Z0-9]\b", path.read_text("utf-8")))
-    missing = sorted(n for n in names if n not in _settings_rows())
-    assert missing == []
+    listed = [s.name for s in SETTINGS]
+    assert len(listed) == len(set(listed)), "a variable listed twice"
+    assert sorted(names - set(listed)) == []
 
 
-def test_settings_page_matches_gateway_settings():
-    """Every gateway setting has its row with the code's default."""
+def test_settings_module_matches_gateway_settings():
+    """Every gateway setting has its entry, in the gateway group, with the code's default."""
     from cdr.gateway.settings import GatewaySettings
+    from cdr.settings import GROUPS, setting
 
-    rows = _settings_rows()
     for field, info in GatewaySettings.model_fields.items():
-        name = f"CDR_{field.upper()}"
-        assert name in rows, name
-        default = rows[name][2]
+        entry = setting(f"CDR_{field.upper()}")
+        assert entry.group == "gateway" and entry.group in GROUPS, entry.name
         if info.default is None:
-            assert default.startswith("none"), (name, default)
+            assert entry.default.startswith("none"), entry
         elif isinstance(info.default, bool):
-            assert default == f"`{str(info.default).lower()}`", (name, default)
+            assert entry.default == f"`{str(info.default).lower()}`", entry
         else:
-            assert default == f"`{info.default}`", (name, default)
+            assert entry.default == f"`{info.default}`", entry
+    with pytest.raises(KeyError, match=r"add it to cdr\.settings"):
+        setting("CDR_" + "UNDOCUMENTED")  # spelt apart, or the scan above would find it
+
+
+def test_settings_page_rows_are_the_modules_entries():
+    from cdr.settings import GROUPS, SETTINGS
+
+    page = (DOCS / "reference" / "settings.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `(CDR_[A-Z0-9_]+)` \|", page, re.M)
+    assert rows == [s.name for g in GROUPS for s in SETTINGS if s.group == g]
+    assert {s.group for s in SETTINGS} <= set(GROUPS)
 
 
 def test_spec_copy_is_unchanged_and_attributed():
