@@ -6,11 +6,12 @@ sub-queries), which were chosen on the Python-docs quality benchmark, not on a k
 similar documents. The report split is never read here; `bench/retrieval.py` reports the
 chosen profile on it.
 
-Usage: python bench/tune_focused.py — writes bench/results/tune_focused.md.
+Usage: python bench/tune_focused.py [--round N] — writes bench/results/tune_focused_roundN.md.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import platform
 from pathlib import Path
@@ -23,12 +24,26 @@ from quality_arms import CachingEmbedder
 from retrieval import man_corpus, own_rows, pydocs_corpus, run_one
 from retrieval_arms import RetrievalArm
 
-BASE = {"subject": "anchor", "lexical": "bm25", "stale": "stop", "memory": "facts"}
-VARIANTS = {
-    "expanded + fit (fresh's)": {"queries": "expanded", "envelope": "fit"},
-    "titles + fit": {"queries": "titles", "envelope": "fit"},
-    "titles + budget": {"queries": "titles", "envelope": "budget"},
-    "expanded + budget": {"queries": "expanded", "envelope": "budget"},
+BASE = {"lexical": "bm25", "stale": "stop", "memory": "facts"}
+# Round 1 chose the spec's envelope and sub-queries over fresh's (with the subject anchored);
+# round 2 asks whether anchoring the subject still helps once BM25 carries the subject's words.
+ROUNDS = {
+    1: {
+        "anchor, expanded + fit (fresh's)": {"subject": "anchor", "queries": "expanded",
+                                             "envelope": "fit"},
+        "anchor, titles + fit": {"subject": "anchor", "queries": "titles", "envelope": "fit"},
+        "anchor, titles + budget": {"subject": "anchor", "queries": "titles",
+                                    "envelope": "budget"},
+        "anchor, expanded + budget": {"subject": "anchor", "queries": "expanded",
+                                      "envelope": "budget"},
+    },
+    2: {
+        "anchor, titles + budget": {"subject": "anchor", "queries": "titles",
+                                    "envelope": "budget"},
+        "no anchor, titles + budget": {"subject": "off", "queries": "titles",
+                                       "envelope": "budget"},
+        "no anchor, titles + fit": {"subject": "off", "queries": "titles", "envelope": "fit"},
+    },
 }
 OUT = Path(__file__).parent / "results" / "tune_focused.md"
 MAX_WINDOWS, WORDS = 12, 9000
@@ -40,6 +55,10 @@ def mean(xs: list[float]) -> float:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--round", type=int, choices=sorted(ROUNDS), default=max(ROUNDS))
+    round_no = ap.parse_args().round
+    VARIANTS = ROUNDS[round_no]
     corpora = [man_corpus(), pydocs_corpus()]
     rows = []
     with Progress() as progress:
@@ -63,8 +82,9 @@ def main() -> None:
                              mean([x["own_recall_end"] for x in s]),
                              mean([float(x["stale_windows"]) for x in s]),
                              sum(r["exit_timing"] == "on time" for r in runs)))
-    lines = ["# Tuning the focused profile (TUNE split only)", "",
-             f"Command: `python bench/tune_focused.py`; machine {platform.machine()}, Python "
+    lines = [f"## Round {round_no}", "",
+             f"Command: `python bench/tune_focused.py --round {round_no}`; machine "
+             f"{platform.machine()}, Python "
              f"{platform.python_version()}; extractive writer, at most {MAX_WINDOWS} windows, "
              f"{WORDS} words; every variant has {BASE}.", "",
              "| corpus | variant | runs | W1 on-topic | W2+ on-topic | own recall at end | "
@@ -72,7 +92,8 @@ def main() -> None:
     for c, n, k, w1, w2, rec, stale, on_time in rows:
         lines.append(f"| {c} | {n} | {k} | {w1:.1%} | {w2:.1%} | {rec:.1%} | {stale:.2f} | "
                      f"{on_time} of {k} |")
-    OUT.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = OUT.with_name(f"tune_focused_round{round_no}.md")
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
 
 

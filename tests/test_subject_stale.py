@@ -141,5 +141,6 @@ def test_stale_stop_ends_the_run_at_the_first_stale_envelope_unwritten(types_ckf
 def test_the_focused_profile_bundles_the_options():
     focused = resolve_options("focused")
     assert focused == PROFILES["focused"]
-    assert (focused.subject, focused.lexical, focused.stale) == ("anchor", "bm25", "stop")
+    assert (focused.memory, focused.lexical, focused.stale) == ("facts", "bm25", "stop")
+    assert (focused.subject, focused.envelope, focused.queries) == ("off", "budget", "titles")
     assert resolve_options("focused", stale="write").stale == "write"

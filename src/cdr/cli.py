@@ -101,9 +101,8 @@ def generate(
     llm_model: Annotated[str | None, typer.Option(help="Model name for LLM writers.")] = None,
     profile: Annotated[str | None, typer.Option(
         help="Preset of options beyond the spec: spec | fresh (fact memory, fitted "
-             "envelopes, expanded sub-queries) | focused (fact memory, subject-anchored "
-             "sub-queries, BM25 fused relevance, a stop on stale envelopes). Single options "
-             "below override it.")] = None,
+             "envelopes, expanded sub-queries) | focused (fact memory, BM25 fused relevance, a "
+             "stop on stale envelopes). Single options below override it.")] = None,
     memory: Annotated[str | None, typer.Option(
         help="off (spec) | facts: facts already shown or written lose score later.")] = None,
     envelope: Annotated[str | None, typer.Option(

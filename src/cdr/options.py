@@ -28,7 +28,7 @@ existed loads with the defaults. Each option is a rule in its own module:
 A profile names a set of options: ``"spec"`` is the defaults, ``"fresh"`` turns on what the
 quality benchmark measured to win on the Python-docs corpus, ``"focused"`` is fact memory plus
 what the retrieval benchmark measured to keep a run on its task's own material in a knowledge
-base of many similar documents: subject anchoring, BM25 fusion and the stale stop
+base of many similar documents: BM25 fusion and the stale stop
 (docs/retrieval.md, "Relevance means the task's own material").
 """
 
@@ -115,9 +115,10 @@ class SessionOptions:
 PROFILES: dict[str, SessionOptions] = {
     "spec": SessionOptions(),
     "fresh": SessionOptions(memory="facts", envelope="fit", queries="expanded"),
-    # fresh's fitted envelopes and expanded sub-queries lost to the spec's on the TUNE split
-    # of both retrieval corpora (bench/results/tune_focused.md)
-    "focused": SessionOptions(memory="facts", subject="anchor", lexical="bm25", stale="stop"),
+    # Chosen on the TUNE split of both retrieval corpora: fresh's fitted envelopes and expanded
+    # sub-queries lost to the spec's (bench/results/tune_focused_round1.md), and anchoring
+    # the subject added nothing once BM25 carries the subject's words (..._round2.md).
+    "focused": SessionOptions(memory="facts", lexical="bm25", stale="stop"),
 }
 
 

@@ -78,10 +78,9 @@ class GenerationOptions(_Strict):
     # Opt-in options beyond the spec (cdr.options), fixed into the session at its start.
     profile: ProfileName | None = Field(None, description="Preset: 'spec' (default), "
                                         "'fresh' (fact memory, fitted envelopes, expanded "
-                                        "sub-queries) or 'focused' (fact memory, subject-"
-                                        "anchored sub-queries, BM25 fused relevance and a "
-                                        "stop on stale envelopes); single options override "
-                                        "it.")
+                                        "sub-queries) or 'focused' (fact memory, BM25 "
+                                        "fused relevance and a stop on stale envelopes); "
+                                        "single options override it.")
     memory: MemoryMode | None = Field(None, description="'facts': facts already shown or "
                                       "written lose score in later windows.")
     envelope: EnvelopeMode | None = Field(None, description="'fit': pack as many facts as "
