@@ -81,6 +81,9 @@ class LexicalIndex:
     post_tf: np.ndarray  # float32: the term's count in that row
     doc_len: np.ndarray  # float32 (n_rows,): terms per row
     avg_len: float
+    # Each posting's BM25 term-frequency part, tf·(k1+1) / (tf + k1·(1 − b + b·len/avg)),
+    # computed at build: a query only multiplies by its terms' idf and sums.
+    post_part: np.ndarray  # float32, aligned with post_rows
 
     @classmethod
     def build(cls, texts: Sequence[str]) -> LexicalIndex:
@@ -103,9 +106,12 @@ class LexicalIndex:
         offsets = np.zeros(len(vocab) + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
         n = len(texts)
-        return cls(n, vocab, offsets, np.asarray(t_rows, dtype=np.int64)[order],
-                   np.asarray(t_tf, dtype=np.float32)[order], doc_len,
-                   float(doc_len.mean()) if n else 0.0)
+        rows = np.asarray(t_rows, dtype=np.int64)[order]
+        tf = np.asarray(t_tf, dtype=np.float32)[order]
+        avg = float(doc_len.mean()) if n else 0.0
+        norm = 1.0 - B + B * doc_len[rows].astype(np.float64) / max(avg, 1e-9)
+        part = (tf * (K1 + 1.0) / (tf + K1 * norm)).astype(np.float32)
+        return cls(n, vocab, offsets, rows, tf, doc_len, avg, part)
 
     def query_ids(self, query_terms: Sequence[str]) -> np.ndarray:
         """Distinct known term ids of a query, in first-seen order."""
@@ -124,16 +130,12 @@ class LexicalIndex:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
         df = (self.post_offsets[ids + 1] - self.post_offsets[ids]).astype(np.float64)
         idf = np.log1p((self.n_rows - df + 0.5) / (df + 0.5))
-        spans = [np.arange(self.post_offsets[i], self.post_offsets[i + 1]) for i in ids]
-        which = np.concatenate(spans)
-        weight = np.repeat(idf, [len(s) for s in spans])
-        rows = self.post_rows[which]
-        tf = self.post_tf[which].astype(np.float64)
-        norm = 1.0 - B + B * self.doc_len[rows] / max(self.avg_len, 1e-9)
-        part = weight * tf * (K1 + 1.0) / (tf + K1 * norm)
-        uniq, inv = np.unique(rows, return_inverse=True)
-        total = np.bincount(inv, weights=part, minlength=len(uniq))
-        return uniq, (total / total.max()).astype(np.float32)
+        total = np.zeros(self.n_rows, dtype=np.float64)
+        for i, w in zip(ids.tolist(), idf.tolist(), strict=True):
+            lo, hi = self.post_offsets[i], self.post_offsets[i + 1]
+            total[self.post_rows[lo:hi]] += w * self.post_part[lo:hi]  # rows distinct per term
+        rows = np.flatnonzero(total)
+        return rows, (total[rows] / total[rows].max()).astype(np.float32)
 
 
 def check_weight(weight: float) -> float:
