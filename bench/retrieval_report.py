@@ -204,7 +204,10 @@ def plot(runs: Sequence[dict[str, Any]], arms: Sequence[str], windows: int, titl
         rs = [r for r in runs if r["arm"] == a]
         if not rs:
             continue
-        style = {"linewidth": 2.4, "marker": "o"} if a in TARGET_ARMS else {"marker": "."}
+        style: dict[str, Any] = ({"linewidth": 2.4, "marker": "o"} if a in TARGET_ARMS
+                                 else {"marker": "."})
+        if "subject-" in a:  # the ablation grid: dashed, so ten colours tell 14 arms apart
+            style["linestyle"] = "--"
         for ax, field in ((axes[0], "on_topic"), (axes[1], "fresh")):
             means, _ = per_window(rs, field, windows)
             ax.plot(x, 100 * np.asarray(means), label=a, **style)
@@ -319,7 +322,10 @@ def write(runs_path: Path = RESULTS / "retrieval-runs.jsonl",
             windows = max(len(r["windows"]) for r in rs)
             png = out.parent / f"retrieval_{c}_{split}.png"
             plot(rs, arms, windows, f"{CORPUS_TITLE[c]}, {split} split ({tasks} tasks)", png)
+            made = Counter(r.get("commit", "?") for r in rs)
             L += [f"### {CORPUS_TITLE[c]} — {split} split, {tasks} tasks", "",
+                  "Runs made on library commit " + ", ".join(
+                      f"`{k}` ({v} runs)" for k, v in made.most_common()) + ".", "",
                   *summary_table(rs, arms), "", *target_lines(rs),
                   f"![{c} {split}]({png.name})", "",
                   "On-topic share per window (runs that wrote the window):", "",
