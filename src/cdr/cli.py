@@ -252,6 +252,16 @@ def serve(
     kb_config: Annotated[str | None, typer.Option(
         "--kb-config", envvar="CDR_KB_CONFIG",
         help="A TOML file listing knowledge bases: a kbs table of name = \"path\" lines.")] = None,
+    workers: Annotated[int, typer.Option(
+        min=1, help="Worker processes (each opens the KBs; sessions are shared through the "
+                    "session store).")] = 1,
+    log_level: Annotated[str, typer.Option(
+        help="critical | error | warning | info | debug")] = "info",
+    log_format: Annotated[str, typer.Option(
+        help="text | json (one JSON object per line; one per request, with its id)")] = "text",
+    root_path: Annotated[str, typer.Option(
+        help="The path prefix a reverse proxy serves the gateway under (e.g. /cdr), "
+             "for the links and API description it generates.")] = "",
 ) -> None:
     """Run the HTTP gateway (OpenAI-compatible relay and sidecar API)."""
     try:
@@ -260,9 +270,11 @@ def serve(
         raise fail(f"the gateway is not available: {exc}") from None
     try:
         # a directory or ray://, parsed by settings
-        run_server(ckf=ckf, host=host, port=port, kbs=kb, kb_config=kb_config)
+        run_server(ckf=ckf, host=host, port=port, kbs=kb, kb_config=kb_config,
+                   workers=workers, log_level=log_level, log_format=log_format,
+                   root_path=root_path)
     except CdrError as exc:
-        if type(exc).__name__ == "GatewayConfigError":  # one plain line, exit 2 (usage)
+        if any(c.__name__ == "GatewayConfigError" for c in type(exc).__mro__):  # exit 2, usage
             sys.stderr.write(f"error: {' '.join(str(exc).split())}\n")
             raise typer.Exit(2) from None
         raise fail(str(exc)) from None

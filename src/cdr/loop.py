@@ -75,6 +75,7 @@ from cdr.session import (
 from cdr.shard_server import WindowQuery
 from cdr.stale import is_stale
 from cdr.subject import sub_query_texts, subject_of
+from cdr.telemetry import window_span
 from cdr.vectors import normalize
 from cdr.writers.base import Writer, WriterResult
 
@@ -629,13 +630,15 @@ class Generator:
             reason = UPSTREAM_ERROR
         session.status = reason or IN_PROGRESS
         headers = prepared.headers(session)
-        return WindowEvent(
+        event = WindowEvent(
             prepared.number, prepared, text, report, session.completeness(),
             list(session.residual_ids), headers, session.status,
             result.finish_reason if result else "stop", dict(result.usage) if result else {},
             None if error is None else str(error), seconds, error,
             list(kept.dropped) if kept is not None else [],
         )
+        window_span(event)  # cdr.telemetry: an OpenTelemetry span where the extra is installed
+        return event
 
     def close_if_empty(self, session: Session, prepared: PreparedWindow,
                        started: float | None = None) -> WindowEvent | None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import logging.config
 import os
 import tempfile
 from collections.abc import AsyncIterator
@@ -44,6 +45,13 @@ from cdr.gateway.errors import ApiError, from_cdr_error, from_validation_errors
 from cdr.gateway.kbs import KnowledgeBases, use_default_kb, use_named_kb
 from cdr.gateway.metrics import render_metrics
 from cdr.gateway.middleware import GatewayMiddleware
+from cdr.gateway.ops import (
+    RateLimitMiddleware,
+    RequestLogMiddleware,
+    load_rate_limits,
+    readiness,
+    too_many_requests,
+)
 from cdr.gateway.paths import public_path
 from cdr.gateway.redact import register_path, register_secret
 from cdr.gateway.schemas import Health
@@ -57,6 +65,8 @@ from cdr.gateway.settings import (
     parse_kb_specs,
 )
 from cdr.gateway.shard_kb import index_root
+from cdr.telemetry import TracingMiddleware
+from cdr.telemetry import available as telemetry_available
 from cdr.writers import Writer
 
 __all__ = ["create_app", "serve"]
@@ -92,6 +102,7 @@ def create_app(
             "ckf": path, "session_db": settings.session_db or path / SESSION_DB_NAME})
     settings.validate_for_serving()
     ring = settings.key_ring()
+    rate_limits = load_rate_limits()  # CDR_RATE_LIMITS (cdr.gateway.ops); None when unset
     specs: dict[str, Any] = dict(settings.named_kbs())
     if ckf is not None:
         specs[DEFAULT_KB] = ckf
@@ -137,6 +148,7 @@ def create_app(
         lifespan=lifespan,
         docs_url=None,  # see cdr.gateway.api_docs: off unless CDR_API_DOCS=1, with a CSP
         redoc_url=None,
+        **_no_fastapi_tracing(),
     )
     if settings.api_docs:
         install_api_docs(app)
@@ -152,6 +164,8 @@ def create_app(
     app.include_router(mounted(routes_ckf.router, "/v1/kbs/{kb}", named))
     app.include_router(routes_ui.router)
     _install_error_handlers(app)
+    if rate_limits is not None:  # inside the key check, which records the key
+        app.add_middleware(RateLimitMiddleware, limits=rate_limits, refuse=too_many_requests)
     # Added last = outermost: refusals by the key check are counted and get JSON bodies.
     app.add_middleware(AuthMiddleware, ring=ring)
     if ring is None:  # dev mode: no keys, so refuse what only a web page would send
@@ -161,6 +175,15 @@ def create_app(
                        default_headers=gw.context_mode_headers,
                        read_timeout=settings.read_timeout_seconds,
                        max_header_bytes=settings.max_header_bytes)
+    if telemetry_available():  # cdr-retrieval[otel]: a span per request
+        app.add_middleware(TracingMiddleware)
+    app.add_middleware(RequestLogMiddleware)  # outermost: every response gets its request id
+
+    @app.get("/readyz", tags=["ops"], summary="Readiness: the KBs and the session store answer",
+             responses={503: {"description": "a knowledge base or the session store failed"}})
+    def readyz() -> JSONResponse:
+        ready, report = readiness(kbs, gw.store)
+        return JSONResponse(report, status_code=200 if ready else 503)
 
     @app.get("/healthz", response_model=Health, tags=["ops"], summary="Liveness and readiness")
     def healthz() -> dict[str, Any]:
@@ -197,6 +220,16 @@ def mounted(template: APIRouter, prefix: str, dependencies: list[Any]) -> APIRou
             description=route.description, name=route.name,
             response_class=route.response_class, include_in_schema=route.include_in_schema)
     return out
+
+
+def _no_fastapi_tracing() -> dict[str, Any]:
+    """FastAPI's own OpenTelemetry spans (recent versions) record the query string, where a
+    client may have put a key; `cdr.telemetry` makes the request span instead, without it."""
+    import inspect
+
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters:
+        return {"telemetry": {"tracing": False}}
+    return {}
 
 
 def _blas_threads() -> int:
@@ -260,7 +293,9 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 
 def serve(ckf: Path | str | None, host: str = "127.0.0.1", port: int = 8088,
-          kbs: list[str] | None = None, kb_config: Path | str | None = None) -> None:
+          kbs: list[str] | None = None, kb_config: Path | str | None = None, *,
+          workers: int = 1, log_level: str = "info", log_format: str = "text",
+          root_path: str = "") -> None:
     """`cdr serve`: settings from the environment, `--ckf` over `CDR_CKF`, `--kb NAME=PATH`
     (repeatable) over `CDR_KBS`, `--kb-config FILE` over `CDR_KB_CONFIG`; blocks.
 
@@ -289,12 +324,30 @@ def serve(ckf: Path | str | None, host: str = "127.0.0.1", port: int = 8088,
         raise GatewayConfigError(
             f"CDR_DEV=1 serves on loopback only (127.0.0.1, ::1, localhost), not {host!r}: "
             "dev mode has no API keys and may have a throwaway signing secret")
+    from cdr.gateway.ops import log_config, worker_environment
+
+    logs = log_config(log_level, log_format)  # a bad level or format stops here
+    logging.config.dictConfig(logs)
+    common: dict[str, Any] = dict(
+        host=host, port=port, log_config=logs, log_level=log_level.lower(),
+        access_log=log_format != "json",  # JSON: the request log is the access log
+        timeout_graceful_shutdown=5, timeout_keep_alive=settings.keepalive_seconds,
+        h11_max_incomplete_event_size=settings.max_header_bytes, root_path=root_path)
+    if workers > 1:  # each worker builds the app from the environment the parent completes
+        settings.validate_for_serving()
+        load_rate_limits()
+        os.environ.update(worker_environment(settings, overrides))
+        log.info("cdr gateway on http://%s:%d: %d workers (knowledge bases %s, writer %s)",
+                 host, port, workers, ", ".join(settings.named_kbs()) or "none",
+                 settings.writer)
+        # A worker opens the KBs and loads the embedder before it answers uvicorn's health
+        # check: on a busy machine that takes longer than uvicorn's 5 s default.
+        uvicorn.run("cdr.gateway.app:create_app", factory=True, workers=workers,
+                    http="cdr.gateway.ops:WorkerH11Protocol", timeout_worker_healthcheck=120,
+                    **common)
+        return
     index = open_ray_index(settings)
     app = create_app(settings, ckf=index)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     log.info("cdr gateway on http://%s:%d (knowledge bases %s, writer %s)", host, port,
              ", ".join(app.state.kbs.by_name) or "none", settings.writer)
-    uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5,
-                timeout_keep_alive=settings.keepalive_seconds,
-                http=guarded_h11(settings.read_timeout_seconds),
-                h11_max_incomplete_event_size=settings.max_header_bytes)
+    uvicorn.run(app, http=guarded_h11(settings.read_timeout_seconds), **common)

@@ -57,8 +57,8 @@ __all__ = [
 SCOPES = ("generate", "admin")
 MIN_KEY_CHARS = 24
 MIN_SECRET_BITS = 64.0
-# Paths anyone may call: liveness, Prometheus scraping and the API description.
-OPEN_PATHS = frozenset({"/healthz", "/metrics", "/openapi.json", "/docs", "/redoc",
+# Paths anyone may call: liveness, readiness, Prometheus scraping and the API description.
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/redoc",
                         "/docs/oauth2-redirect"})
 _HASH = re.compile(r"^sha256:([0-9a-f]{64})$")
 # A knowledge base's name: safe in a URL path segment, a model id (`cdr/<name>`) and a key entry.

@@ -1,0 +1,96 @@
+"""OpenTelemetry spans, when the optional `otel` extra is installed (`cdr-retrieval[otel]`).
+
+Two kinds: one span per HTTP request of the gateway (`TracingMiddleware`: method, route path,
+status, request id) and one per window of the loop (`window_span`, from `Generator.complete`,
+the one place every window ends: written, unwritten or submitted by a sidecar client), whose
+attributes are the window's CRP headers (`crp.context.window`, `crp.context.coverage.score`,
+...) with its status, finish reason and duration. cdr only creates spans through the
+OpenTelemetry API; where they go (OTLP, console, a test's in-memory exporter) is the
+application's `TracerProvider`, so without one configured the spans cost next to nothing,
+and without the package installed these functions do nothing at all.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+try:
+    from opentelemetry import trace
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+except ImportError:  # the extra is not installed: every hook below is a no-op
+    trace = None  # type: ignore[assignment]
+
+__all__ = ["TracingMiddleware", "available", "crp_attributes", "window_span"]
+
+TRACER = "cdr"
+
+
+def available() -> bool:
+    return trace is not None
+
+
+def crp_attributes(headers: dict[str, str]) -> dict[str, str]:
+    """`CRP-Context-Coverage-Score` → `crp.context.coverage.score` (OpenTelemetry's dotted,
+    lower-case attribute names); the session token is left out (it is a credential)."""
+    return {name.lower().replace("-", "."): value for name, value in headers.items()
+            if name.lower() != "crp-set-session"}
+
+
+def window_span(event: Any) -> None:
+    """A finished span for one window, back-dated to when the window started."""
+    if trace is None:
+        return
+    end = time.time_ns()
+    seconds = float(getattr(event, "seconds", 0.0) or 0.0)
+    span = trace.get_tracer(TRACER).start_span(
+        "cdr.window", start_time=end - int(seconds * 1e9))
+    span.set_attributes({
+        "cdr.window.number": int(event.number),
+        "cdr.window.status": str(event.status),
+        "cdr.window.finish_reason": str(event.finish_reason),
+        "cdr.window.completeness": float(event.completeness),
+        "cdr.window.facts": len(event.prepared.envelope),
+        **crp_attributes(event.headers),
+    })
+    if event.error is not None:
+        span.set_status(Status(StatusCode.ERROR, "upstream error"))
+    span.end(end_time=end)
+
+
+class TracingMiddleware:
+    """A server span per HTTP request: `HTTP <method> <path>`, with status and request id.
+    The path is the route's, without the query (where keys could travel)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if trace is None or scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        method, path = scope.get("method", ""), scope.get("path", "")
+        tracer = trace.get_tracer(TRACER)
+        with tracer.start_as_current_span(f"HTTP {method} {path}", kind=SpanKind.SERVER,
+                                          record_exception=False) as span:
+            span.set_attributes({"http.request.method": method, "url.path": path})
+
+            async def send_status(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    status = int(message["status"])
+                    span.set_attribute("http.response.status_code", status)
+                    headers = dict(message.get("headers") or [])
+                    rid = scope.get("state", {}).get("request_id")  # cdr.gateway.ops
+                    if rid:
+                        span.set_attribute("cdr.request_id", rid)
+                    for key, value in headers.items():
+                        if key.startswith(b"crp-") and key != b"crp-set-session":
+                            span.set_attribute(key.decode().replace("-", "."),
+                                               value.decode("latin-1"))
+                    if status >= 500:
+                        span.set_status(Status(StatusCode.ERROR))
+                await send(message)
+
+            await self.app(scope, receive, send_status)
