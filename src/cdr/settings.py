@@ -189,6 +189,20 @@ SETTINGS: tuple[Setting, ...] = (
         meaning=('BLAS threads per request thread (0 leaves BLAS alone). One: BLAS threads '
                  'fighting over 2 cores cut 32-client throughput from 35 to 7.7 req/s.')),
     Setting(
+        'CDR_RATE_LIMITS', 'process',
+        type='`scope=N/period[;scope=N/period]`',
+        default='none (no limits)',
+        meaning=('Per-key rate limits per scope (`generate`, `admin`; `dev` for dev mode\'s '
+                 'callers, counted by address), e.g. `generate=60/minute;admin=600/minute`; '
+                 'over the limit: 429 with `Retry-After` ([deploy](../deploy.md#rate-limits)).'
+                 )),
+    Setting(
+        'CDR_RATE_LIMIT_STORAGE', 'process',
+        type='`limits` storage URI',
+        default='`memory://` (per process)',
+        meaning=('Where the rate-limit counters live; `redis://host:6379` shares them between '
+                 'workers and replicas.')),
+    Setting(
         'CDR_EMBEDDER', 'library',
         type='`minilm` or `openai:<model>@<base_url>`',
         default='`minilm`',
