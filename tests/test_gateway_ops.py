@@ -203,6 +203,15 @@ def test_two_workers_share_sessions(gateway_ckf: Path, tmp_path: Path) -> None:
     env = {"CDR_DEV": "1", "CDR_SIGNING_SECRET": SECRET}
     with CliServer(env, ["--workers", "2", "--log-format", "json"], ckf=gateway_ckf,
                    workdir=tmp_path) as s, s.client() as c:
+        deadline = time.monotonic() + 240  # the second worker may still be starting
+
+        def started() -> int:
+            return sum("Application startup complete" in str(x.get("message"))
+                       for x in s.records())
+
+        while started() < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert started() == 2, s.log()
         assert c.get("/readyz").status_code == 200
         created = c.post("/v1/sessions", json={"task": "Write a guide to Python exceptions"})
         assert created.status_code in (200, 201), created.text
@@ -212,6 +221,3 @@ def test_two_workers_share_sessions(gateway_ckf: Path, tmp_path: Path) -> None:
             r = httpx.get(f"{s.url}/v1/sessions/{sid}", timeout=60,
                           headers={"CRP-Session": token, "Connection": "close"})
             assert r.status_code == 200, r.text
-        pids = {x.get("message") for x in s.records() if "Started server process" in
-                str(x.get("message"))}
-        assert len(pids) == 2
