@@ -18,8 +18,13 @@ share lies near the query, spread over sub-topics, with cosine to the query unif
 is the README's performance section; it is also written to `bench/results/ranking.md` with the
 machine and the command that reruns it.
 
+4. `cdr_scores` + top-k against the plain scan on all cores and on one thread (BLAS threads
+   and `CDR_ROW_THREADS` set alike), wall time beside the process's CPU time, at the largest N
+   (issue 26: the array face's row products run as fixed row blocks on every core).
+
 Usage: `python bench/ranking.py [--sizes 10000,100000,1000000] [--quick] [--no-reference]
-[--clock cpu]` (`--clock cpu`: CPU time of one thread, for a machine busy with other work).
+[--clock cpu] [--cores-only]` (`--clock cpu`: CPU time of one thread, for a machine busy with
+other work; `--cores-only`: only section 4, written into its block of the results file).
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ from cdr.ranking import (
     cdr_scores,
     rank_all,
 )
+from cdr.row_products import ROW_THREADS_ENV
 from cdr.spec import cdr_rank as spec_cdr_rank
 
 D = 384
@@ -297,6 +303,119 @@ def breakdown(
     return interleaved_medians(steps, reps, _noop)
 
 
+def scores_topk(scores: np.ndarray, k: int) -> np.ndarray:
+    """Top-k of `cdr_scores`' output (NaN = gated), best first: what a caller of the array face
+    does after it, the same selection `plain_topk` makes on relevance."""
+    idx = np.flatnonzero(~np.isnan(scores))
+    if idx.size > k:
+        idx = idx[np.argpartition(-scores[idx], k - 1)[:k]]
+    return idx[np.argsort(-scores[idx], kind="stable")]
+
+
+@dataclass
+class CoresRow:
+    """`cdr_scores` + top-k against the plain BLAS scan + top-k with `threads` threads each
+    (BLAS and `CDR_ROW_THREADS` alike): medians of wall time and of the process's CPU time
+    (all its threads), seconds."""
+
+    threads: int
+    plain_wall: float
+    scores_wall: float
+    plain_cpu: float
+    scores_cpu: float
+    min_wall_ratio: float
+
+
+def bench_cores(
+    facts: np.ndarray, q: np.ndarray, state: State, importance: np.ndarray,
+    counts: np.ndarray, reps: int, thread_counts: list[int], progress: Progress,
+) -> list[CoresRow]:
+    """Wall and CPU time on all cores and on one, in one run, interleaved per repetition.
+
+    The thread count is set for both contenders alike: OpenBLAS's threads for the plain
+    `facts @ q`, `CDR_ROW_THREADS` for the row blocks of `cdr_scores`. Each call reads both
+    clocks, so CPU time (which other processes' load inflates least) sits beside wall time."""
+    old_env = os.environ.get(ROW_THREADS_ENV)
+    old_blas = _openblas_threads()
+    rows = []
+
+    def plain() -> object:
+        return plain_topk(facts, q, TOP_K)
+
+    def scores() -> object:
+        s = cdr_scores(facts, q, state.cov_vectors, state.cov_weights, state.res_vectors,
+                       importance, counts)
+        return scores_topk(s, TOP_K)
+
+    try:
+        for t in thread_counts:
+            set_blas_threads(t)
+            os.environ[ROW_THREADS_ENV] = str(t)
+            task = progress.add_task(f"N = {len(facts):>9,}: {t} thread(s)", total=reps)
+            wall: dict[str, list[float]] = {"plain": [], "scores": []}
+            cpu: dict[str, list[float]] = {"plain": [], "scores": []}
+            fns = {"plain": plain, "scores": scores}
+            for fn in fns.values():
+                fn()
+            for r in range(reps):
+                for name in (("plain", "scores") if r % 2 == 0 else ("scores", "plain")):
+                    c0, w0 = time.process_time(), time.perf_counter()
+                    fns[name]()
+                    wall[name].append(time.perf_counter() - w0)
+                    cpu[name].append(time.process_time() - c0)
+                progress.advance(task)
+            rows.append(CoresRow(
+                t, float(np.median(wall["plain"])), float(np.median(wall["scores"])),
+                float(np.median(cpu["plain"])), float(np.median(cpu["scores"])),
+                float(min(wall["scores"]) / min(wall["plain"])),
+            ))
+    finally:
+        if old_env is None:
+            os.environ.pop(ROW_THREADS_ENV, None)
+        else:
+            os.environ[ROW_THREADS_ENV] = old_env
+        if old_blas is not None:
+            set_blas_threads(old_blas)
+    return rows
+
+
+def render_cores(rows: list[CoresRow], n: int, info: dict[str, str], argv: list[str]) -> str:
+    """The all-cores section of the results (a block other runs of this file keep)."""
+    lines = [
+        "<!-- cores -->",
+        f"### `cdr_scores` + top-{TOP_K} vs a plain multi-threaded BLAS scan + top-{TOP_K}, "
+        f"N = {fmt_n(n)}: wall time on all cores beside CPU time",
+        "",
+        f"Load average (1, 5, 15 min) at the start: {info['load average (1, 5, 15 min) at start']}"
+        f", at the end: {_load()}, on {os.cpu_count()} logical CPUs.",
+        "",
+        "| threads (BLAS and `CDR_ROW_THREADS`) | plain scan wall, ms | `cdr_scores` + top-k "
+        "wall, ms | **wall ratio** | ratio of fastest runs | plain scan CPU, ms | "
+        "`cdr_scores` + top-k CPU, ms | CPU ratio |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.threads} | {ms(r.plain_wall)} | {ms(r.scores_wall)} | "
+            f"**{r.scores_wall / r.plain_wall:.2f}** | {r.min_wall_ratio:.2f} | "
+            f"{ms(r.plain_cpu)} | {ms(r.scores_cpu)} | {r.scores_cpu / r.plain_cpu:.2f} |"
+        )
+    lines += [
+        "",
+        "Plain scan: `facts @ q` (OpenBLAS gemv), the 0.55 gate, top-k by relevance. "
+        "`cdr_scores`: the `cdr.spec` array face with the full state (50 Coverage Set entries, "
+        "20 residual sub-queries, importance, n-gram counts), then top-k over its scores; its "
+        "per-row products run as fixed row blocks on `CDR_ROW_THREADS` threads "
+        "(`cdr.row_products`), every score bit-identical to one thread's. Wall: "
+        "`perf_counter`; CPU: `process_time` (all threads of the process). Medians of "
+        "interleaved repetitions.",
+        "",
+        f"Rerun: `python bench/ranking.py{''.join(' ' + a for a in argv)}`",
+        "<!-- /cores -->",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 # ----------------------------------------------------------------------- the reference
 
 
@@ -468,6 +587,14 @@ def _openblas() -> tuple[ctypes.CDLL, str] | None:
             if hasattr(handle, f"{prefix}_get_num_threads{suffix}"):
                 return handle, f"{prefix}_%s_num_threads{suffix}"
     return None
+
+
+def _openblas_threads() -> int | None:
+    found = _openblas()
+    if found is None:
+        return None
+    handle, pattern = found
+    return int(getattr(handle, pattern % "get")())
 
 
 def blas_threads() -> str:
@@ -661,6 +788,29 @@ def _print_tables(scan: list[ScanRow], refs: list[RefRow]) -> None:
         console.print(t)
 
 
+def _print_cores(rows: list[CoresRow]) -> None:
+    t = Table(title=f"cdr_scores + top-{TOP_K} vs plain BLAS scan + top-{TOP_K}: wall and CPU")
+    for col in ("threads", "plain wall ms", "scores wall ms", "wall ratio", "min ratio",
+                "plain CPU ms", "scores CPU ms", "CPU ratio"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        t.add_row(str(r.threads), ms(r.plain_wall), ms(r.scores_wall),
+                  f"{r.scores_wall / r.plain_wall:.2f}", f"{r.min_wall_ratio:.2f}",
+                  ms(r.plain_cpu), ms(r.scores_cpu), f"{r.scores_cpu / r.plain_cpu:.2f}")
+    console.print(t)
+
+
+def _write_cores(out: Path, cores_text: str) -> None:
+    """Put the all-cores block into `out` in place of its previous one (else at the end)."""
+    old = out.read_text() if out.exists() else ""
+    m = re.search(r"<!-- cores -->.*?<!-- /cores -->\n?", old, flags=re.S)
+    text = (old[: m.start()] + cores_text + old[m.end() :] if m
+            else old.rstrip("\n") + ("\n\n" if old else "") + cores_text)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    console.print(f"written to {out}")
+
+
 # -------------------------------------------------------------------------------- main
 
 
@@ -687,6 +837,11 @@ def main(argv: list[str] | None = None) -> None:
         "--clock", choices=("wall", "cpu"), default="wall",
         help="cpu: this thread's CPU time, BLAS on one thread (for a busy machine)",
     )
+    ap.add_argument(
+        "--cores-only", action="store_true",
+        help="only the all-cores section (cdr_scores + top-k vs the BLAS scan, wall and CPU "
+             "time, all threads then one) at the largest size; the rest of --out is kept",
+    )
     ap.add_argument("--out", type=Path, default=RESULTS)
     raw = sys.argv[1:] if argv is None else argv
     args = ap.parse_args(raw)
@@ -698,6 +853,9 @@ def main(argv: list[str] | None = None) -> None:
         CLOCK = time.thread_time
     if args.blas_threads:
         set_blas_threads(args.blas_threads)
+        # cdr's row blocks get as many threads as BLAS (with --clock cpu, one: thread_time
+        # counts this thread only, and would miss the pool's work).
+        os.environ[ROW_THREADS_ENV] = str(args.blas_threads)
     info = machine() | {"clock": "thread CPU time" if args.clock == "cpu" else "wall clock"}
     note = busy_note(os.getloadavg()[0], args.clock)
     rng = np.random.default_rng(args.seed)
@@ -710,6 +868,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     scan: list[ScanRow] = []
     refs: list[RefRow] = []
+    all_cores = os.cpu_count() or 1
     with progress:
         gen = progress.add_task(f"generating {n_max:,} facts", total=n_max)
         facts = generate_facts(
@@ -718,6 +877,16 @@ def main(argv: list[str] | None = None) -> None:
         importance = rng.uniform(0.5, 1.0, n_max).astype(np.float32)
         counts = np.where(rng.random(n_max) < 0.1, rng.integers(1, 4, n_max), 0).astype(np.int32)
         state = make_state(rng, topics, covered=10, per_topic=5, n_residual=20)
+        per_call = max(n_max * D * 4 / 8e9, 2e-4)
+        core_reps = max(int(np.clip(4.0 / per_call, 15, 300)) // (3 if args.quick else 1), 5)
+        cores = bench_cores(facts, topics.query, state, importance, counts, core_reps,
+                            sorted({all_cores, 1}, reverse=True), progress)
+        cores_text = render_cores(cores, n_max, info, raw)
+        if args.cores_only:
+            progress.stop()
+            _print_cores(cores)
+            _write_cores(args.out, cores_text)
+            return
         for n in args.sizes:
             per_call = max(n * D * 4 / 8e9, 2e-4)  # ≈ memory-bound mat-vec time
             reps = int(np.clip(4.0 / per_call, 15, 300)) // (3 if args.quick else 1)
@@ -755,13 +924,17 @@ def main(argv: list[str] | None = None) -> None:
                                             progress)
                         )
     _print_tables(scan, refs)
+    _print_cores(cores)
     text = render(scan, refs, parts, args.share, info, raw, note)
+    text = text.rstrip("\n") + "\n\n" + cores_text
     if note:
         console.print(note)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     old = args.out.read_text() if args.out.exists() else ""
     # Sections other benchmarks keep in this file (bench/scale.py, bench/scan_paths.py) stay.
     for block in re.findall(r"<!-- ([a-z-]+) -->.*?<!-- /\1 -->", old, flags=re.S):
+        if block == "cores":  # this run's own
+            continue
         start, end = f"<!-- {block} -->", f"<!-- /{block} -->"
         keep = old[old.index(start) : old.index(end) + len(end)]
         text = text.rstrip("\n") + "\n\n" + keep + "\n"

@@ -30,6 +30,7 @@ import numpy as np
 from cdr.coverage import CoverageSet, ResidualSet, weighted_centroid
 from cdr.errors import InvalidInputError
 from cdr.ngrams import ngram_penalty as _ngram_penalty
+from cdr.row_products import row_products
 from cdr.vectors import (
     as_fact_matrix,
     as_matrix,
@@ -132,13 +133,10 @@ def row_dots(rows: np.ndarray, vectors: np.ndarray) -> np.ndarray:
     and pick kernels by matrix size, so a row's last bit depends on how many rows the matrix
     has and where the row sits — one CKF and the shard holding a fact disagreed, and
     near-tied facts swapped order. einsum's result for a row depends on that row and the
-    vectors only (tests/test_ranking.py checks it over random sub-matrices). About 2× a BLAS
-    gemm's time on the (M, 1 + R) products — a few ms per 10k gated candidates here."""
+    vectors only (tests/test_ranking.py checks it over random sub-matrices). Large inputs are
+    cut into fixed row blocks run on all cores (`cdr.row_products`), which changes no value."""
     r = np.asarray(rows)
-    v = np.asarray(vectors, dtype=r.dtype)
-    if v.ndim == 1:
-        return np.einsum("ij,j->i", r, v)
-    return np.einsum("ij,kj->ik", r, v)
+    return row_products(r, np.asarray(vectors, dtype=r.dtype))
 
 
 def novelty_from_coverage(coverage_score: np.ndarray) -> np.ndarray:

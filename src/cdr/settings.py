@@ -223,6 +223,14 @@ SETTINGS: tuple[Setting, ...] = (
         default='the CPUs this process may use, at most 8',
         meaning='Worker threads of the bundled numpy embedding model.'),
     Setting(
+        'CDR_ROW_THREADS', 'library',
+        type='int ≥ 1',
+        default='`os.cpu_count()`',
+        meaning=('Threads for the per-fact products of the ranking core and the float32 Phase 1'
+                 ' scan (`cdr.row_products`): fixed row blocks, so every score is bit-identical'
+                 ' whatever the count. Inputs under 16,384 rows run inline on the calling '
+                 'thread.')),
+    Setting(
         'CDR_HTML_EXTRACTOR', 'library',
         type='`on`, or `off`/`0`/`false`/`no`',
         default='on (when trafilatura is installed)',

@@ -44,6 +44,8 @@ from pathlib import Path
 
 import numpy as np
 
+from cdr.row_products import row_products
+
 try:  # the `fast` extra
     import numba as _nb
 except ImportError:  # pragma: no cover - exercised only where numba is absent
@@ -356,8 +358,9 @@ def _blas_similarities(emb: np.ndarray, q: np.ndarray) -> np.ndarray:
         # einsum, not BLAS gemv: gemv's rounding depends on the matrix's row count (kernels
         # take rows in groups), so a fact's relevance could differ in the last bit between
         # one CKF and the shard holding it (issue 12); einsum's depends on the row alone, and
-        # it measured no slower here (memory-bound either way).
-        return np.einsum("ij,j->i", emb, q)
+        # it measured no slower here (memory-bound either way). Row blocks on all cores
+        # (`cdr.row_products`) change no row's value.
+        return row_products(emb, q)
     out = np.empty(len(emb), dtype=np.float32)
     for s in range(0, len(emb), 4096):
         out[s : s + 4096] = np.einsum("ij,j->i", emb[s : s + 4096].astype(np.float32), q)
