@@ -159,7 +159,12 @@ def main() -> None:
     ap.add_argument("--pages", type=int, default=20, help="pages per site")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" /
                     "html_extract.md")
+    ap.add_argument("--reuse-off", action="store_true",
+                    help="take the extractor-off search figures from the previous run's JSON "
+                         "(the streaming parser did not change; only 'on' is re-ingested)")
     args = ap.parse_args()
+    previous = (json.loads(args.out.with_suffix(".json").read_text(encoding="utf-8"))
+                if args.reuse_off else {})
     results: dict[str, dict[str, ModeResult]] = {}
     first_hits: dict[str, dict[str, list[tuple[str, str]]]] = {}
     lost: dict[str, list[str]] = {}
@@ -174,7 +179,14 @@ def main() -> None:
                 per_mode[mode] = facts
                 work = Path(tmp) / site
                 work.mkdir(exist_ok=True)
-                first_hits[site][mode] = search_recall(pages, titles, mode, work, res)
+                if mode == "off" and site in previous:
+                    old = previous[site]["off"]
+                    assert (old["pages"], old["facts"]) == (res.pages, res.facts), old
+                    res.recall_hits, res.queries = old["recall_hits"], old["queries"]
+                    res.chrome_in_top = old["chrome_in_top"]
+                    first_hits[site][mode] = [tuple(h) for h in old.get("first_hits", [])]
+                else:
+                    first_hits[site][mode] = search_recall(pages, titles, mode, work, res)
                 results[site][mode] = res
                 print(site, mode, res)
             on_texts = {t for ts in per_mode["on"].values() for t in ts}
@@ -186,8 +198,8 @@ def main() -> None:
     sample = random.Random(25).sample(sample_pool, min(50, len(sample_pool)))
     write_report(args.out, args.pages, results, first_hits, lost, sample)
     args.out.with_suffix(".json").write_text(json.dumps(
-        {s: {m: r.__dict__ for m, r in modes.items()} for s, modes in results.items()},
-        indent=2), encoding="utf-8")
+        {s: {m: {**r.__dict__, "first_hits": first_hits[s][m]} for m, r in modes.items()}
+         for s, modes in results.items()}, indent=2), encoding="utf-8")
 
 
 def write_report(out: Path, n: int, results: dict[str, dict[str, ModeResult]],

@@ -91,12 +91,17 @@ def test_blocks_are_kept_by_their_trigrams(monkeypatch):
     monkeypatch.setattr(trafilatura, "extract", lambda *a, **k: (
         "The planner uses the partial index when the WHERE clause implies it.\nCode: x = 1"))
     blocks = [Block("the planner uses the partial index"),  # all trigrams in: kept
-              Block("The planner uses a different thing entirely here"),  # 1 of 6: dropped
-              Block("x = 1", is_code=True),  # short, every word in the text: kept
-              Block("Purchase")]  # short, not in the text: dropped
+              Block("The planner uses a different thing entirely here"),  # 1 of 6, no
+              # sentence end: dropped
+              Block("x = 1"),  # short, every word in the text: kept
+              Block("Purchase"),  # short, not in the text: dropped
+              Block("zip Wraps zip() usage in a list call, unless told otherwise."),  # a
+              # sentence of 11 words the extractor left out: kept
+              Block("SQLITE_OPEN_MAIN_DB SQLITE_OPEN_TEMP_DB", is_code=True),  # code: kept
+              Block("Home About Documentation Download License Support Purchase Search")]
     kept, note = html_main.keep_main_blocks(PAGE, blocks)
-    assert kept == [blocks[0], blocks[2]] and note == html_main.MainContent(True, "trafilatura",
-                                                                            2)
+    assert kept == [blocks[0], blocks[2], blocks[4], blocks[5]]
+    assert note == html_main.MainContent(True, "trafilatura", 3)
 
 
 @given(st.integers(min_value=0, max_value=400), st.integers(min_value=0, max_value=20))
