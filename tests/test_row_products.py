@@ -125,6 +125,22 @@ def test_small_inputs_run_inline_without_the_pool(monkeypatch):
     assert np.array_equal(row_dots(f, q), _einsum(f, q))
 
 
+def test_few_rows_against_many_vectors_are_shared_out(monkeypatch):
+    """Work is rows × vectors: 2,000 gated rows against 21 vectors go to the pool."""
+    used = []
+    real = rp._pool
+
+    def spy(workers: int):
+        used.append(workers)
+        return real(workers)
+
+    monkeypatch.setattr(rp, "_pool", spy)
+    f = _rows(2, 2_000, 384, np.float32)
+    v = np.random.default_rng(3).standard_normal((21, 384)).astype(np.float32)
+    assert np.array_equal(rp.row_products(f, v, threads=2), _einsum(f, v))
+    assert used == [2]
+
+
 def _child(conn) -> None:  # pragma: no cover - runs in a forked process
     f = np.ones((40_000, 4), np.float32)
     conn.send(float(rp.row_products(f, np.ones(4, np.float32), threads=2).sum()))

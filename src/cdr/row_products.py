@@ -28,11 +28,12 @@ from cdr.errors import InvalidInputError
 __all__ = ["BLOCK_ROWS", "PARALLEL_MIN_ROWS", "ROW_THREADS_ENV", "row_products", "row_threads"]
 
 ROW_THREADS_ENV = "CDR_ROW_THREADS"
-# Below this many rows the product runs inline: at d = 384 that is ~25 MB of rows, ~2–3 ms on
-# one core here, where handing blocks to threads (tens of µs) is already small.
+# Below this many row-vector products (rows × vectors) the product runs inline: at d = 384,
+# ~2–3 ms on one core here, where handing blocks to threads (tens of µs) is already small.
 PARALLEL_MIN_ROWS = 16_384
-# Rows per block: ~12 MB at d = 384, many blocks per thread at 1M rows so a core slowed by
-# other load does not hold the rest back, few enough that hand-off costs nothing.
+# Row-vector products per block (rows per block for one vector; at least 64 rows): ~12 MB of
+# rows at d = 384, many blocks per thread at 1M rows so a core slowed by other load does not
+# hold the rest back, few enough that hand-off costs nothing.
 BLOCK_ROWS = 8_192
 
 _POOL_LOCK = threading.Lock()
@@ -69,19 +70,23 @@ def row_products(
     """`rows[i] · vectors` for every row i: (N,) for one vector (d,), (N, K) for (K, d).
 
     Bit-identical to `np.einsum` over the whole matrix whatever `threads` (default
-    `row_threads()`), `block_rows` (default `BLOCK_ROWS`) or `min_rows` (default
-    `PARALLEL_MIN_ROWS`); they only decide how the work is shared."""
-    block_rows = BLOCK_ROWS if block_rows is None else int(block_rows)
-    min_rows = PARALLEL_MIN_ROWS if min_rows is None else int(min_rows)
+    `row_threads()`), `block_rows` (default `BLOCK_ROWS` row-vector products) or `min_rows`
+    (default `PARALLEL_MIN_ROWS`, in rows × vectors: below it, inline); they only decide how
+    the work is shared."""
     r = np.asarray(rows)
     v = np.asarray(vectors)
     spec = "ij,j->i" if v.ndim == 1 else "ij,kj->ik"
     n = r.shape[0] if r.ndim == 2 else 0
+    # Work is counted in row-vector products: 13k gated rows against 21 vectors are as much
+    # work as 280k rows against one, and are shared out the same way.
+    k = 1 if v.ndim == 1 else max(v.shape[0], 1)
+    block_rows = max(BLOCK_ROWS // k, 64) if block_rows is None else int(block_rows)
+    min_rows = PARALLEL_MIN_ROWS if min_rows is None else int(min_rows)
     workers = row_threads() if threads is None else int(threads)
     if block_rows < 1:
         raise ValueError(f"block_rows must be at least 1, got {block_rows}")
     blocks = -(-n // block_rows)
-    if workers <= 1 or n < max(min_rows, 2) or blocks < 2 or not r.flags.c_contiguous:
+    if workers <= 1 or n * k < min_rows or n < 2 or blocks < 2 or not r.flags.c_contiguous:
         return np.einsum(spec, r, v)
     out = np.empty((n,) if v.ndim == 1 else (n, v.shape[0]), dtype=np.result_type(r, v))
 

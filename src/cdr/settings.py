@@ -228,8 +228,8 @@ SETTINGS: tuple[Setting, ...] = (
         default='`os.cpu_count()`',
         meaning=('Threads for the per-fact products of the ranking core and the float32 Phase 1'
                  ' scan (`cdr.row_products`): fixed row blocks, so every score is bit-identical'
-                 ' whatever the count. Inputs under 16,384 rows run inline on the calling '
-                 'thread.')),
+                 ' whatever the count. Products under 16,384 rows × vectors run inline on the '
+                 'calling thread.')),
     Setting(
         'CDR_HTML_EXTRACTOR', 'library',
         type='`on`, or `off`/`0`/`false`/`no`',
