@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers onl
     from cdr.ckf import CKF, ingest
     from cdr.embed import default_embedder
     from cdr.factindex import FactIndex
+    from cdr.length import LengthReport, length_score
     from cdr.loop import GenerationConfig, Generator, WindowEvent
     from cdr.repeat_guard import RepeatGuard
     from cdr.trace import build_trace
@@ -51,6 +52,8 @@ _LAZY = {
     "default_embedder": "cdr.embed",
     "build_trace": "cdr.trace",
     "RepeatGuard": "cdr.repeat_guard",
+    "LengthReport": "cdr.length",
+    "length_score": "cdr.length",
 }
 
 
@@ -66,12 +69,14 @@ __all__ = [  # noqa: RUF022 - grouped: eager names, then the lazy ones
     "FactIndex",
     "GenerationConfig",
     "Generator",
+    "LengthReport",
     "RepeatGuard",
     "WindowEvent",
     "build_trace",
     "default_embedder",
     "get_writer",
     "ingest",
+    "length_score",
     "CDR_MIN_RELEVANCE",
     "COVERAGE_PENALTY_CAP",
     "EXIT_REASONS",

@@ -17,6 +17,7 @@ from cdr.cli_models import models_app
 from cdr.errors import CdrError
 from cdr.ranking import DEFAULT_RANKING, RANKING_MODES
 from cdr.session import (
+    CKF_EXHAUSTED,
     DEFAULT_MAX_WINDOWS,
     IN_PROGRESS,
     MAX_WINDOWS_LIMIT,
@@ -130,6 +131,7 @@ def generate(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from cdr.assemble import assemble_document
+    from cdr.length import capacity_warning, run_length
     from cdr.loop import GenerationConfig, Generator
     from cdr.tables import window_table
     from cdr.trace import build_trace
@@ -174,6 +176,9 @@ def generate(
         )
         gen = Generator(store, _writer(writer, llm_base_url, llm_model), config)
         session = gen.start(task, outline_text)
+        short = capacity_warning(words, windows, generation_tokens)
+        if short is not None:  # the length contract cannot hold: say so before the windows
+            err.print(f"[bold yellow]warning:[/] {short}")
     except CdrError as exc:
         headers = getattr(exc, "headers", None)
         if headers:
@@ -209,11 +214,16 @@ def generate(
     else:
         sys.stdout.write(document)
     last = events[-1].headers if events else {}
+    length = run_length([sq.expected_words for sq in session.sub_queries],
+                        [e.output for e in events])
     err.print(
         f"[bold]status:[/] {session.status}  completeness {session.completeness():.2f}  "
-        f"windows {len(events)}/{windows}"
+        f"windows {len(events)}/{windows}  {length.summary()}"
         + (f"  hint: {last['CRP-Onboarding-Hint']}" if "CRP-Onboarding-Hint" in last else "")
     )
+    if session.status == CKF_EXHAUSTED and not length.within:
+        err.print(f"the knowledge base grounded {length.delivered} of the {length.asked} "
+                  "words asked: ingest more documents on the task for the rest")
     if session.status in (UPSTREAM_ERROR, RUN_FAILED):
         raise typer.Exit(1)
 

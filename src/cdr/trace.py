@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from cdr.length import run_length
 from cdr.options import OPTION_CHOICES
 from cdr.ranking import RANKING_MODES
 from cdr.session import RUN_STATUSES, Session
@@ -87,7 +88,13 @@ def trace_document(session: Session, windows: Sequence[dict[str, Any]]) -> dict[
 
 
 def build_trace(session: Session, events: Sequence[WindowEvent]) -> dict[str, Any]:
-    return trace_document(session, [window_record(e) for e in events])
+    """The run's trace, with the optional `length` field (`cdr.length`): the words asked
+    (the sub-queries' expected words, which split `--words` exactly), the words the windows
+    delivered, their ratio, LongBench-Write's length score and whether it is within ±15%."""
+    doc = trace_document(session, [window_record(e) for e in events])
+    doc["length"] = run_length([sq.expected_words for sq in session.sub_queries],
+                               [e.output for e in events]).to_dict()
+    return doc
 
 
 _NUM = {"type": "number"}
@@ -140,6 +147,13 @@ TRACE_SCHEMA: dict[str, Any] = {
                                 "items": {"type": ["string", "null"]}},
             }}},
         "status": {"enum": list(RUN_STATUSES)},
+        "length": {"type": "object", "required": ["asked", "delivered", "score"],
+                   "properties": {
+                       "asked": {"type": "integer", "minimum": 1},
+                       "delivered": {"type": "integer", "minimum": 0},
+                       "ratio": {"type": "number", "minimum": 0},
+                       "score": {"type": "number", "minimum": 0, "maximum": 100},
+                       "within_tolerance": {"type": "boolean"}}},
         "options": {"type": "object", "additionalProperties": False, "properties": {
             name: {"enum": list(choices)} for name, choices in OPTION_CHOICES.items()}},
     },

@@ -185,6 +185,21 @@ def build_run(trace: Mapping[str, Any], label: str) -> RunView:
     return RunView(label, trace, views)
 
 
+def length_sentence(run: RunView) -> str:
+    """The sentence after the exit's, from the trace's optional `length` field: the words
+    written of those asked, and the length score; empty for a trace without the field."""
+    length = run.trace.get("length")
+    if not isinstance(length, dict):
+        return ""
+    try:
+        asked, delivered = int(length["asked"]), int(length["delivered"])
+        score = float(length["score"])
+    except (KeyError, TypeError, ValueError):
+        return ""
+    return (f" It wrote {delivered} of the {asked} words asked ({delivered / max(asked, 1):.0%}; "
+            f"LongBench-Write length score {score:.1f}).")
+
+
 def explain_exit(run: RunView) -> str:
     """The exit reason in one sentence a newcomer can read."""
     status = run.status

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
-from cdr.report.analysis import RunView, WindowView, explain_exit
+from cdr.report.analysis import RunView, WindowView, explain_exit, length_sentence
 from cdr.report.svg import Series, bar_chart, line_chart
 
 RUN_COLORS = ("#2563eb", "#ea580c", "#16a34a", "#9333ea")
@@ -85,8 +85,8 @@ def summary(runs: Sequence[RunView]) -> str:
             f"<td>{e(r.status)}</td><td>{last.completeness if last else 0:.2f}</td>"
             f"<td>{_pct(r.later_mean('cwr6'))}</td><td>{_pct(r.later_mean('reuse'))}</td>"
             f"<td>{r.distinct_facts}</td></tr>")
-    exits = "".join(f'<p class="exit"><b>{e(r.label)}:</b> {e(explain_exit(r))}</p>'
-                    for r in runs)
+    exits = "".join(f'<p class="exit"><b>{e(r.label)}:</b> {e(explain_exit(r))}'
+                    f'{e(length_sentence(r))}</p>' for r in runs)
     return (
         '<section class="summary"><table class="kv"><thead><tr><th>run</th><th>ranking</th>'
         "<th>windows</th><th>status</th><th>completeness</th>"
