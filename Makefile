@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 
-.PHONY: demo demo-llm llm test-llm test test-fast docs lint bench bench-ranking bench-ingest bench-quality bench-llm bench-gateway bench-scale bench-retrieval clean-venv
+.PHONY: demo demo-llm llm test-llm test test-fast docs lint bench bench-ranking bench-ingest bench-quality bench-llm bench-gateway bench-scale bench-retrieval bench-long clean-venv
 
 $(BIN)/python:
 	@command -v $(PY) >/dev/null 2>&1 || { echo "need $(PY) (or run: make PY=python3)"; exit 1; }
@@ -78,6 +78,11 @@ bench-retrieval: $(STAMP)
 	$(BIN)/python bench/retrieval.py --corpus man --split report --no-report
 	$(BIN)/python bench/retrieval.py --corpus pydocs --split tune --no-report
 	$(BIN)/python bench/retrieval.py --corpus pydocs --split report
+
+# Long documents (issue 22): words delivered against 2,000/5,000/8,000 asked, up to 20 windows,
+# per-window measures; extractive writer unless ARGS="--writer local"; checkpointed, resumes.
+bench-long: $(STAMP)
+	$(BIN)/python bench/long.py $(ARGS)
 
 bench-gateway: $(STAMP)
 	$(BIN)/python bench/gateway.py

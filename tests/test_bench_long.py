@@ -1,0 +1,90 @@
+"""`bench/long.py`: one run's records, the checkpoint key, and the report's arithmetic."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+
+import long as bench_long
+from cdr.ckf import CKF
+from cdr.length import length_score
+from retrieval import RTask
+from tests.conftest import BUILTIN_TYPES_TASK
+
+TASK = RTask("pydocs", "stdtypes", BUILTIN_TYPES_TASK, ("Numeric types", "Sequence types"),
+             "nowhere")
+
+
+def _run(arm: str, words: int, delivered: int, windows: list[dict], status: str) -> dict:
+    return {"corpus": "pydocs", "task": "t", "arm": arm, "words": words, "writer": "extractive",
+            "max_windows": 20, "delivered": delivered, "ratio": round(delivered / words, 4),
+            "length_score": round(length_score(words, delivered), 2),
+            "within_tolerance": abs(delivered - words) <= 0.15 * words, "status": status,
+            "windows": windows}
+
+
+def _w(words: int, on: float | None, fresh: float | None, cwr: float | None) -> dict:
+    return {"words": words, "seconds": 1.0, "status": "in-progress", "finish_reason": "stop",
+            "completeness": 0.5, "on_topic": on, "fresh": fresh, "cwr6": cwr, "envelope": 4}
+
+
+def test_run_one_records_every_window(types_ckf_path: Path):
+    ckf = CKF.open(types_ckf_path)
+    arm = bench_long.ARMS[0]
+    rec = bench_long.run_one(ckf, set(), TASK, arm, 900, 3, "extractive")
+    ws = rec["windows"]
+    assert 1 <= len(ws) <= 3
+    assert rec["delivered"] == sum(w["words"] for w in ws) > 0
+    assert rec["length_score"] == round(length_score(900, rec["delivered"]), 2)
+    assert rec["ratio"] == round(rec["delivered"] / 900, 4)
+    assert rec["status"] == ws[-1]["status"] != "in-progress"
+    for w in ws:  # no fact of the task's "own" document (empty set): on-topic 0 when sent
+        assert w["on_topic"] in (0.0, None) and (w["fresh"] is None or 0 <= w["fresh"] <= 1)
+    assert ws[0]["fresh"] in (1.0, None)
+
+
+def test_run_key_separates_what_changes_a_run():
+    arm, other = bench_long.ARMS
+    k = bench_long.run_key("c", TASK, arm, 2000, 20, "extractive", 100)
+    assert k == bench_long.run_key("c", TASK, arm, 2000, 20, "extractive", 100)
+    for changed in (bench_long.run_key("c", TASK, other, 2000, 20, "extractive", 100),
+                    bench_long.run_key("c", TASK, arm, 5000, 20, "extractive", 100),
+                    bench_long.run_key("c", TASK, arm, 2000, 20, "local", 100),
+                    bench_long.run_key("c", TASK, arm, 2000, 12, "extractive", 100),
+                    bench_long.run_key("d", TASK, arm, 2000, 20, "extractive", 100)):
+        assert changed != k
+
+
+def test_report_means_and_labels():
+    runs = [
+        _run("focused", 2000, 2300, [_w(1000, 1.0, 1.0, 0.0), _w(1300, 0.5, 0.5, 0.1)],
+             "task-complete"),
+        _run("focused", 2000, 2600, [_w(1300, 1.0, 1.0, 0.0), _w(1300, 0.0, None, None)],
+             "ckf-exhausted"),
+        _run("relevance", 2000, 2000, [_w(2000, 0.25, 1.0, None)], "limit-reached"),
+    ]
+    meta = {"generated": "now", "commit": "abc", "words": (2000,), "max_windows": 20,
+            "tasks": "pydocs `t`"}
+    md = bench_long.render(runs, meta)
+    assert "**Writer: extractive.**" in md and "quiet machine" in md
+    # focused at 2,000: mean 2,450 words; ratios 1.15–1.30; scores 95.0 and 90.0
+    assert ("| focused | 2,000 | 2 | 2,450 | 1.15–1.30 | 92.5, 90.0 | 1/2 | 2.0 | "
+            "ckf-exhausted 1, task-complete 1 |") in md
+    assert "| relevance | 2,000 | 1 | 2,000 | 1.00–1.00 | 100.0, 100.0 | 1/1 | 1.0 |" in md
+    # window 2 of focused: words (1300+1300)/2, on-topic (0.5+0)/2, fresh 0.5 (one None),
+    # CWR6 10% (one None)
+    assert "| 2 | focused | 2 | 1300 | 1.00 | 25.0% | 50.0% | 10.0% |" in md
+    assert "| 1 | relevance | 1 | 2000 | 1.00 | 25.0% | 100.0% | – |" in md
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(SystemExit) as exc:
+        bench_long.main(["--words", "2000,lots", "--report-only"])
+    assert exc.value.code == 2
+    with pytest.raises(SystemExit) as exc:
+        bench_long.main(["--max-windows", "21", "--report-only"])
+    assert exc.value.code == 2
