@@ -842,6 +842,8 @@ def main(argv: list[str] | None = None) -> None:
         help="only the all-cores section (cdr_scores + top-k vs the BLAS scan, wall and CPU "
              "time, all threads then one) at the largest size; the rest of --out is kept",
     )
+    ap.add_argument("--cores-reps", type=int, help="repetitions of the all-cores section "
+                    "(default: as many as the scan table's at the largest size)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     raw = sys.argv[1:] if argv is None else argv
     args = ap.parse_args(raw)
@@ -878,7 +880,8 @@ def main(argv: list[str] | None = None) -> None:
         counts = np.where(rng.random(n_max) < 0.1, rng.integers(1, 4, n_max), 0).astype(np.int32)
         state = make_state(rng, topics, covered=10, per_topic=5, n_residual=20)
         per_call = max(n_max * D * 4 / 8e9, 2e-4)
-        core_reps = max(int(np.clip(4.0 / per_call, 15, 300)) // (3 if args.quick else 1), 5)
+        core_reps = args.cores_reps or max(
+            int(np.clip(4.0 / per_call, 15, 300)) // (3 if args.quick else 1), 5)
         cores = bench_cores(facts, topics.query, state, importance, counts, core_reps,
                             sorted({all_cores, 1}, reverse=True), progress)
         cores_text = render_cores(cores, n_max, info, raw)
