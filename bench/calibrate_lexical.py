@@ -7,7 +7,7 @@ sits nearer its own page's task and the cosines of all facts rise. For each quer
 
 - `spec`: sub-queries as written, cosine (what `--profile spec` runs on such a CKF);
 - `anchor`: subject-anchored sub-queries, cosine;
-- `anchor+bm25 w`: anchored, fused with BM25 at weight w —
+- `spec+bm25 w` / `anchor+bm25 w`: fused with BM25 at weight w —
 
 and each gate, over the tune tasks of each corpus: the share of the task page's own facts that
 pass (recall) and the share of passing facts that are its own (precision, pooled over tasks).
@@ -43,7 +43,7 @@ def measure(corpus) -> dict[str, dict[float, tuple[int, int, int]]]:
     emb = np.asarray(ckf.embeddings, np.float32)
     own_by_source = own_rows(ckf)
     lex = lexical_index(ckf)
-    kinds = ["spec", "anchor", *[f"anchor+bm25 {w}" for w in WEIGHTS]]
+    kinds = ["spec", "anchor", *[f"{q}+bm25 {w}" for q in ("spec", "anchor") for w in WEIGHTS]]
     out = {k: {g: (0, 0, 0) for g in GATES} for k in kinds}
     for task in corpus.tasks["tune"]:
         own = np.zeros(ckf.n_rows, bool)
@@ -57,7 +57,8 @@ def measure(corpus) -> dict[str, dict[float, tuple[int, int, int]]]:
         dense = np.zeros(ckf.n_rows, np.float32)
         dense[rows] = b
         for w in WEIGHTS:
-            rels[f"anchor+bm25 {w}"] = fuse(rels["anchor"], dense, w)
+            for q in ("spec", "anchor"):
+                rels[f"{q}+bm25 {w}"] = fuse(rels[q], dense, w)
         active = ckf.active
         for kind, rel in rels.items():
             for g in GATES:
