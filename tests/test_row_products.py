@@ -141,6 +141,21 @@ def test_few_rows_against_many_vectors_are_shared_out(monkeypatch):
     assert used == [2]
 
 
+def test_concurrent_callers_with_different_thread_counts_all_get_exact_values():
+    """Callers on several threads (a gateway's requests) share the pool, each with its own
+    thread count; the pool growing under one caller must not fail another."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    f = _rows(9, 30_000, 64, np.float32)
+    vs = [np.random.default_rng(s).standard_normal(64).astype(np.float32) for s in range(12)]
+    want = [_einsum(f, v) for v in vs]
+    with ThreadPoolExecutor(6) as callers:
+        got = list(callers.map(
+            lambda i: rp.row_products(f, vs[i], threads=1 + i, block_rows=997), range(12)))
+    for g, w in zip(got, want, strict=True):
+        assert np.array_equal(g, w)
+
+
 def _child(conn) -> None:  # pragma: no cover - runs in a forked process
     f = np.ones((40_000, 4), np.float32)
     conn.send(float(rp.row_products(f, np.ones(4, np.float32), threads=2).sum()))

@@ -51,15 +51,16 @@ def row_threads() -> int:
 
 
 def _pool(workers: int) -> ThreadPoolExecutor:
-    """The shared pool, with at least `workers` threads. A pool inherited through fork has no
-    threads behind it (work sent there would never run), so a new process makes its own."""
+    """The shared pool, with at least `workers` threads (and at least one per CPU, so it
+    rarely has to grow). A pool inherited through fork has no threads behind it (work sent
+    there would never run), so a new process makes its own. A pool outgrown is not shut
+    down: another caller may be handing it work; it ends when the last reference goes."""
     global _POOL
     with _POOL_LOCK:
         pid = os.getpid()
         if _POOL is None or _POOL[0] != pid or _POOL[1] < workers:
-            if _POOL is not None and _POOL[0] == pid:
-                _POOL[2].shutdown(wait=False)
-            _POOL = (pid, workers, ThreadPoolExecutor(workers, thread_name_prefix="cdr-rows"))
+            size = max(workers, os.cpu_count() or 1)
+            _POOL = (pid, size, ThreadPoolExecutor(size, thread_name_prefix="cdr-rows"))
         return _POOL[2]
 
 
@@ -90,9 +91,13 @@ def row_products(
         return np.einsum(spec, r, v)
     out = np.empty((n,) if v.ndim == 1 else (n, v.shape[0]), dtype=np.result_type(r, v))
 
-    def block(s: int) -> None:
-        out[s : s + block_rows] = np.einsum(spec, r[s : s + block_rows], v)
+    tasks = min(workers, blocks)
+    starts = range(0, n, block_rows)
 
-    # list(): wait for every block and re-raise the first error a block met.
-    list(_pool(min(workers, blocks)).map(block, range(0, n, block_rows)))
+    def run(j: int) -> None:  # blocks j, j + tasks, …: at most `workers` threads at a time
+        for s in starts[j::tasks]:
+            out[s : s + block_rows] = np.einsum(spec, r[s : s + block_rows], v)
+
+    # list(): wait for every task and re-raise the first error one met.
+    list(_pool(tasks).map(run, range(tasks)))
     return out
