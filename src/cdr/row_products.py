@@ -17,6 +17,7 @@ saves), run as one inline einsum, exactly as before.
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -92,10 +93,13 @@ def row_products(
     out = np.empty((n,) if v.ndim == 1 else (n, v.shape[0]), dtype=np.result_type(r, v))
 
     tasks = min(workers, blocks)
-    starts = range(0, n, block_rows)
+    # At most `workers` tasks, each taking the next block until none is left (next() on a
+    # count is atomic under the GIL), so a thread slowed by other load takes fewer blocks.
+    taken = itertools.count()
 
-    def run(j: int) -> None:  # blocks j, j + tasks, …: at most `workers` threads at a time
-        for s in starts[j::tasks]:
+    def run(_task: int) -> None:
+        while (b := next(taken)) < blocks:
+            s = b * block_rows
             out[s : s + block_rows] = np.einsum(spec, r[s : s + block_rows], v)
 
     # list(): wait for every task and re-raise the first error one met.
