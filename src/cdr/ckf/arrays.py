@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -166,3 +166,17 @@ def other_epoch_files(root: Path, epoch: int) -> list[Path]:
         if m and int(m.group(2)) != epoch:
             out.append(p)
     return out
+
+
+def switch_to_epoch(files: ArrayFiles, commit: Callable[[], None]) -> None:
+    """Make `files` (a new epoch, fully written) the CKF's arrays: `commit` records the switch
+    in the database; if it fails the new files go and the old epoch stays in force, and once
+    it succeeded every other epoch's files go. Compaction and re-embedding both end here."""
+    try:
+        commit()
+    except BaseException:
+        for p in files.paths:
+            p.unlink(missing_ok=True)
+        raise
+    for p in other_epoch_files(files.root, files.epoch):
+        p.unlink(missing_ok=True)

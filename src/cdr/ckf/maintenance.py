@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from cdr.ckf.arrays import ArrayFiles, other_epoch_files
+from cdr.ckf.arrays import ArrayFiles, other_epoch_files, switch_to_epoch
 from cdr.ckf.records import FactStatus
 from cdr.ckf.state import CommittedState
 
@@ -142,12 +142,5 @@ def compact(writer: CKFWriter) -> dict[str, int]:
         files = ArrayFiles(writer.path, epoch, writer.layout.dim, writer.layout.dtype)
         files.write_full(np.asarray(st.embeddings)[kept], np.asarray(st.tokens)[kept],
                          new_offsets, new_hashes)
-        try:
-            writer.switch_epoch(st, kept, files, len(new_hashes))
-        except BaseException:
-            for p in files.paths:
-                p.unlink(missing_ok=True)
-            raise
-        for p in other_epoch_files(writer.path, epoch):
-            p.unlink(missing_ok=True)
+        switch_to_epoch(files, lambda: writer.switch_epoch(st, kept, files, len(new_hashes)))
         return {"rows_before": n, "rows_after": len(kept)}

@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cdr.ckf.arrays import ArrayFiles, fsync_dir, other_epoch_files, write_atomic
+from cdr.ckf.arrays import (
+    ArrayFiles,
+    fsync_dir,
+    other_epoch_files,
+    switch_to_epoch,
+    write_atomic,
+)
 from cdr.errors import InvalidInputError
 from cdr.fact_recipe import bind, check_recipe, fact_text, identity, split_identity
 
@@ -158,12 +164,5 @@ def _switch(writer: CKFWriter, st: Any, staging: _Staging) -> None:
     files.write_full(staging.load(st.n_rows), np.asarray(st.tokens), np.asarray(st.offsets),
                      np.asarray(st.hashes))
     fsync_dir(writer.path)
-    try:
-        writer.switch_identity(st, files, staging.target)
-    except BaseException:
-        for p in files.paths:
-            p.unlink(missing_ok=True)
-        raise
-    for p in other_epoch_files(writer.path, epoch):
-        p.unlink(missing_ok=True)
+    switch_to_epoch(files, lambda: writer.switch_identity(st, files, staging.target))
     writer.extend_quantised()
