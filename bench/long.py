@@ -199,7 +199,8 @@ def render(runs: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
     top = max(meta["words"])
     lines += ["", f"## Per window at {top:,} words asked", "",
               "Means over the tasks that reached the window (n); a window closed unwritten "
-              "counts 0 words and has no CWR6.", "",
+              "counts 0 words and has no CWR6. Seconds are the window's `WindowEvent.seconds`: "
+              "prepare (select, rank, pack, plan) and write, not Stage 8's verification.", "",
               "| window | arm | n | words | seconds | on-topic | fresh | CWR6 |",
               "|---:|---|---:|---:|---:|---:|---:|---:|"]
     deepest = max((len(r["windows"]) for r in runs if r["words"] == top), default=0)
