@@ -4,6 +4,7 @@ words a run reports against the words asked (trace, CLI, run report)."""
 from __future__ import annotations
 
 import json
+import re
 from fractions import Fraction
 from pathlib import Path
 
@@ -178,3 +179,29 @@ def test_old_traces_without_length_still_render():
     assert length_sentence(build_run(trace, "old")) == ""
     trace["length"] = {"asked": "x"}
     assert length_sentence(build_run(trace, "damaged")) == ""
+
+
+def test_fitted_windows_raises_never_lowers_and_caps_at_twenty():
+    from cdr.length import fitted_windows
+
+    assert fitted_windows(600, 1024, 1) == 2  # 600 / 590.8
+    assert fitted_windows(1200, 320, 5) == 7
+    assert fitted_windows(600, 1024, 9) == 9  # a larger limit is kept
+    assert fitted_windows(4000, 256, 1) == 20  # 28 needed, the spec's ceiling is 20
+    with pytest.raises(InvalidInputError, match="generation tokens"):
+        fitted_windows(600, 0, 5)
+
+
+def test_generate_fit_windows(types_ckf_path: Path, tmp_path: Path):
+    outline = tmp_path / "o.txt"
+    outline.write_text("Numeric types\nSequence types\n", encoding="utf-8")
+    res = runner.invoke(app, ["generate", BUILTIN_TYPES_TASK, "--ckf", str(types_ckf_path),
+                              "--outline", str(outline), "--windows", "1", "--words", "1200",
+                              "--fit-windows"])
+    assert res.exit_code == 0, res.output
+    status = next(line for line in res.output.splitlines() if "status:" in line)
+    assert re.search(r"windows \d+/3 ", status), status  # 1200 / (1024 × 0.577) → 3
+    assert "warning" not in res.output
+    bad = runner.invoke(app, ["generate", BUILTIN_TYPES_TASK, "--ckf", str(types_ckf_path),
+                              "--fit-windows", "--generation-tokens", "0"])
+    assert bad.exit_code == 2 and "generation tokens must be positive" in bad.output

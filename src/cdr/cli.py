@@ -87,6 +87,10 @@ def generate(
     windows: Annotated[int, typer.Option(
         help=f"Maximum number of windows (1–{MAX_WINDOWS_LIMIT}).")] = DEFAULT_MAX_WINDOWS,
     words: Annotated[int, typer.Option(help="Target length of the whole document.")] = 1800,
+    fit_windows: Annotated[bool, typer.Option(
+        "--fit-windows",
+        help="Raise --windows to the windows --words needs at --generation-tokens (0.577 "
+             f"words a token), at most {MAX_WINDOWS_LIMIT}; never lowers it.")] = False,
     writer: Annotated[str, typer.Option(help=" | ".join(WRITER_NAMES),
                                         envvar="CDR_WRITER")] = "extractive",
     ranking: Annotated[str, typer.Option(help=" | ".join(RANKING_MODES))] = DEFAULT_RANKING,
@@ -142,6 +146,13 @@ def generate(
         raise fail(f"--windows must be within 1..{MAX_WINDOWS_LIMIT}, got {windows}", 2)
     if not task.strip():
         raise fail("the task is empty", 2)
+    if fit_windows:
+        from cdr.length import fitted_windows
+
+        try:
+            windows = fitted_windows(words, generation_tokens, windows)
+        except CdrError as exc:
+            raise fail(f"{exc} (--fit-windows)", 2) from None
     from cdr.options import resolve_options
 
     try:

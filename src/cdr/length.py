@@ -26,6 +26,7 @@ from fractions import Fraction
 from typing import Any
 
 from cdr.errors import InvalidInputError
+from cdr.session import MAX_WINDOWS_LIMIT
 
 # The length contract's tolerance: a document within ±15% of the words asked keeps it.
 LENGTH_TOLERANCE = 0.15
@@ -80,6 +81,15 @@ def windows_needed(words: int, generation_tokens: int,
     return math.ceil(words / (generation_tokens * words_per_token))
 
 
+def fitted_windows(words: int, generation_tokens: int, windows: int,
+                   words_per_token: float = LLM_WORDS_PER_TOKEN) -> int:
+    """`--fit-windows`: the window limit raised to what `words` needs, capped at the spec's
+    20 (Exit 2 still ends the run there); a larger `windows` is kept. The window limit is the
+    user's setting, so this changes no exit rule, only the limit Exit 2 reads."""
+    need = windows_needed(words, generation_tokens, words_per_token)
+    return max(windows, min(need, MAX_WINDOWS_LIMIT))
+
+
 def _check_budget(generation_tokens: int, words_per_token: float) -> None:
     if generation_tokens < 1:
         raise InvalidInputError(f"generation tokens must be positive, got {generation_tokens}")
@@ -96,7 +106,7 @@ def capacity_warning(words: int, max_windows: int, generation_tokens: int,
     need = windows_needed(words, generation_tokens, words_per_token)
     return (f"--words {words} is more than {max_windows} window(s) of {generation_tokens} "
             f"tokens can carry (about {cap} words at {words_per_token} words a token); "
-            f"use --windows {need} or more, or a larger --generation-tokens")
+            f"use --windows {need} or more (--fit-windows), or a larger --generation-tokens")
 
 
 @dataclass(frozen=True)
