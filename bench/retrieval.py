@@ -369,8 +369,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if key not in done:
                 rec = run_one(ckf, embedders[a.recipe], owners[a.recipe].get(t.source, set()),
                               t, a, args.max_windows, args.words)
+                opts = generation_config(a, max_windows=args.max_windows,
+                                         words=args.words).session_options()
                 rec.update(key=key, split=args.split, commit=commit, label=a.label,
-                           inert=inert(a),
+                           inert=inert(a), options=dataclasses.asdict(opts),
                            max_windows=args.max_windows, words=args.words,
                            corpus_version=data.version, n_facts=ckf.n_rows)
                 append_run(args.runs, rec)

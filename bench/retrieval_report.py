@@ -28,6 +28,13 @@ SPLITS = ("report", "tune")
 CORPORA = ("man", "pydocs")
 CORPUS_TITLE = {"man": "Linux system-call man pages", "pydocs": "Python 3.11 docs"}
 TARGET_ARMS = ("focused ts", "fresh ts")  # the recommended profile, or fresh until it exists
+# What `--profile focused` bundled on the library commits these runs were made on (the profile
+# was being tuned while the benchmark ran; later runs record it themselves).
+FOCUSED_AT = {
+    "6d36eac": "memory=facts, subject=anchor, lexical=bm25, stale=stop (spec envelope and "
+               "sub-queries); the current profile is the `focused ts subject-off bm25-on` row",
+    "8ad0c0f": "memory=facts, lexical=bm25, stale=stop (subject anchoring dropped)",
+}
 TIMINGS = ("on time", "late", "before pool ran out", "window limit after pool ran out",
            "window limit")
 
@@ -110,6 +117,10 @@ def arm_row(rs: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def summary_table(runs: Sequence[dict[str, Any]], arms: Sequence[str]) -> list[str]:
+    """One row per arm; an arm whose runs come from another library commit than most of the
+    section's is marked with it (an arm skipped as a duplicate on a later commit keeps its
+    earlier runs)."""
+    main_commit = Counter(r.get("commit", "?") for r in runs).most_common(1)[0][0]
     lines = ["| arm | runs | W1 on-topic | W2+ on-topic (runs) | W2+ fresh | own recall at end | "
              "own facts past the gate | gated own recall at end | stale windows / run (runs "
              "with any) | windows written | on-topic slope W2+ / window | exit | exit vs own "
@@ -122,6 +133,9 @@ def summary_table(runs: Sequence[dict[str, Any]], arms: Sequence[str]) -> list[s
         x = arm_row(rs)
         noop = sorted({k for r in rs for k in r.get("inert", [])})
         shown = f"{a} ({', '.join(noop)} not in the library yet: off)" if noop else a
+        other = sorted({r.get("commit", "?") for r in rs} - {main_commit})
+        if other:
+            shown += f" [runs on {', '.join(other)}]"
         reasons = ", ".join(f"{k} {v}" for k, v in x["reasons"].most_common())
         timing = ", ".join(f"{k} {x['timing'][k]}" for k in TIMINGS if x["timing"][k])
         slope = "–" if math.isnan(x["slope"]) else f"{100 * x['slope']:+.1f} pt"
@@ -299,8 +313,10 @@ def write(runs_path: Path = RESULTS / "retrieval-runs.jsonl",
     for c in CORPORA:
         if c in meta:
             m = meta[c]
+            sizes = Counter((r["recipe"], r.get("n_facts")) for r in runs if r["corpus"] == c)
             L.append(f"- Corpus `{c}`: {m['version']}; {m['documents']} documents; facts per "
-                     "CKF " + ", ".join(f"{k} {v:,}" for k, v in m["facts"].items()))
+                     "CKF in the runs: " + ", ".join(f"{rc} {n:,} ({k} runs)" for (rc, n), k
+                                                    in sorted(sizes.items()) if n))
     L += ["", "Measures, per window of each run (`bench/retrieval_metrics.py`): **on-topic** "
           "= envelope facts from the task's own document; **fresh** = envelope facts not sent "
           "in an earlier window; **own recall** = the document's facts sent so far; a **stale "
@@ -308,10 +324,18 @@ def write(runs_path: Path = RESULTS / "retrieval-runs.jsonl",
           "facts past the arm's gate, and it *ran out* at the window after which all were "
           "sent. An exit is *on time* when it comes in the window the pool ran out or the "
           "next. W2+ figures average the runs that wrote a second window.", ""]
+    seen = [c for c, _ in commits.most_common()]
+    focused = [f"- `{c}`: {FOCUSED_AT[c]}" for c in seen if c in FOCUSED_AT]
+    profiles = {(r.get("commit"), json.dumps(r["options"], sort_keys=True)) for r in runs
+                if r["arm"] == "focused ts"
+                and "options" in r}
+    focused += [f"- `{c}`: {o}" for c, o in sorted(profiles) if c not in FOCUSED_AT]
+    if focused:
+        L += ["`--profile focused` on the library commits of these runs:", "", *focused, ""]
     skipped = {tuple(x) for m in meta.values() for x in m.get("skipped_arms", [])}
     if skipped:
-        L += ["Arms not run on this checkout (the options they need were not on main when "
-              "the runs were made; they light up when they land):", ""]
+        L += ["Arms left out on the last run's checkout (an option the library did not have, "
+              "or the same run as another arm; an option that lands lights its arm up):", ""]
         L += [f"- `{a}`: {why}" for a, why in sorted(skipped)]
         L.append("")
     for split in SPLITS:
