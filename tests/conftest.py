@@ -55,3 +55,40 @@ def tiny_plain_ckf_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     sessions stored by earlier versions were started on."""
     return build_topics_ckf(tmp_path_factory.mktemp("tiny-plain-ckf"), ("pass", "truth"),
                             recipe="plain")
+
+
+# `make test` spreads whole modules over the cores (pytest-xdist, `--dist loadfile`: many
+# modules share a module-scoped server whose state their tests build on in file order). The
+# modules marked `serial` run afterwards, one at a time: they share the Ray head `.ci/run`
+# starts (2 CPUs), and the shard actors of two modules at once would wait for each other.
+SERIAL_MODULES = frozenset({"test_ray_index.py", "test_gateway_ray.py",
+                            "test_gateway_ray_writes.py"})
+
+
+# The integration tier: modules that start servers or subprocesses, build knowledge bases from
+# real documents, or drive a browser. `make test-fast` leaves them out (the unit tier, under a
+# minute); `make test` runs everything. A module not named here is in the unit tier: keep it
+# fast, or name it here.
+INTEGRATION_PREFIXES = ("test_gateway_", "test_integrations_", "test_ray_", "test_llm_",
+                        "test_session_store", "test_ckf_")
+INTEGRATION_MODULES = frozenset({
+    "test_examples.py", "test_cli_generate.py", "test_loop.py", "test_subject_stale.py",
+    "test_window_step.py", "test_factindex.py", "test_repeat_guard.py", "test_options.py",
+    "test_kept_stream.py", "test_writers_llm.py", "test_job_leases.py", "test_keys_scoped.py",
+    "test_public_api.py", "test_packaging.py", "test_report_browser.py", "test_shardset.py",
+    "test_continued_sections.py", "test_cli.py", "test_demo.py", "test_docs_pages.py",
+    "test_lexical.py", "test_report.py", "test_embed.py", "test_ranking_sections.py",
+    "test_shard_merge.py", "test_bench_retrieval.py",
+})
+
+
+def is_integration(path: Path) -> bool:
+    return path.name.startswith(INTEGRATION_PREFIXES) or path.name in INTEGRATION_MODULES
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Marks each test by its module as it is collected (before `-m` selects)."""
+    if item.path.name in SERIAL_MODULES:
+        item.add_marker(pytest.mark.serial)
+    if is_integration(item.path):
+        item.add_marker(pytest.mark.integration)
