@@ -35,3 +35,26 @@ def on_files(files: Files, config: Any) -> Files:
         if files.get_file_from_path(uri) is None:
             files.append(File.generated(config, uri, abs_src_path=str(path)))
     return files
+
+
+def _escape_reference_brackets(markdown: str) -> str:
+    """`[a-z][0-9]` in a quoted text is a reference link to Markdown (and to mkdocstrings'
+    cross-references, which fail the strict build on it). Result pages are reports, not
+    hand-written pages, so such pairs are written as text: `][` becomes `]\\[` outside code,
+    which renders the same."""
+    out, fenced = [], False
+    for line in markdown.split("\n"):
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        elif not fenced and "][" in line:
+            parts = line.split("`")
+            parts[::2] = [p.replace("][", "]\\[") for p in parts[::2]]
+            line = "`".join(parts)
+        out.append(line)
+    return "\n".join(out)
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
+    if page.file.src_uri.startswith(f"{RESULTS_PAGES}/") and page.file.generated_by:
+        return _escape_reference_brackets(markdown)
+    return markdown
