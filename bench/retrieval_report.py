@@ -135,7 +135,7 @@ def summary_table(runs: Sequence[dict[str, Any]], arms: Sequence[str]) -> list[s
         shown = f"{a} ({', '.join(noop)} not in the library yet: off)" if noop else a
         other = sorted({r.get("commit", "?") for r in rs} - {main_commit})
         if other:
-            shown += f" [runs on {', '.join(other)}]"
+            shown += f" (runs on {', '.join(other)})"
         reasons = ", ".join(f"{k} {v}" for k, v in x["reasons"].most_common())
         timing = ", ".join(f"{k} {x['timing'][k]}" for k in TIMINGS if x["timing"][k])
         slope = "–" if math.isnan(x["slope"]) else f"{100 * x['slope']:+.1f} pt"
