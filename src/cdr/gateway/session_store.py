@@ -6,19 +6,10 @@ writer erase the first one's window. With `cas(id, expected_version, data)` the 
 gets `VersionConflictError`, re-reads and re-applies its change (`update_with_retry`), so no
 update is ever lost. The store does not interpret `data`: it is the session's JSON text.
 
-The routes only see the `SessionStore` protocol, so other back ends slot in unchanged:
-
-* Redis: one hash per session (`version`, `data`, `created`, `updated`). `cas` runs as a Lua
-  script (atomic on the server): `if redis.call('HGET', KEYS[1], 'version') ~= ARGV[1] then
-  return 0 end; HSET ... version ARGV[1]+1 ...; return 1`, or as `WATCH key`, `HGET version`,
-  `MULTI`, `HSET`, `EXEC` (a nil reply from EXEC is a conflict). `create` is `HSETNX`-guarded
-  (or the Lua script checks `EXISTS`); `list_ids` is `SCAN MATCH cdr:session:*`; TTLs can
-  expire abandoned sessions with `EXPIRE`.
-* PostgreSQL: a table `sessions(id text primary key, version bigint, data jsonb, created
-  timestamptz, updated timestamptz)`; `cas` is `UPDATE sessions SET data = $3, version =
-  version + 1, updated = now() WHERE id = $1 AND version = $2 RETURNING ...`; zero rows means
-  conflict (or not found: a follow-up `SELECT version` tells which). `create` is `INSERT ... ON
-  CONFLICT DO NOTHING RETURNING ...`.
+The routes only see the `SessionStore` protocol, so back ends slot in unchanged. Two exist:
+this module's SQLite store (the default) and the PostgreSQL store that gateway replicas share
+(`cdr.gateway.session_store_postgres`, whose docstring shows its tables); the contract tests
+run against both.
 
 `SQLiteSessionStore` is the default: WAL mode (readers never block the writer), one
 connection per thread, every write in `BEGIN IMMEDIATE` (takes the write lock up front, so a
