@@ -20,7 +20,8 @@ from cdr.errors import InvalidInputError
 from cdr.session import depth_from_words
 
 # Attribution threshold for the default model (all-MiniLM-L6-v2), measured on the Python docs:
-# see README "Calibration". A paragraph less similar than this to every sub-query counts for none.
+# see docs/results/index.md, "Calibration". A paragraph less similar than this to every
+# sub-query counts for none.
 DEFAULT_ATTRIBUTION_THRESHOLD = 0.30
 DEFAULT_TOTAL_WORDS = 1800
 
@@ -179,7 +180,8 @@ _CHATTER = re.compile(
     re.IGNORECASE,
 )
 # A heading counts as naming a sub-query when its embedding is this close to the sub-query's
-# text and clearly closer than to any other (all-MiniLM-L6-v2; README "Stage 8 on LLM text").
+# text and clearly closer than to any other (all-MiniLM-L6-v2; docs/llm.md, "Stage 8 on model
+# output").
 HEADING_MATCH_THRESHOLD = 0.55
 HEADING_MATCH_MARGIN = 0.05
 # Numbering and fact labels the model copies into headings: "2.", "Section 3:", "F5:".

@@ -32,7 +32,7 @@ def open_fact_index(spec: str | Path, **ray_options: Any) -> Any:
     if is_shard_set(path):
         raise InvalidInputError(
             f"{path} is a shard set; serve it with Ray and pass "
-            f"--ckf ray://HOST:PORT{path.resolve()} (see README, Deployment)")
+            f"--ckf ray://HOST:PORT{path.resolve()} (see docs/sharding.md)")
     from cdr.ckf import CKF
 
     return CKF.open(path)

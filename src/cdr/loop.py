@@ -80,8 +80,8 @@ from cdr.vectors import normalize
 from cdr.writers.base import Writer, WriterResult
 
 # The spec's 0.55 gate assumes a large embedding model; all-MiniLM-L6-v2's similarities run
-# lower. Measured on the Python docs (README "Calibration"): 0.40 keeps on-topic material and
-# sits above the 99th percentile of off-topic similarity.
+# lower. Measured on the Python docs (docs/results/index.md, "Calibration"): 0.40 keeps on-topic
+# material and sits above the 99th percentile of off-topic similarity.
 DEFAULT_SUB_QUERIES = 6
 DECOMPOSITION_POOL = 300
 PHASE1_LIMIT = 4000
@@ -435,7 +435,8 @@ class Generator:
     def _continued(self, session: Session, plan: list[PlanSection]) -> dict[str, str]:
         """Planned sections an earlier window began, each with where its text stopped (when
         `show_section_ends` is on): a small model told only "continue it" introduces the
-        section again; shown its last words, it goes on (README, "Continued sections")."""
+        section again; shown its last words, it goes on (docs/design.md §3.15 "Continued
+        sections")."""
         by_text = {sq.text: sq.id for sq in session.sub_queries}
         out: dict[str, str] = {}
         for s in plan:

@@ -65,8 +65,8 @@ def build_user_prompt(
     `instructions` False leaves out the closing lines (the prompt before issue 9, kept so the
     prompt benchmark can compare).
 
-    The closing lines are what a small instruction model follows best (measured in the README,
-    "Prompts on the reference model"): the exact headings to write, a word count, and a plain
+    The closing lines are what a small instruction model follows best (measured in docs/llm.md,
+    "The window prompt"): the exact headings to write, a word count, and a plain
     "no introduction, no conclusion" — it otherwise opens every window with an introduction.
     """
     cited = {ref for s in plan for ref in s.fact_refs} if instructions else set()
