@@ -24,7 +24,7 @@ from cdr.session import (
     RUN_FAILED,
     UPSTREAM_ERROR,
 )
-from cdr.writers import WRITER_NAMES, Writer, build_writer
+from cdr.writers import WRITER_NAMES, Writer, build_writer, needs_model
 
 app = typer.Typer(
     name="cdr",
@@ -70,7 +70,7 @@ app.add_typer(models_app, name="models", help="List and install the models cdr r
 def _writer(name: str, base_url: str | None, model: str | None) -> Writer:
     """The `--writer` with its upstream from the options or the `CDR_LLM_*` environment."""
     model = model or os.environ.get("CDR_LLM_MODEL")
-    if name not in ("extractive", "local") and not model:
+    if name in WRITER_NAMES and needs_model(name) and not model:
         raise CdrError(f"the {name} writer needs a model: --llm-model or CDR_LLM_MODEL")
     return build_writer(name, model=model,
                         base_url=base_url or os.environ.get("CDR_LLM_BASE_URL"))

@@ -77,7 +77,7 @@ from cdr.stale import is_stale
 from cdr.subject import sub_query_texts, subject_of
 from cdr.telemetry import window_span
 from cdr.vectors import normalize
-from cdr.writers.base import Writer, WriterResult
+from cdr.writers.base import Writer, WriterResult, pastes_facts
 
 # The spec's 0.55 gate assumes a large embedding model; all-MiniLM-L6-v2's similarities run
 # lower. Measured on the Python docs (docs/results/index.md, "Calibration"): 0.40 keeps on-topic
@@ -305,7 +305,7 @@ class Generator:
         cfg = self.config
         if outline is not None:
             return parse_outline(outline, cfg.words)
-        if self.writer.name != "extractive":
+        if not pastes_facts(self.writer):  # a model writer drafts the outline
             result = self.writer.generate(llm_outline_prompt(task, cfg.sub_queries), 300)
             lines = [x for x in result.text.splitlines() if x.strip()][: cfg.sub_queries * 2]
             if lines:
@@ -419,7 +419,7 @@ class Generator:
         packed_rows = envelope.ranking.indices
         facts = self.ckf.facts(packed_rows)
         plan = self._plan(session, plan_sqs, packed_rows, envelope)
-        if self.writer.name != "extractive":  # it pastes facts: its budget is the facts'
+        if not pastes_facts(self.writer):  # a paster's budget is the facts', not words
             plan = fit_plan(plan, round(cfg.generation_tokens * WORDS_PER_TOKEN))
         refs = [(f"F{i + 1}", f.section or f.source, f.content) for i, f in enumerate(facts)]
         user = build_user_prompt(session.task, anchor, plan, refs,
@@ -449,7 +449,7 @@ class Generator:
     def _sections_to_write(self, session: Session, plan_sqs: list[SubQuery]) -> list[SubQuery]:
         """The sections this window will write: for a model writer, the leading ones its word
         budget covers in depth (`fit_plan`), so per-section retrieval queries only those."""
-        if self.writer.name == "extractive":
+        if pastes_facts(self.writer):
             return plan_sqs
         drafts = [PlanSection(sq.text, self._target_words(session, sq), ()) for sq in plan_sqs]
         kept = {p.title for p in

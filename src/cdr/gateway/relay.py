@@ -37,6 +37,7 @@ from cdr.headers import SAFETY_ONLY_HEADERS
 from cdr.loop import EmptyKnowledgeBaseError, WindowEvent
 from cdr.session import CANCELLED, IN_PROGRESS, LIMIT_REACHED
 from cdr.trace import window_record
+from cdr.writers.base import pastes_facts
 
 DeltaSink = Callable[[int, str], None]
 USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
@@ -124,7 +125,7 @@ class ChatRun:
         try:
             snap = gw.snapshot()
         except EmptyKnowledgeBaseError:
-            if gw.writer.name == "extractive":
+            if pastes_facts(gw.writer):  # nothing to paste, and no model to pass through to
                 raise
             self.passthrough = True
             return

@@ -22,6 +22,7 @@ from cdr.gateway.auth import KeyConfigError, KeyRing, parse_api_keys, weak_secre
 from cdr.gateway.session_store import SessionStore, SQLiteSessionStore
 from cdr.gateway.session_store_postgres import is_postgres_url
 from cdr.session_token import DEFAULT_KID, TokenSigner, parse_signing_secret
+from cdr.writers import needs_model
 
 __all__ = ["DEFAULT_KB", "GatewayConfigError", "GatewaySettings", "load_settings",
            "parse_kb_specs", "read_kb_config"]
@@ -209,7 +210,7 @@ class GatewaySettings(BaseSettings):
                 "no session store: set CDR_CKF (sessions go to <ckf>/sessions.sqlite3) or "
                 "CDR_SESSION_DB"
             )
-        if self.writer not in ("extractive", "local") and not self.llm_model:
+        if needs_model(self.writer) and not self.llm_model:
             raise GatewayConfigError(
                 f"CDR_WRITER={self.writer} needs CDR_LLM_MODEL (the upstream model name)"
             )

@@ -13,7 +13,7 @@ import inspect
 from typing import Any
 
 from cdr.errors import InvalidInputError
-from cdr.writers.base import StreamInterruptedError, Writer, WriterResult
+from cdr.writers.base import StreamInterruptedError, Writer, WriterResult, pastes_facts
 
 __all__ = [
     "WRITER_NAMES",
@@ -25,18 +25,25 @@ __all__ = [
     "WriterResult",
     "build_writer",
     "get_writer",
+    "needs_model",
+    "pastes_facts",
 ]
 
-# name -> (module, class). Imported on first use, so that loading one writer never requires
-# another's module (or its HTTP client).
+# name -> (module, class, needs an upstream model name). Imported on first use, so that
+# loading one writer never requires another's module (or its HTTP client).
 _REGISTRY = {
-    "extractive": ("cdr.writers.extractive", "ExtractiveWriter"),
-    "openai": ("cdr.writers.openai_writer", "OpenAIWriter"),
-    "anthropic": ("cdr.writers.anthropic_writer", "AnthropicWriter"),
-    "local": ("cdr.writers.local", "LocalWriter"),
+    "extractive": ("cdr.writers.extractive", "ExtractiveWriter", False),
+    "openai": ("cdr.writers.openai_writer", "OpenAIWriter", True),
+    "anthropic": ("cdr.writers.anthropic_writer", "AnthropicWriter", True),
+    "local": ("cdr.writers.local", "LocalWriter", False),  # the GGUF from cdr.models
 }
 WRITER_NAMES = tuple(_REGISTRY)
-_LAZY = {cls: module for module, cls in _REGISTRY.values()}
+_LAZY = {cls: module for module, cls, _ in _REGISTRY.values()}
+
+
+def needs_model(name: str) -> bool:
+    """Whether the writer `name` must be told an upstream model name (an API writer)."""
+    return _REGISTRY[name][2] if name in _REGISTRY else True
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 
 
@@ -44,7 +51,7 @@ def _writer_class(name: str) -> type:
     if name not in _REGISTRY:
         raise InvalidInputError(
             f"unknown writer {name!r}; choose one of: {', '.join(WRITER_NAMES)}")
-    module, cls = _REGISTRY[name]
+    module, cls, _ = _REGISTRY[name]
     return getattr(importlib.import_module(module), cls)
 
 
@@ -63,7 +70,7 @@ def build_writer(name: str, *, model: str | None = None, base_url: str | None = 
     """The writer `name` pointed at its upstream: the extractive writer needs nothing; the
     OpenAI writer defaults to api.openai.com; an unset key is left to the writer (it reads
     its environment variable)."""
-    if name in ("extractive", "local"):  # local: the GGUF from CDR_LOCAL_MODEL (cdr.models)
+    if not needs_model(name):  # extractive, or local: the GGUF from cdr.models
         return get_writer(name)
     settings: dict[str, Any] = {"model": model}
     if api_key is not None:

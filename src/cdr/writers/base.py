@@ -81,6 +81,14 @@ class Writer(Protocol):
         ...
 
 
+def pastes_facts(writer: Any) -> bool:
+    """Whether `writer` writes by pasting the envelope's facts (grounded by construction, no
+    model behind it): the loop then asks it for no outline, fits no plan to a token budget,
+    and the gateway cannot pass a request through to it when the knowledge base is empty.
+    A writer says so with a class attribute `pastes_facts = True`; any other writes prose."""
+    return bool(getattr(writer, "pastes_facts", False))
+
+
 class StreamInterruptedError(UpstreamError):
     """A stream broke after some text had already reached `on_delta`.
 

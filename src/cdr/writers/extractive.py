@@ -20,6 +20,7 @@ class ExtractiveWriter:
     """Facts under their section headings, in plan order, within the budget."""
 
     name = "extractive"
+    pastes_facts = True  # grounded by construction (`cdr.writers.base.pastes_facts`)
 
     def __init__(self, min_section_words: int = 40) -> None:
         self.min_section_words = min_section_words
