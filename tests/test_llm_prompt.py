@@ -62,6 +62,7 @@ class CountingWriter:
     """The real extractive writer, counting its calls."""
 
     name = "extractive"  # it is the extractive writer, with a call counter
+    pastes_facts = True
 
     def __init__(self) -> None:
         self.inner = get_writer("extractive")
