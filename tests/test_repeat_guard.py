@@ -244,16 +244,18 @@ def _tree(root: Path) -> dict[str, bytes]:
             if p.is_file()}
 
 
-def test_cli_refuses_an_unknown_repeats_value_and_leaves_the_ckf_as_it_was(
-        types_ckf_path: Path, tmp_path: Path):
+@pytest.mark.parametrize(("option", "value"), [("repeats", "hide"), ("subject", "title"),
+                                               ("lexical", "tfidf"), ("stale", "skip")])
+def test_cli_refuses_an_unknown_option_value_and_leaves_the_ckf_as_it_was(
+        types_ckf_path: Path, tmp_path: Path, option: str, value: str):
     ckf = tmp_path / "ckf"
     shutil.copytree(types_ckf_path, ckf)
     before = _tree(ckf)
     r = CliRunner().invoke(app, ["generate", "Write a guide to Python's built-in types",
-                                 "--ckf", str(ckf), "--repeats", "hide",
+                                 "--ckf", str(ckf), f"--{option}", value,
                                  "--out", str(tmp_path / "o.md")])
     assert r.exit_code == 2
-    assert "unknown repeats option 'hide'" in r.output and "--repeats" in r.output
+    assert f"unknown {option} option '{value}'" in r.output and f"--{option}" in r.output
     assert "Traceback" not in r.output and not (tmp_path / "o.md").exists()
     assert _tree(ckf) == before
 

@@ -79,9 +79,6 @@ from cdr.telemetry import window_span
 from cdr.vectors import normalize
 from cdr.writers.base import Writer, WriterResult, pastes_facts
 
-# The spec's 0.55 gate assumes a large embedding model; all-MiniLM-L6-v2's similarities run
-# lower. Measured on the Python docs (docs/results/index.md, "Calibration"): 0.40 keeps on-topic
-# material and sits above the 99th percentile of off-topic similarity.
 DEFAULT_SUB_QUERIES = 6
 DECOMPOSITION_POOL = 300
 PHASE1_LIMIT = 4000
