@@ -154,14 +154,16 @@ def fuse(cosine: np.ndarray, bm25: np.ndarray, weight: float) -> np.ndarray:
 
 def fused_select(index: Any, lexical: LexicalIndex, query_vector: Any,
                  query_terms: Sequence[str], min_relevance: float, limit: int | None,
-                 weight: float = LEXICAL_WEIGHT) -> Selection:
+                 weight: float = LEXICAL_WEIGHT,
+                 scores: tuple[np.ndarray, np.ndarray] | None = None) -> Selection:
     """Phase 1 with fused relevance: active rows with fused ≥ `min_relevance`, best first,
-    ties by row, at most `limit` — exactly, from the cosine-gated set ∪ the postings."""
+    ties by row, at most `limit` — exactly, from the cosine-gated set ∪ the postings.
+    `scores`: `lexical.scores(query_terms)` when the caller already has them."""
     w = check_weight(weight)
     gate, limit = check_gate(min_relevance, limit)
     if lexical.n_rows != index.n_rows:
         raise InvalidInputError("the lexical index is of another state of the knowledge base")
-    rows_b, bm25 = lexical.scores(query_terms)
+    rows_b, bm25 = lexical.scores(query_terms) if scores is None else scores
     if len(rows_b):
         rows_b, bm25 = rows_b[index.active[rows_b]], bm25[index.active[rows_b]]
     cos_gate = gate / (1.0 - w)  # a row holding no query word passes only with this cosine
@@ -213,6 +215,7 @@ class FusedIndex:
         self._lexical = lexical
         self._terms = list(query_terms)
         self._weight = check_weight(weight)
+        self._scores: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def wrapped(self) -> Any:
@@ -220,8 +223,10 @@ class FusedIndex:
 
     def select(self, query_vector: Any, min_relevance: float,
                limit: int | None = None) -> Selection:
+        if self._scores is None:  # one BM25 pass per window, however many queries select
+            self._scores = self._lexical.scores(self._terms)
         return fused_select(self._index, self._lexical, query_vector, self._terms,
-                            min_relevance, limit, self._weight)
+                            min_relevance, limit, self._weight, self._scores)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._index, name)
