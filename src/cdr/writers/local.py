@@ -7,7 +7,7 @@ by every writer in the process under a lock, because llama.cpp runs one request 
 anyway (a second concurrent request would only thrash the two cores). Anyone who wants a
 server can run `python -m llama_cpp.server` and use the `openai` writer — tested the same way.
 
-Defaults are the reference model's (temperature 0, seed 42: deterministic; ../shared/MEASURED.md).
+Defaults are the reference model's (temperature 0, seed 42: deterministic; docs/llm.md).
 """
 
 from __future__ import annotations
