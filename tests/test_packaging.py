@@ -45,8 +45,9 @@ def test_python_dash_m_cdr_is_the_cli():
 
 
 def test_shell_completion_script():
-    # The shell is detected from the parent process (shellingham), so bash runs the command.
-    proc = subprocess.run(["bash", "-c", f"'{sys.executable}' -m cdr --show-completion"],
+    # The shell is detected from the parent process (shellingham), so bash runs the command;
+    # a second command keeps bash from exec'ing into it (under make, the parent would be sh).
+    proc = subprocess.run(["bash", "-c", f"'{sys.executable}' -m cdr --show-completion; exit $?"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "_CDR_COMPLETE=complete_bash" in proc.stdout and "complete -o default" in proc.stdout
