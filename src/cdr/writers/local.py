@@ -12,6 +12,7 @@ Defaults are the reference model's (temperature 0, seed 42: deterministic; docs/
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 from pathlib import Path
@@ -44,6 +45,22 @@ def default_threads() -> int:
         os.cpu_count() or 1)
     busy = hasattr(os, "getloadavg") and os.getloadavg()[0] >= cores
     return 1 if busy else max(1, min(cores, 8))
+
+
+def close_models() -> None:
+    """Free every cached model now, while the interpreter is whole. Left to garbage collection
+    at exit, llama-cpp-python's `Llama.__del__` runs after its module's globals are gone and
+    prints a `TypeError` traceback to stderr on every clean exit of the CLI."""
+    with _MODELS_LOCK:
+        models = list(_MODELS.values())
+        _MODELS.clear()
+    for model in models:
+        close = getattr(model, "close", None)
+        if callable(close):
+            close()
+
+
+atexit.register(close_models)
 
 
 def load_model(path: Path, n_ctx: int, n_threads: int) -> Any:
