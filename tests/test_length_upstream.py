@@ -67,3 +67,30 @@ def test_too_few_windows_cap_the_words_and_fit_windows_lifts_the_cap(
     assert after["length"]["delivered"] > 2 * TOKENS
     assert after["length"]["score"] > before["length"]["score"]
     assert f"windows {len(after['windows'])}/14" in after["cli_output"]
+
+
+def test_the_length_contract_delivers_the_words_and_writes_each_section_once(
+        server: ChatServer, types_ckf_path: Path, tmp_path: Path):
+    """`--length contract`: windows are planned for the owed words at the budget the writer
+    carries, a section written whole is not planned again, and the run stops on the band
+    (task-complete) well before the 20-window limit."""
+    from cdr.prompt import parse_prompt
+
+    server.reset()
+    run = _generate(server, types_ckf_path, tmp_path, "--windows", "20", "--length",
+                    "contract")
+    assert run["status"] == "task-complete"
+    assert run["length"]["within_tolerance"], run["length"]
+    assert len(run["windows"]) < 20
+    plans = [parse_prompt(r.body["messages"][-1]["content"])[0] for r in server.requests
+             if r.path.endswith("/chat/completions")]
+    assert len(plans) == len(run["windows"])
+    carry = int(TOKENS * 0.577)  # the openai writer's words a token: a language model's
+    seen: set[str] = set()
+    for plan, window in zip(plans, run["windows"], strict=True):
+        assert 0 < sum(p.target_words for p in plan) <= carry
+        again = [p.title for p in plan if p.title in seen]
+        # a section planned again is the one an earlier window left unfinished: the first of
+        # this window's plan, the continuation of where the last window stopped
+        assert again in ([], [plan[0].title]), (again, window["number"])
+        seen.update(p.title for p in plan)

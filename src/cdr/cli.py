@@ -107,7 +107,8 @@ def generate(
     profile: Annotated[str | None, typer.Option(
         help="Preset of options beyond the spec: spec | fresh (fact memory, fitted "
              "envelopes, expanded sub-queries) | focused (fact memory, BM25 fused relevance, a "
-             "stop on stale envelopes). Single options below override it.")] = None,
+             "stop on stale envelopes, the length contract). Single options below override "
+             "it.")] = None,
     memory: Annotated[str | None, typer.Option(
         help="off (spec) | facts: facts already shown or written lose score later.")] = None,
     envelope: Annotated[str | None, typer.Option(
@@ -126,6 +127,10 @@ def generate(
     stale: Annotated[str | None, typer.Option(
         help="write (spec) | stop: end the run (ckf-exhausted) instead of writing a window "
              "whose envelope is mostly facts already sent.")] = None,
+    length: Annotated[str | None, typer.Option(
+        help="open (spec) | contract: plan each window for the words still owed, write a "
+             "section once (continue only one cut off), end task-complete once --words is "
+             "delivered within ±15%.")] = None,
     trace: Annotated[Path | None, typer.Option(help="Write the trace JSON here.")] = None,
     report: Annotated[Path | None, typer.Option(help="Write an HTML run report here.")] = None,
     out_file: Annotated[Path | None, typer.Option("--out", help="Write the Markdown here "
@@ -157,10 +162,11 @@ def generate(
 
     try:
         resolve_options(profile, memory=memory, envelope=envelope, queries=queries,
-                        repeats=repeats, subject=subject, lexical=lexical, stale=stale)
+                        repeats=repeats, subject=subject, lexical=lexical, stale=stale,
+                        length=length)
     except CdrError as exc:
         raise fail(f"{exc} (--profile/--memory/--envelope/--queries/--repeats/--subject/"
-                   "--lexical/--stale)", 2) from None
+                   "--lexical/--stale/--length)", 2) from None
     outline_text = None
     if outline is not None:
         try:
@@ -183,7 +189,7 @@ def generate(
             min_relevance=min_relevance, mmr_lambda=mmr_lambda, context_tokens=context_tokens,
             generation_tokens=generation_tokens, profile=profile, memory=memory,
             envelope=envelope, queries=queries, repeats=repeats, subject=subject,
-            lexical=lexical, stale=stale,
+            lexical=lexical, stale=stale, length=length,
         )
         gen = Generator(store, _writer(writer, llm_base_url, llm_model), config)
         session = gen.start(task, outline_text)
@@ -225,15 +231,15 @@ def generate(
     else:
         sys.stdout.write(document)
     last = events[-1].headers if events else {}
-    length = run_length([sq.expected_words for sq in session.sub_queries],
-                        [e.output for e in events])
+    delivered = run_length([sq.expected_words for sq in session.sub_queries],
+                           [e.output for e in events])
     err.print(
         f"[bold]status:[/] {session.status}  completeness {session.completeness():.2f}  "
-        f"windows {len(events)}/{windows}  {length.summary()}"
+        f"windows {len(events)}/{windows}  {delivered.summary()}"
         + (f"  hint: {last['CRP-Onboarding-Hint']}" if "CRP-Onboarding-Hint" in last else "")
     )
-    if session.status == CKF_EXHAUSTED and not length.within:
-        err.print(f"the knowledge base grounded {length.delivered} of the {length.asked} "
+    if session.status == CKF_EXHAUSTED and not delivered.within:
+        err.print(f"the knowledge base grounded {delivered.delivered} of the {delivered.asked} "
                   "words asked: ingest more documents on the task for the rest")
     if session.status in (UPSTREAM_ERROR, RUN_FAILED):
         raise typer.Exit(1)

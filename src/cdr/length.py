@@ -35,6 +35,82 @@ LENGTH_TOLERANCE = 0.15
 # and code included). The planner's own figure is 0.70 (`cdr.fit.WORDS_PER_TOKEN`, measured
 # on extractive prose); capacity uses the lower, so that it does not promise too much.
 LLM_WORDS_PER_TOKEN = 0.577
+# Words per completion token of the extractive writer (pasted facts): 0.70 on the quality
+# benchmark (`cdr.fit.WORDS_PER_TOKEN`).
+EXTRACTIVE_WORDS_PER_TOKEN = 0.70
+
+
+def writer_words_per_token(writer: Any) -> float:
+    """The words a `writer` writes per completion token: its own `words_per_token` when it
+    declares one (measured for that writer), else the extractive writer's for a writer that
+    pastes facts and the reference model's for any other (a language model)."""
+    declared = getattr(writer, "words_per_token", None)
+    if isinstance(declared, int | float) and not isinstance(declared, bool):
+        if not math.isfinite(declared) or declared <= 0:
+            raise InvalidInputError(f"words per token must be positive, got {declared}")
+        return float(declared)
+    from cdr.writers.base import pastes_facts
+
+    return EXTRACTIVE_WORDS_PER_TOKEN if pastes_facts(writer) else LLM_WORDS_PER_TOKEN
+
+
+# ---------------------------------------------------------------------- the length contract
+#
+# `length: "contract"` (cdr.options). With N words asked and D delivered so far:
+#
+#   owed            = max(0, N − D)
+#   window budget   = min(owed, ⌊G · w⌋)            G generation tokens, w the writer's words/token
+#   section share   = owed · r_s / Σ r              r_s the section's remaining expected words
+#                                                  (sections not written whole yet)
+#   met             = D ≥ ⌈(1 − 0.15) · N⌉          the run ends task-complete
+#
+# So the words asked are spread over the windows by what each can carry, a section's share
+# grows when earlier sections came out shorter than asked (and shrinks when longer), and the
+# run stops on the band instead of running to its window limit.
+
+
+def words_owed(asked: int, delivered: int) -> int:
+    """The words the run still owes: never negative."""
+    return max(0, int(asked) - int(delivered))
+
+
+def window_budget(asked: int, delivered: int, generation_tokens: int,
+                  words_per_token: float) -> int:
+    """Words this window is planned for: what is still owed, at most what its generation
+    budget carries (⌊G · w⌋); at least 1, so a window is never planned for nothing."""
+    _check_budget(generation_tokens, words_per_token)
+    carry = math.floor(generation_tokens * words_per_token)
+    return max(1, min(words_owed(asked, delivered), carry))
+
+
+def section_shares(remaining: Sequence[int], owed: int) -> list[int]:
+    """The owed words split over the open sections in proportion to their remaining expected
+    words (largest remainders, so the shares sum to `owed` exactly). All-zero remainders
+    split evenly."""
+    if owed < 0:
+        raise InvalidInputError(f"owed words must be non-negative, got {owed}")
+    if not remaining:
+        return []
+    if any(r < 0 for r in remaining):
+        raise InvalidInputError(f"remaining words must be non-negative, got {list(remaining)}")
+    weights = [Fraction(r) for r in remaining] if sum(remaining) else [Fraction(1)] * len(
+        remaining)
+    total = sum(weights)
+    exact = [owed * w / total for w in weights]
+    shares = [math.floor(x) for x in exact]
+    order = sorted(range(len(exact)), key=lambda i: (-(exact[i] - shares[i]), i))
+    for i in order[: owed - sum(shares)]:
+        shares[i] += 1
+    return shares
+
+
+def contract_met(asked: int, delivered: int, tolerance: float = LENGTH_TOLERANCE) -> bool:
+    """Whether the run has delivered enough to stop: at least (1 − tolerance) of the words
+    asked (it cannot un-write a window that ran long, so above the band also stops)."""
+    if asked < 1:
+        raise InvalidInputError(f"words asked must be positive, got {asked}")
+    floor = math.ceil(asked * (1 - Fraction(tolerance).limit_denominator(10**6)))
+    return delivered >= floor
 
 
 def length_score(asked: int, delivered: int) -> float:

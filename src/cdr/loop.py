@@ -53,10 +53,11 @@ from cdr.expansion import (
     widened_weights,
 )
 from cdr.factindex import FactIndex, RankingIndex, Selection
-from cdr.fit import FIT_FACTS_PER_WORD, fit_facts, planned_words
+from cdr.fit import FIT_FACTS_PER_WORD, MIN_SECTION_WORDS, fit_facts, planned_words
 from cdr.gates import calibrated_gate
 from cdr.headers import SAFETY_ONLY_HEADERS, crp_headers
 from cdr.kept_stream import KeptStream
+from cdr.length import section_shares, window_budget, words_owed, writer_words_per_token
 from cdr.lexical import LEXICAL_WEIGHT, FusedIndex, lexical_index, session_terms
 from cdr.memory import DEFAULT_MEMORY_RULE, MemoryRule, apply_memory, written_rows
 from cdr.options import OPTION_NAMES, SessionOptions, resolve_options
@@ -162,6 +163,7 @@ class GenerationConfig:
     subject: str | None = None  # "off" | "anchor" (cdr.subject)
     lexical: str | None = None  # "off" | "bm25" (cdr.lexical)
     stale: str | None = None  # "write" | "stop" (cdr.stale)
+    length: str | None = None  # "open" | "contract" (cdr.length)
     # The rules' tunables (library and benchmark only; sessions use the defaults).
     lexical_weight: float = LEXICAL_WEIGHT  # cdr.lexical: BM25's share of fused relevance
     memory_rule: MemoryRule = DEFAULT_MEMORY_RULE
@@ -221,7 +223,9 @@ class PreparedWindow:
             **self.envelope.to_dict(),
             "facts": [[f.source, f.section] for f in self.facts],
             "rows": [int(x) for x in self.rows],
-            "plan": [[p.title, p.target_words, list(p.fact_refs)] for p in self.plan],
+            # A trimmed section (`whole` False) carries a 4th item; whole ones store as before.
+            "plan": [[p.title, p.target_words, list(p.fact_refs), *([] if p.whole else [False])]
+                     for p in self.plan],
             "coverage_depth": int(self.coverage_depth),
             "max_tokens": int(self.max_tokens),
         }
@@ -233,7 +237,8 @@ class PreparedWindow:
             envelope = Envelope.from_dict(data)
             facts = [FactRef(fid, src, sec) for fid, (src, sec) in
                      zip(envelope.fact_ids, data["facts"], strict=True)]
-            plan = [PlanSection(t, int(w), tuple(refs)) for t, w, refs in data["plan"]]
+            plan = [PlanSection(t, int(w), tuple(refs), bool(rest[0]) if rest else True)
+                    for t, w, refs, *rest in data["plan"]]
             return cls(
                 number=int(data["number"]), envelope=envelope,
                 rows=np.asarray(data["rows"], dtype=np.int64), facts=facts, plan=plan,
@@ -360,6 +365,13 @@ class Generator:
     # -- one window --------------------------------------------------------------------------
 
     def _plan_sub_queries(self, session: Session) -> list[SubQuery]:
+        if session.options.length == "contract":  # cdr.length: a section written whole is done
+            done = set(session.finished_ids)
+            open_sqs = [sq for sq in session.sub_queries if sq.id not in done]
+            if open_sqs:
+                return open_sqs
+            # Every section written whole and words still owed: the spec's residual planning
+            # (sections written again; bench/long.py counts them).
         if session.residual_ids:
             return session.residual_sub_queries
         unfinished = [sq for sq in session.sub_queries if session.cumulative_depth[sq.id] < 0.9]
@@ -416,7 +428,13 @@ class Generator:
         packed_rows = envelope.ranking.indices
         facts = self.ckf.facts(packed_rows)
         plan = self._plan(session, plan_sqs, packed_rows, envelope)
-        if not pastes_facts(self.writer):  # a paster's budget is the facts', not words
+        if opts.length == "contract":  # cdr.length: the owed words, what the window carries
+            budget_words = window_budget(session.words_asked, session.words_written,
+                                         cfg.generation_tokens,
+                                         writer_words_per_token(self.writer))
+            if not pastes_facts(self.writer):
+                plan = fit_plan(plan, budget_words)
+        elif not pastes_facts(self.writer):  # a paster's budget is the facts', not words
             plan = fit_plan(plan, round(cfg.generation_tokens * WORDS_PER_TOKEN))
         refs = [(f"F{i + 1}", f.section or f.source, f.content) for i, f in enumerate(facts)]
         user = build_user_prompt(session.task, anchor, plan, refs,
@@ -472,9 +490,22 @@ class Generator:
         return Selection(rows[first], rel[first], emb[first])
 
     @staticmethod
-    def _target_words(session: Session, sq: SubQuery) -> int:
+    def _remaining_words(session: Session, sq: SubQuery) -> int:
         done = session.cumulative_depth[sq.id]
-        return max(round(sq.expected_words * (1.0 - min(done, 1.0))), 40)
+        return round(sq.expected_words * (1.0 - min(done, 1.0)))
+
+    def _target_words(self, session: Session, sq: SubQuery) -> int:
+        """The words a window asks for `sq`: its remaining expected words; with the length
+        contract, its share of the words still owed among the sections not written whole
+        (`cdr.length.section_shares`), so shortfalls of earlier sections are carried."""
+        if session.options.length == "contract":
+            done = set(session.finished_ids)
+            open_sqs = [q for q in session.sub_queries if q.id not in done] or [sq]
+            if sq in open_sqs:
+                shares = section_shares([self._remaining_words(session, q) for q in open_sqs],
+                                        words_owed(session.words_asked, session.words_written))
+                return max(shares[open_sqs.index(sq)], MIN_SECTION_WORDS)
+        return max(self._remaining_words(session, sq), MIN_SECTION_WORDS)
 
     def _pack_ranked_here(self, session: Session, budget: Budget, anchor: str,
                           max_facts: int | None, section_vecs: np.ndarray | None = None
@@ -608,9 +639,14 @@ class Generator:
             text = kept.text
         report = self.verify(session, text)
         summary = " ".join(text.split()[:40])
+        finished: list[str] = []
+        if session.options.length == "contract":
+            finished = written_whole(session, prepared.plan, report,
+                                     result.finish_reason if result else "stop")
         session.update_after_window(report.addressed, text,
                                     embedding_model_id=self.embedder.model_id, summary=summary,
-                                    section_ends=report.section_ends(SECTION_END_WORDS))
+                                    section_ends=report.section_ends(SECTION_END_WORDS),
+                                    finished=finished)
         if kept is not None:
             session.remember_written(kept.vectors)
         if session.remembers_facts:  # cdr.memory: what was shown, what was written
@@ -720,6 +756,26 @@ class Generator:
             yield event
             if event.done:
                 return
+
+
+def written_whole(session: Session, plan: Sequence[PlanSection], report: DpeReport,
+                  finish_reason: str) -> list[str]:
+    """The sub-queries a window wrote whole (the length contract): planned in full (not
+    trimmed to the window's budget by `fit_plan`), given words by Stage 8, and not the
+    section the window was writing when its token limit cut it (`finish_reason` "length":
+    the last section its text was attributed to). Those are not planned again; a trimmed
+    or cut section is continued where it stopped."""
+    by_title = {sq.text: sq.id for sq in session.sub_queries}
+    cut = None
+    if finish_reason == "length":
+        cut = next((a for a in reversed(report.attribution) if a is not None), None)
+    out = []
+    for p in plan:
+        sq_id = by_title.get(p.title)
+        if (sq_id is not None and p.whole and report.words.get(sq_id, 0) > 0
+                and sq_id != cut):
+            out.append(sq_id)
+    return out
 
 
 def _since(started: float | None) -> float:

@@ -23,13 +23,19 @@ existed loads with the defaults. Each option is a rule in its own module:
   terms pass the gate);
 - `stale`: ``"write"`` (spec: a window is written whatever its envelope holds, until an exit
   fires) or ``"stop"`` (`cdr.stale`: a window whose envelope is mostly facts earlier windows
-  were already sent ends the run with `ckf-exhausted`, unwritten).
+  were already sent ends the run with `ckf-exhausted`, unwritten);
+- `length`: ``"open"`` (spec: the words asked only size the sub-queries; a run ends on the
+  spec's four exits) or ``"contract"`` (`cdr.length`: each window is planned for the words still
+  owed, as many as its generation budget carries at the writer's words per token; a section
+  written whole is not planned again, only one cut off is continued; and the run ends with
+  `task-complete` once the words delivered reach the ±15% band of the words asked).
 
 A profile names a set of options: ``"spec"`` is the defaults, ``"fresh"`` turns on what the
 quality benchmark measured to win on the Python-docs corpus, ``"focused"`` is fact memory plus
 what the retrieval benchmark measured to keep a run on its task's own material in a knowledge
 base of many similar documents: BM25 fusion and the stale stop
-(docs/retrieval.md, "Relevance means the task's own material").
+(docs/retrieval.md, "Relevance means the task's own material"), and the length contract
+(docs/length.md).
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ RepeatsMode = Literal["keep", "drop"]
 SubjectMode = Literal["off", "anchor"]
 LexicalMode = Literal["off", "bm25"]
 StaleMode = Literal["write", "stop"]
+LengthMode = Literal["open", "contract"]
 ProfileName = Literal["spec", "fresh", "focused"]
 
 MEMORY_MODES: tuple[str, ...] = get_args(MemoryMode)
@@ -56,6 +63,7 @@ REPEATS_MODES: tuple[str, ...] = get_args(RepeatsMode)
 SUBJECT_MODES: tuple[str, ...] = get_args(SubjectMode)
 LEXICAL_MODES: tuple[str, ...] = get_args(LexicalMode)
 STALE_MODES: tuple[str, ...] = get_args(StaleMode)
+LENGTH_MODES: tuple[str, ...] = get_args(LengthMode)
 PROFILE_NAMES: tuple[str, ...] = get_args(ProfileName)
 
 # Every option and its values, the first being the spec's: the CLI, the gateway schema and
@@ -63,7 +71,7 @@ PROFILE_NAMES: tuple[str, ...] = get_args(ProfileName)
 OPTION_CHOICES: dict[str, tuple[str, ...]] = {
     "memory": MEMORY_MODES, "envelope": ENVELOPE_MODES, "queries": QUERIES_MODES,
     "repeats": REPEATS_MODES, "subject": SUBJECT_MODES, "lexical": LEXICAL_MODES,
-    "stale": STALE_MODES,
+    "stale": STALE_MODES, "length": LENGTH_MODES,
 }
 OPTION_NAMES: tuple[str, ...] = tuple(OPTION_CHOICES)
 _CHOICES = OPTION_CHOICES
@@ -80,6 +88,7 @@ class SessionOptions:
     subject: str = "off"
     lexical: str = "off"
     stale: str = "write"
+    length: str = "open"
 
     def __post_init__(self) -> None:
         for name, choices in _CHOICES.items():
@@ -118,7 +127,9 @@ PROFILES: dict[str, SessionOptions] = {
     # Chosen on the TUNE split of both retrieval corpora: fresh's fitted envelopes and expanded
     # sub-queries lost to the spec's (bench/results/tune_focused_round1.md), and anchoring
     # the subject added nothing once BM25 carries the subject's words (..._round2.md).
-    "focused": SessionOptions(memory="facts", lexical="bm25", stale="stop"),
+    # The length contract (issue 22) keeps a long run to the words asked: without it a run
+    # goes on to its window limit or its stale stop (bench/results/long.md).
+    "focused": SessionOptions(memory="facts", lexical="bm25", stale="stop", length="contract"),
 }
 
 

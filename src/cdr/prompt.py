@@ -17,6 +17,7 @@ _WRITE_HEADER = "Write this part now:"
 # Words a model writes per generated token in English prose (cl100k / Qwen tokenisers, ~0.75),
 # less a margin for headings and Markdown: what a window's token reserve can hold.
 WORDS_PER_TOKEN = 0.7
+TRIM_SLACK_WORDS = 40  # the loop's smallest section target (`cdr.fit.MIN_SECTION_WORDS`)
 _PLAN_LINE = re.compile(r"^- (?P<title>.+) \(~(?P<words>\d+) words\): (?P<refs>F\d+(?:, F\d+)*)$")
 _FACT_LINE = re.compile(r"^\[(?P<ref>F\d+)\] \((?P<section>.*)\)$")
 
@@ -26,6 +27,9 @@ class PlanSection:
     title: str
     target_words: int
     fact_refs: tuple[str, ...]
+    # False when `fit_plan` trimmed the section to the window's budget: the window writes
+    # part of it and the next one continues it (the length contract's "written whole").
+    whole: bool = True
 
 
 def fit_plan(plan: Sequence[PlanSection], word_budget: int) -> list[PlanSection]:
@@ -42,7 +46,9 @@ def fit_plan(plan: Sequence[PlanSection], word_budget: int) -> list[PlanSection]
         if kept and (left <= 0 or left < section.target_words // 2):
             break
         words = min(section.target_words, left)
-        kept.append(PlanSection(section.title, max(words, 1), section.fact_refs))
+        # Trimmed by less than a minimal section's words is still the whole section.
+        whole = section.whole and words >= section.target_words - TRIM_SLACK_WORDS
+        kept.append(PlanSection(section.title, max(words, 1), section.fact_refs, whole))
         left -= words
     return kept
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,6 +132,10 @@ class Session:
     # which a later window's sentences are compared with. Stored as float16: a cosine ≥ 0.70
     # decision does not need float32's digits, and the session stays small.
     written_vectors: np.ndarray | None = None
+    # `length: "contract"` (cdr.length): the words the windows delivered, and the sub-queries
+    # a window wrote whole (planned in full, written, not cut off), which are not planned again.
+    words_written: int = 0
+    finished_ids: list[str] = field(default_factory=list)
     _residual_cache: ResidualSet | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -246,18 +250,20 @@ class Session:
         embedding_model_id: str,
         summary: str = "",
         section_ends: Mapping[str, str] | None = None,
+        finished: Sequence[str] = (),
     ) -> WindowRecord:
         """Coverage entries, cumulative residual, blacklist and window count, after a window.
 
         `addressed` maps sub-query ids to this window's depth. The coverage entry uses the
         sub-query embedding made at session start (same text, same model: re-embedding would
         give the same vector at a model call's cost); `embedding_model_id` must still match.
+        `finished` (the length contract) names sub-queries this window wrote whole.
         """
         if embedding_model_id != self.model_id:
             raise EmbeddingModelMismatchError(self.model_id, embedding_model_id, "coverage update")
         depths = {sq_id: check_depth(d) for sq_id, d in addressed.items()}
         ends = dict(section_ends or {})
-        for sq_id in [*depths, *ends]:
+        for sq_id in [*depths, *ends, *finished]:
             self.sub_query(sq_id)  # unknown ids are an error, before anything changes
         number = self.window_count + 1
         for sq_id, depth in depths.items():
@@ -270,6 +276,9 @@ class Session:
         ]
         self.blacklist.add_text(window_output)
         self.section_ends.update(ends)
+        if self.options.length == "contract":
+            self.words_written += len(window_output.split())
+            self.finished_ids += [i for i in dict.fromkeys(finished) if i not in self.finished_ids]
         self.window_count = number
         record = WindowRecord(number, depths, self.completeness(), list(self.residual_ids), summary)
         self.history.append(record)
@@ -290,7 +299,19 @@ class Session:
             raise InvalidInputError(f"safety spend must be a non-negative number, got {amount}")
         self.safety_budget = max(0.0, self.safety_budget - float(amount))
 
+    @property
+    def words_asked(self) -> int:
+        """The words asked: the sub-queries' expected words, which split `words` exactly."""
+        return int(sum(sq.expected_words for sq in self.sub_queries))
+
     def exit_reason(self, mean_novelty_ratio: float | None) -> str | None:
+        """The spec's exits; with the length contract (`cdr.length.contract_met`) the run is
+        also complete once the words delivered reach the band of the words asked."""
+        if self.options.length == "contract":
+            from cdr.length import contract_met  # cdr.length reads this module's limits
+
+            if contract_met(self.words_asked, self.words_written):
+                return TASK_COMPLETE
         return exit_reason(
             completeness=self.completeness(),
             residual_empty=not self.residual_ids,
@@ -324,6 +345,9 @@ class Session:
             extra["section_ends"] = dict(self.section_ends)
         if self.expanded_embeddings is not None:
             extra["expanded_embeddings"] = to_b64(self.expanded_embeddings.astype(np.float32))
+        if self.options.length == "contract":
+            extra["words_written"] = self.words_written
+            extra["finished_ids"] = list(self.finished_ids)
         if self.written_vectors is not None and len(self.written_vectors):
             extra["written_vectors"] = to_b64(self.written_vectors.astype(np.float16))
         return {
@@ -391,11 +415,29 @@ class Session:
                 if "expanded_embeddings" in data else None),
             section_ends=_section_ends(data.get("section_ends"), {sq.id for sq in sqs}),
             written_vectors=_written_vectors(data.get("written_vectors"), dim),
+            words_written=_non_negative(data.get("words_written", 0), "words_written"),
+            finished_ids=_known_ids(data.get("finished_ids", []), {sq.id for sq in sqs}),
         )
 
     @classmethod
     def from_json(cls, text: str, ngram_index: NgramIndex | None = None) -> Session:
         return cls.from_dict(parse_json_object(text, "session JSON"), ngram_index)
+
+
+def _non_negative(raw: Any, name: str) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+        raise InvalidInputError(f"session {name} must be a non-negative integer, got {raw!r}")
+    return raw
+
+
+def _known_ids(raw: Any, ids: set[str]) -> list[str]:
+    """The stored `finished_ids`, checked: known sub-query ids only."""
+    if not isinstance(raw, list) or not all(isinstance(i, str) for i in raw):
+        raise InvalidInputError("session finished_ids must be a list of sub-query ids")
+    unknown = sorted(set(raw) - ids)
+    if unknown:
+        raise InvalidInputError(f"session finished_ids name unknown sub-queries {unknown}")
+    return list(raw)
 
 
 def _written_vectors(raw: Any, dim: int) -> np.ndarray | None:

@@ -14,6 +14,7 @@ from pydantic_core import PydanticCustomError
 from cdr.gateway.limits import check_text
 from cdr.options import (
     EnvelopeMode,
+    LengthMode,
     LexicalMode,
     MemoryMode,
     ProfileName,
@@ -79,7 +80,8 @@ class GenerationOptions(_Strict):
     profile: ProfileName | None = Field(None, description="Preset: 'spec' (default), "
                                         "'fresh' (fact memory, fitted envelopes, expanded "
                                         "sub-queries) or 'focused' (fact memory, BM25 "
-                                        "fused relevance and a stop on stale envelopes); "
+                                        "fused relevance, a stop on stale envelopes and the "
+                                        "length contract); "
                                         "single options override it.")
     memory: MemoryMode | None = Field(None, description="'facts': facts already shown or "
                                       "written lose score in later windows.")
@@ -97,6 +99,10 @@ class GenerationOptions(_Strict):
     stale: StaleMode | None = Field(None, description="'stop': a window whose envelope is "
                                     "mostly facts already sent ends the run (ckf-exhausted) "
                                     "unwritten.")
+    length: LengthMode | None = Field(None, description="'contract': each window is planned "
+                                      "for the words still owed, a section is written once "
+                                      "(continued only where it was cut), and the run ends "
+                                      "task-complete once `words` is delivered within ±15%.")
 
     @field_validator("outline")
     @classmethod
