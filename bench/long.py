@@ -10,14 +10,15 @@ envelope's on-topic share (facts of the task's own document) and fresh share (fa
 window was sent), and CWR6 (6-grams of the window that an earlier window wrote); per run the
 words delivered over asked and LongBench-Write's length score (`cdr.length`).
 
-The writer is the extractive one unless `--writer` names another (`local`: the reference model
-on llama.cpp, for a quiet machine: hours per run set). The report says which writer wrote.
+The writer is the extractive one unless `--writer local` names the reference model on
+llama.cpp: that benchmark, with its own fixed tasks, per-window checkpoints, text measures,
+plots and verdicts, is `bench/long_llm.py` (report `bench/results/long.md`); the extractive
+one's report is `bench/results/long-extractive.md`.
 Finished runs are appended to a JSONL checkpoint keyed by the library's code, the task, the arm,
 the length and the writer, so an interrupted run resumes (`--restart` starts over).
 
 Usage: `python bench/long.py [--words 2000,5000,8000] [--tasks 3] [--max-windows 20]
-[--writer extractive] [--report-only]`; `make bench-long` runs it and writes
-`bench/results/long.md`.
+[--writer extractive|local] [--max-runs N] [--report-only]`; `make bench-long` runs it.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from retrieval_metrics import window_measures
 
 RESULTS = BENCH / "results"
 RUNS = RESULTS / "long-runs.jsonl"
-REPORT = RESULTS / "long.md"
+REPORT = RESULTS / "long-extractive.md"
 WORDS = (2000, 5000, 8000)
 MAX_WINDOWS = 20
 TASKS = 3
@@ -249,6 +250,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--max-windows", type=int, default=MAX_WINDOWS)
     ap.add_argument("--writer", default="extractive")
     ap.add_argument("--restart", action="store_true", help="ignore the checkpoint")
+    ap.add_argument("--max-runs", type=int, default=None,
+                    help="stop after this many new runs (--writer local: one run at a time)")
+    ap.add_argument("--context-tokens", type=int, default=None)
+    ap.add_argument("--generation-tokens", type=int, default=None)
     ap.add_argument("--report-only", action="store_true")
     args = ap.parse_args(argv)
     try:
@@ -257,6 +262,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error(f"--words must be integers separated by commas, got {args.words!r}")
     if any(w < 1 for w in words) or args.tasks < 1 or not 1 <= args.max_windows <= 20:
         ap.error("--words and --tasks must be positive and --max-windows within 1..20")
+    if args.writer == "local":
+        import long_llm
+
+        return long_llm.main(words, args.max_runs, args.report_only,
+                             args.context_tokens or long_llm.CONTEXT_TOKENS,
+                             args.generation_tokens or long_llm.GENERATION_TOKENS)
     if args.restart and RUNS.exists():
         RUNS.unlink()
     done = load_runs(RUNS)

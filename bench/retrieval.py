@@ -122,12 +122,12 @@ def _ingest(path: Path, recipe: str, docs: Path, include: Sequence[str],
     return ckf, time.perf_counter() - t0, rep.embedded
 
 
-def man_corpus() -> CorpusData:
+def man_corpus(recipes: Sequence[str] = RECIPES) -> CorpusData:
     import corpus_man
 
     md, version, pages = corpus_man.corpus_dir()
     ckfs, secs, emb = {}, {}, {}
-    for r in RECIPES:
+    for r in recipes:
         ckfs[r], secs[r], emb[r] = _ingest(CKF_DIR / f"man-{r}.ckf", r, md, ["*.md"])
     by_name = {p.name: p for p in pages}
 
@@ -140,17 +140,17 @@ def man_corpus() -> CorpusData:
                       f"{len(pages)} pages", ckfs, tasks, secs, emb)
 
 
-def pydocs_corpus() -> CorpusData:
+def pydocs_corpus(recipes: Sequence[str] = RECIPES) -> CorpusData:
     from corpus import DEBIAN_PACKAGE, python_docs_dir
     from quality import EXCLUDE, RELATED
     from quality_tasks import make_task, page_of
 
     docs = python_docs_dir()
     ckfs, secs, emb = {}, {}, {}
-    for r in RECIPES:
+    for r in recipes:
         ckfs[r], secs[r], emb[r] = _ingest(CKF_DIR / f"pydocs-{r}.ckf", r, docs, RELATED,
                                            EXCLUDE)
-    ckf = ckfs[RECIPES[0]]
+    ckf = ckfs[recipes[0]]
     sections: dict[str, list[str]] = {}
     for f in ckf.facts(np.flatnonzero(ckf.active)):
         page = page_of(f.source, str(docs))

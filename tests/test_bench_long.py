@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -88,3 +89,63 @@ def test_bad_arguments_are_refused():
     with pytest.raises(SystemExit) as exc:
         bench_long.main(["--max-windows", "21", "--report-only"])
     assert exc.value.code == 2
+
+
+# ------------------------------------------------------------------ the reference-model bench
+
+import long_llm  # noqa: E402
+
+
+def _lw(plan: list[str], finished_before: list[str] = ()) -> dict:
+    return {"plan": [[t, 100, True] for t in plan], "finished_before": list(finished_before)}
+
+
+def test_replanned_separates_continuations_from_sections_written_twice():
+    windows = [_lw(["A", "B"]), _lw(["B", "C"], ["A"]), _lw(["A", "D"], ["A", "B", "C"])]
+    again, twice = long_llm.replanned(windows)
+    # W2+ plan 4 sections: B (again, a continuation), C, A (again, written whole before), D
+    assert again == 2 / 4 and twice == 1 / 4
+    assert all(math.isnan(x) for x in long_llm.replanned([_lw(["A"])]))
+
+
+def _run_of(values: list[float | None], arm: str = "focused", task: str = "t",
+            seconds: list[float] | None = None) -> dict:
+    secs = seconds or [10.0] * len(values)
+    return {"arm": arm, "task": task, "windows": [
+        {"semrep": v, "grounding": v, "seconds": s, "words": 100}
+        for v, s in zip(values, secs, strict=True)]}
+
+
+def test_last_third_delta_against_the_baseline_windows():
+    run = _run_of([0.0, 0.1, 0.3, 0.2, 0.4, 0.6])
+    # 6 windows: last third = windows 5–6 (mean 0.5); semrep baseline W2–3 (mean 0.2)
+    assert long_llm.last_third_delta(run, "semrep") == pytest.approx(0.5 - 0.2)
+    # grounding baseline W1 (0.0)
+    assert long_llm.last_third_delta(run, "grounding") == pytest.approx(0.5)
+    assert long_llm.last_third_delta(_run_of([0.1, 0.2]), "grounding") is None
+    # 3 windows: the last third (W3) falls inside semrep's W2–3 baseline: no verdict
+    assert long_llm.last_third_delta(_run_of([0.0, 0.1, 0.2]), "semrep") is None
+    assert long_llm.last_third_delta(_run_of([0.5, None, 0.2]), "grounding") == pytest.approx(
+        -0.3)
+
+
+def test_seconds_ratio_and_bootstrap():
+    run = _run_of([0.1] * 6, seconds=[10, 12, 20, 20, 30, 30])
+    assert long_llm.seconds_ratio(run) == pytest.approx(30 / 11)
+    assert long_llm.seconds_ratio(_run_of([0.1, 0.1])) is None
+    mean, lo, hi = long_llm.bootstrap([1.0, 2.0, 3.0])
+    assert mean == 2.0 and 1.0 <= lo <= mean <= hi <= 3.0
+    assert long_llm.bootstrap([4.0]) == (4.0, 4.0, 4.0)
+    assert all(math.isnan(x) for x in long_llm.bootstrap([]))
+
+
+def test_verdicts_average_runs_per_task_first():
+    runs = [_run_of([0.0, 0.0, 0.0, 0.0, 0.0, 0.6], task="a"),
+            _run_of([0.0, 0.0, 0.0, 0.0, 0.0, 0.0], task="a"),
+            _run_of([0.0, 0.0, 0.0, 0.0, 0.0, 0.3], task="b"),
+            _run_of([0.0, 0.0, 0.0, 0.0, 0.0, 0.9], arm="relevance", task="b")]
+    v = long_llm.verdicts(runs, "focused")
+    mean, lo, hi, n = v["grounding"]
+    # task a: (0.3 + 0.0) / 2 = 0.15, task b: 0.15 -> mean 0.15 over 2 tasks, 3 runs
+    assert n == 3 and mean == pytest.approx(0.15) and lo == pytest.approx(0.15) == hi
+    assert set(v) == {*long_llm.BASELINE, "seconds_ratio"}

@@ -15,10 +15,13 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cdr.errors import InvalidInputError, UpstreamError
+from cdr.length import LLM_WORDS_PER_TOKEN
 from cdr.writers.base import (
     DeltaCallback,
     Pieces,
@@ -82,11 +85,64 @@ def load_model(path: Path, n_ctx: int, n_threads: int) -> Any:
         return _MODELS[key]
 
 
+@dataclass
+class WindowTiming:
+    """One generation's cost, split the way llama.cpp spends it: the prompt tokens it had to
+    evaluate (those past the prefix it kept from the previous call) and the tokens it
+    generated, each with its wall-clock seconds (prompt: until the first piece arrived)."""
+
+    prompt_tokens: int
+    reused_tokens: int
+    prompt_seconds: float
+    completion_tokens: int
+    generation_seconds: float
+
+    @property
+    def evaluated_tokens(self) -> int:
+        return max(0, self.prompt_tokens - self.reused_tokens)
+
+    @property
+    def prompt_tokens_per_second(self) -> float | None:
+        s = self.prompt_seconds
+        return self.evaluated_tokens / s if s > 0 and self.evaluated_tokens else None
+
+    @property
+    def generation_tokens_per_second(self) -> float | None:
+        s = self.generation_seconds
+        return self.completion_tokens / s if s > 0 and self.completion_tokens else None
+
+
+@dataclass
+class ReuseStats:
+    """What the loaded model kept across this writer's calls: llama.cpp keeps the KV cache of
+    the previous prompt and evaluates only the tokens past the longest common prefix, so the
+    stable head of every window's prompt (chat template, system prompt, task line) is
+    evaluated once per run, not once per window."""
+
+    calls: int = 0
+    calls_reusing: int = 0
+    reused_tokens: int = 0
+    timings: list[WindowTiming] = field(default_factory=list)
+
+
+def common_prefix(a: Any, b: Any) -> int:
+    """Length of the longest common prefix of two token sequences."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 class LocalWriter(WriterBase):
     """Writes with a local GGUF chat model. `model_path` defaults to `CDR_LOCAL_MODEL`, else the
     reference model installed by `make llm`; `n_ctx` to `CDR_LOCAL_N_CTX`, else 8192."""
 
     name = "local"
+    # Words a completion token of the reference model carries (`cdr.length`): what the length
+    # contract plans a window's words with.
+    words_per_token = LLM_WORDS_PER_TOKEN
 
     def __init__(
         self,
@@ -115,6 +171,11 @@ class LocalWriter(WriterBase):
         self.seed = int(seed)
         self.stop = list(stop or [])
         self._llm = load_model(path, self.n_ctx, n_threads or default_threads())
+        self.reuse = ReuseStats()
+
+    @property
+    def last_timing(self) -> WindowTiming | None:
+        return self.reuse.timings[-1] if self.reuse.timings else None
 
     def _generate(
         self, messages: list[dict[str, str]], max_tokens: int, on_delta: DeltaCallback | None
@@ -131,15 +192,23 @@ class LocalWriter(WriterBase):
                         f"{self.n_ctx}-token context; raise CDR_LOCAL_N_CTX or lower "
                         "--context-tokens")
                 limit = min(max_tokens, room)
+                before = list(getattr(self._llm, "_input_ids", ()))
+                started = time.perf_counter()
+                first: float | None = None
                 stream = self._llm.create_chat_completion(
                     messages=messages, max_tokens=limit, temperature=self.temperature,
                     seed=self.seed, stop=self.stop or None, stream=True)
                 for chunk in stream:
                     choice = (chunk.get("choices") or [{}])[0]
-                    emit((choice.get("delta") or {}).get("content") or "")
+                    piece = (choice.get("delta") or {}).get("content") or ""
+                    if piece and first is None:
+                        first = time.perf_counter()
+                    emit(piece)
                     if choice.get("finish_reason"):
                         finish = choice["finish_reason"]
+                ended = time.perf_counter()
                 completion = len(self._llm.tokenize(emit.text.encode(), add_bos=False))
+                self._count(before, prompt_tokens, completion, started, first or ended, ended)
             except (InvalidInputError, KeyboardInterrupt):
                 raise
             except Exception as exc:  # llama.cpp raises plain RuntimeError/ValueError
@@ -150,6 +219,20 @@ class LocalWriter(WriterBase):
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
                  "total_tokens": prompt_tokens + completion}
         return WriterResult(emit.text, finish, usage)
+
+    def _count(self, before: list[int], prompt_tokens: int, completion: int, started: float,
+               first: float, ended: float) -> None:
+        """Record the call: the prefix llama.cpp kept from the previous call is the common
+        prefix of the evaluated tokens before and after it (it keeps exactly the longest
+        common prefix of the old tokens and the new prompt)."""
+        after = getattr(self._llm, "_input_ids", ())
+        reused = min(common_prefix(before, after), prompt_tokens)
+        r = self.reuse
+        r.calls += 1
+        r.calls_reusing += reused > 0
+        r.reused_tokens += reused
+        r.timings.append(WindowTiming(prompt_tokens, reused, first - started, completion,
+                                      ended - first))
 
     def _prompt_tokens(self, messages: list[dict[str, str]]) -> int:
         # The chat template adds a few tokens per message; count content plus that framing.

@@ -1,0 +1,518 @@
+"""Long documents written by the reference model (issue 22 §3–§5): `bench/long.py --writer
+local`. Does a run deliver the words asked over 10–20 windows, and is Window 10 as fresh and as
+grounded as Window 1?
+
+**Tasks, fixed before any run** (`TASKS`): per corpus of the retrieval benchmark, the report
+tasks whose own document holds the most words of text, so that their own material can ground a
+long document — the Python-docs pages `library/datetime.html` (15,441 words of page text) and
+`library/unittest.html` (13,950), and the man page `mbind` (1,702 words, the longest of the
+man report split: no man page can ground 5,000 words, so its long runs test the contract's
+other branch, `ckf-exhausted` with the words grounded).
+
+**Arms**: the recommended profile (`--profile focused`, which includes the length contract)
+and relevance-only ranking with the spec's options plus the length contract (so both stop on
+the words asked and differ only in what they retrieve).
+
+**Matrix**, in this order: 2,000 words (3 tasks × 2 arms), then 5,000, then 8,000; at most
+20 windows; context and generation budget `CONTEXT_TOKENS` / `GENERATION_TOKENS` (docs/llm.md,
+"Windows sized to the model"). Every window is checkpointed (`long-llm-partial/<key>.json`:
+the session and the windows so far), so an interrupted run resumes at its next window; a
+finished run is appended to `long-llm-runs.jsonl` with its measures.
+
+**Per window**: words; seconds; prompt tokens evaluated and reused, prompt and generation
+tokens/s (`cdr.writers.local.WindowTiming`, under whatever load the machine had: the report
+gives it); semantic repetition against earlier windows and the lexical restating measure;
+CWR6; grounding in the window's envelope; the envelope's on-topic and fresh shares; sections
+planned again and sections written twice. Thresholds are the quality benchmark's calibrated
+ones (bench/results/quality-llm.md: repetition 0.607, grounding 0.508, restating Jaccard 0.5),
+fixed before these runs, not tuned on them.
+
+**Verdicts** (`verdicts`): per measure, the mean over a run's last third of windows minus its
+baseline (Window 1; Windows 2–3 for the measures that are 0 at Window 1 by construction), with
+a percentile bootstrap interval over tasks; seconds per window as last third / first third.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from _paths import BENCH, ROOT
+from cdr import quality
+from cdr.length import length_score, within_tolerance
+from cdr.loop import GenerationConfig, Generator
+from cdr.ngrams import NGRAM_SIZE, tokenize
+from cdr.session import IN_PROGRESS, Session
+from quality_llm_metrics import grounding, lexical_restating
+from retrieval_metrics import window_measures
+
+RESULTS = BENCH / "results"
+RUNS = RESULTS / "long-llm-runs.jsonl"
+PARTIAL = RESULTS / "long-llm-partial"
+REPORT = RESULTS / "long.md"
+PLOT = RESULTS / "long-windows.png"
+BENCH_VERSION = 1  # bump when a change here changes what a run records
+
+TASKS = (("pydocs", "library/datetime.html"), ("pydocs", "library/unittest.html"),
+         ("man", "mbind"))
+WORDS = (2000, 5000, 8000)
+MAX_WINDOWS = 20
+CONTEXT_TOKENS = 4096
+GENERATION_TOKENS = 1024
+REP_THRESHOLD = 0.607
+GROUND_THRESHOLD = 0.508
+RESTATE_JACCARD = 0.5
+BOOTSTRAP = 2000
+
+
+@dataclass(frozen=True)
+class LlmArm:
+    name: str
+    label: str
+    config: dict[str, Any]
+
+
+ARMS = (
+    LlmArm("focused", "recommended profile (`--profile focused`, length contract included)",
+           {"profile": "focused"}),
+    LlmArm("relevance", "relevance-only ranking, spec options plus the length contract",
+           {"ranking": "relevance", "length": "contract"}),
+)
+
+
+def run_key(task: Any, arm: LlmArm, words: int, n_rows: int, context: int,
+            generation: int) -> str:
+    """What makes a run: not the library's code (a model run takes minutes to hours; the
+    record keeps the commit it ran on, and the report names it)."""
+    parts = [BENCH_VERSION, task.corpus, task.name, task.text, task.outline, arm.name,
+             sorted(arm.config.items()), words, MAX_WINDOWS, "local", n_rows, context,
+             generation]
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:32]
+
+
+def _atomic_write(path: Any, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def run_windows(ckf: Any, writer: Any, task: Any, arm: LlmArm, words: int, key: str,
+                context: int, generation: int) -> tuple[Session, list[dict[str, Any]]]:
+    """Windows to the run's own exit, each checkpointed; resumes from the checkpoint."""
+    cfg = GenerationConfig(max_windows=MAX_WINDOWS, words=words, context_tokens=context,
+                           generation_tokens=generation, **arm.config)
+    gen = Generator(ckf, writer, cfg)
+    partial = PARTIAL / f"{key}.json"
+    if partial.exists():
+        state = json.loads(partial.read_text(encoding="utf-8"))
+        session = Session.from_dict(state["session"], ckf.ngram_index)
+        windows = state["windows"]
+    else:
+        session = gen.start(task.text, task.outline_text)
+        windows = []
+    by_id = {sq.id: sq.text for sq in session.sub_queries}
+    while session.status == IN_PROGRESS:
+        finished_before = [by_id[i] for i in session.finished_ids]
+        calls = writer.reuse.calls
+        ev = gen.step(session)
+        timing = writer.last_timing if writer.reuse.calls > calls else None
+        windows.append({
+            "number": ev.number, "text": ev.output, "words": len(ev.output.split()),
+            "seconds": round(ev.seconds, 2), "status": ev.status,
+            "finish_reason": ev.finish_reason, "completeness": round(ev.completeness, 4),
+            "rows": [int(r) for r in ev.prepared.rows], "written": bool(ev.output.strip()),
+            "plan": [[p.title, p.target_words, p.whole] for p in ev.prepared.plan],
+            "finished_before": finished_before,
+            "timing": None if timing is None else {
+                "prompt_tokens": timing.prompt_tokens, "reused": timing.reused_tokens,
+                "prompt_s": round(timing.prompt_seconds, 3),
+                "completion_tokens": timing.completion_tokens,
+                "generation_s": round(timing.generation_seconds, 3)},
+        })
+        _atomic_write(partial, {"session": session.to_dict(), "windows": windows})
+    return session, windows
+
+
+# ---------------------------------------------------------------------------------- measures
+
+
+def replanned(windows: Sequence[dict[str, Any]]) -> tuple[float, float]:
+    """(sections planned again, sections written twice), as shares of the sections planned
+    in windows 2+. *Planned again*: planned by an earlier window too (the quality benchmark's
+    measure, continuations of cut sections included). *Written twice*: planned although an
+    earlier window had written it whole (the length contract's `finished_ids`)."""
+    seen: set[str] = set()
+    planned = again = twice = 0
+    for i, w in enumerate(windows):
+        titles = [p[0] for p in w["plan"]]
+        if i and titles:
+            planned += len(titles)
+            again += sum(t in seen for t in titles)
+            twice += sum(t in set(w.get("finished_before", ())) for t in titles)
+        seen.update(titles)
+    return (again / planned, twice / planned) if planned else (math.nan, math.nan)
+
+
+def text_measures(ckf: Any, windows: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
+    """Semantic repetition, lexical restating, CWR6 and grounding per window."""
+    texts = [w["text"] for w in windows]
+    sents = [quality.sentences(t) for t in texts]
+    enc = ckf.embedder.encode
+    dim = ckf.dim
+    vecs = [enc(s) if s else np.zeros((0, dim), np.float32) for s in sents]
+    semrep = quality.semantic_repetition(vecs, REP_THRESHOLD)
+    lexrep = lexical_restating(sents, RESTATE_JACCARD)
+    cwr = [c if len(tokenize(t)) >= NGRAM_SIZE else math.nan
+           for c, t in zip(quality.cwr6(texts), texts, strict=True)]
+    ground = []
+    for w, v in zip(windows, vecs, strict=True):
+        if not len(v):
+            ground.append(math.nan)
+            continue
+        facts = [f.content for f in ckf.facts(np.asarray(w["rows"], dtype=np.int64))]
+        fv = enc(facts) if facts else np.zeros((0, dim), np.float32)
+        ground.append(grounding(v, fv, GROUND_THRESHOLD))
+    return {"semrep": semrep, "lexrep": lexrep, "cwr6": cwr, "grounding": ground}
+
+
+def _r(x: float | None, nd: int = 5) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else round(x, nd)
+
+
+def finish_record(ckf: Any, own: set[int], task: Any, arm: LlmArm, words: int,
+                  session: Session, windows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run's record: per-window measures, length and re-planning."""
+    ms = window_measures([w["rows"] for w in windows], [w["written"] for w in windows], own)
+    tm = text_measures(ckf, windows)
+    rows = []
+    for i, (w, m) in enumerate(zip(windows, ms, strict=True)):
+        t = w.get("timing") or {}
+        evaluated = max(0, t.get("prompt_tokens", 0) - t.get("reused", 0))
+        rows.append({
+            "words": w["words"], "seconds": w["seconds"], "status": w["status"],
+            "finish_reason": w["finish_reason"], "completeness": w["completeness"],
+            "envelope": m.envelope, "on_topic": _r(m.on_topic), "fresh": _r(m.fresh),
+            "semrep": _r(tm["semrep"][i]), "lexrep": _r(tm["lexrep"][i]),
+            "cwr6": _r(tm["cwr6"][i]), "grounding": _r(tm["grounding"][i]),
+            "prompt_tokens": t.get("prompt_tokens"), "reused_tokens": t.get("reused"),
+            "prompt_tps": _r(evaluated / t["prompt_s"], 2) if t.get("prompt_s") and evaluated
+            else None,
+            "gen_tps": _r(t["completion_tokens"] / t["generation_s"], 2)
+            if t.get("generation_s") and t.get("completion_tokens") else None,
+            "completion_tokens": t.get("completion_tokens"),
+            "plan": w["plan"], "text": w["text"],
+        })
+    delivered = sum(w["words"] for w in windows)
+    again, twice = replanned(windows)
+    return {"corpus": task.corpus, "task": task.name, "arm": arm.name, "words": words,
+            "writer": "local", "delivered": delivered, "ratio": round(delivered / words, 4),
+            "length_score": round(length_score(words, delivered), 2),
+            "within_tolerance": within_tolerance(words, delivered), "status": session.status,
+            "replanned": _r(again), "written_twice": _r(twice), "windows": rows}
+
+
+# ---------------------------------------------------------------------------------- verdicts
+
+# measure → baseline windows (1-based, inclusive): repetition measures are 0 at Window 1
+BASELINE = {"semrep": (2, 3), "lexrep": (2, 3), "cwr6": (2, 3), "grounding": (1, 1),
+            "on_topic": (1, 1), "fresh": (1, 1)}
+MEASURES = ("semrep", "lexrep", "cwr6", "grounding", "on_topic", "fresh", "words", "seconds",
+            "prompt_tps", "gen_tps")
+LABELS = {"semrep": "semantic repetition", "lexrep": "lexical restating", "cwr6": "CWR6",
+          "grounding": "grounding", "on_topic": "on-topic share", "fresh": "fresh share",
+          "words": "words", "seconds": "seconds", "prompt_tps": "prompt tokens/s",
+          "gen_tps": "generation tokens/s"}
+
+
+def _vals(run: dict[str, Any], measure: str, lo: int, hi: int) -> list[float]:
+    out = []
+    for w in run["windows"][lo - 1:hi]:
+        v = w.get(measure)
+        if v is not None and not (isinstance(v, float) and math.isnan(v)):
+            out.append(float(v))
+    return out
+
+
+def last_third_delta(run: dict[str, Any], measure: str) -> float | None:
+    """Mean of the run's last third of windows minus its baseline windows' mean; None when the
+    run is too short to have both apart (fewer than 3 windows, or a last third inside the
+    baseline)."""
+    n = len(run["windows"])
+    lo, hi = BASELINE[measure]
+    start = n - max(1, n // 3) + 1  # first window of the last third, 1-based
+    if n < 3 or start <= hi:
+        return None
+    base, last = _vals(run, measure, lo, hi), _vals(run, measure, start, n)
+    if not base or not last:
+        return None
+    return statistics.fmean(last) - statistics.fmean(base)
+
+
+def seconds_ratio(run: dict[str, Any]) -> float | None:
+    """Seconds per written window, last third / first third (None below 3 written windows)."""
+    secs = [w["seconds"] for w in run["windows"] if w["words"] > 0]
+    k = len(secs) // 3
+    if k < 1:
+        return None
+    return statistics.fmean(secs[-k:]) / statistics.fmean(secs[:k])
+
+
+def bootstrap(values: Sequence[float], reps: int = BOOTSTRAP, seed: int = 0
+              ) -> tuple[float, float, float]:
+    """(mean, 2.5th, 97.5th percentile) of the mean over resampled values (tasks)."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        return (math.nan, math.nan, math.nan)
+    rng = np.random.default_rng(seed)
+    means = v[rng.integers(0, v.size, size=(reps, v.size))].mean(axis=1)
+    return float(v.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
+def verdicts(runs: Sequence[dict[str, Any]], arm: str) -> dict[str, tuple[float, float, float,
+                                                                          int]]:
+    """measure → (mean delta, low, high, runs counted): each task's runs averaged first, so
+    the interval is over tasks."""
+    out = {}
+    for m in BASELINE:
+        by_task: dict[str, list[float]] = {}
+        for r in runs:
+            if r["arm"] == arm and (d := last_third_delta(r, m)) is not None:
+                by_task.setdefault(r["task"], []).append(d)
+        vals = [statistics.fmean(v) for v in by_task.values()]
+        out[m] = (*bootstrap(vals), sum(len(v) for v in by_task.values()))
+    by_task = {}
+    for r in runs:
+        if r["arm"] == arm and (q := seconds_ratio(r)) is not None:
+            by_task.setdefault(r["task"], []).append(q)
+    out["seconds_ratio"] = (*bootstrap([statistics.fmean(v) for v in by_task.values()]),
+                            sum(len(v) for v in by_task.values()))
+    return out
+
+
+# ------------------------------------------------------------------------------------ report
+
+
+def _mean(xs: Sequence[Any]) -> float:
+    vals = [float(x) for x in xs if x is not None and not (isinstance(x, float) and
+                                                           math.isnan(x))]
+    return statistics.fmean(vals) if vals else math.nan
+
+
+def _f(x: float, fmt: str = ".1f", pct: bool = False) -> str:
+    if x is None or math.isnan(x):
+        return "–"
+    return format(100 * x, fmt) + "%" if pct else format(x, fmt)
+
+
+def _nan(x: float | None) -> float:
+    return math.nan if x is None else float(x)
+
+
+PCT = {"semrep", "lexrep", "cwr6", "grounding", "on_topic", "fresh"}
+
+
+def per_window(runs: Sequence[dict[str, Any]], arm: str, measure: str) -> list[tuple[int, float]]:
+    """(window, mean over the runs that reached it) for one arm."""
+    deepest = max((len(r["windows"]) for r in runs if r["arm"] == arm), default=0)
+    out = []
+    for i in range(deepest):
+        ws = [r["windows"][i].get(measure) for r in runs
+              if r["arm"] == arm and len(r["windows"]) > i]
+        out.append((i + 1, _mean(ws)))
+    return out
+
+
+def plot(runs: Sequence[dict[str, Any]], path: Any = PLOT) -> bool:
+    """One panel per measure against window number, both arms overlaid."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    ms = [m for m in MEASURES if m not in ("prompt_tps",)]
+    fig, axes = plt.subplots(3, 3, figsize=(13, 10))
+    for ax, m in zip(axes.flat, ms, strict=False):
+        for arm, style in (("focused", "o-"), ("relevance", "s--")):
+            pts = [(w, v) for w, v in per_window(runs, arm, m) if not math.isnan(v)]
+            if pts:
+                xs, ys = zip(*pts, strict=True)
+                ys = [100 * y for y in ys] if m in PCT else ys
+                ax.plot(xs, ys, style, label=arm, markersize=4)
+        ax.set_title(LABELS[m] + (" (%)" if m in PCT else ""))
+        ax.set_xlabel("window")
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend()
+    for ax in list(axes.flat)[len(ms):]:
+        ax.axis("off")
+    fig.suptitle("Long documents, reference model: per window, means over runs")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
+
+
+def render(runs: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
+    lines = [
+        "# Long documents written by the reference model: the words asked, every window",
+        "",
+        f"Generated {meta['generated']} by `make bench-long ARGS=\"--writer local\"` "
+        "(`python bench/long.py --writer local`) from the checkpoint "
+        "`bench/results/long-llm-runs.jsonl`; runs made on library commits "
+        f"{', '.join(sorted({r.get('commit', '?') for r in runs}))}.",
+        "",
+        "**Writer: the reference model** (Qwen2.5-Coder-1.5B-Instruct Q4_K_M on llama.cpp, "
+        f"temperature 0), context {meta['context']:,} and {meta['generation']:,} generated "
+        "tokens a window, at most 20 windows. Tasks and thresholds were fixed before the runs "
+        "(bench/long_llm.py); nothing here was tuned on them.",
+        "",
+        f"- Tasks: {meta['tasks']}.",
+        "- Arms: " + "; ".join(f"`{a.name}` = {a.label}" for a in ARMS) + ".",
+        f"- Machine: 2 cores shared with other work; load average (1, 5, 15 min) when this "
+        f"report was written: {meta['load']}. Seconds and tokens/s are under that load.",
+        f"- Finished runs: {len(runs)} of the matrix's {meta['matrix']} "
+        f"({meta['matrix_desc']}); the rest resume from the checkpoint.",
+        "",
+        "## Words delivered against words asked",
+        "",
+        "| corpus | task | arm | asked | delivered | ratio | length score | windows | exit | "
+        "planned again W2+ | written twice W2+ |",
+        "|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|",
+    ]
+    for r in sorted(runs, key=lambda r: (r["words"], r["corpus"], r["task"], r["arm"])):
+        lines.append(
+            f"| {r['corpus']} | {r['task']} | {r['arm']} | {r['words']:,} | {r['delivered']:,}"
+            f" | {r['ratio']:.2f} | {r['length_score']:.1f} | {len(r['windows'])} | "
+            f"{r['status']} | {_f(_nan(r['replanned']), '.1f', True)} | "
+            f"{_f(_nan(r['written_twice']), '.1f', True)} |")
+    lines += ["", "## Per window", "",
+              "Means over the runs (all lengths) that reached the window (n). Semantic "
+              "repetition, restating and CWR6 compare a window with the earlier windows of its "
+              "run (0 at Window 1); grounding is the share of its sentences that reach a fact "
+              "of its own envelope. Prompt tokens/s counts the tokens llama.cpp evaluated "
+              "(the prompt less the prefix it kept from the previous window).", "",
+              "| window | arm | n | words | seconds | prompt tok/s | gen tok/s | semrep | "
+              "restating | CWR6 | grounding | on-topic | fresh |",
+              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    deepest = max((len(r["windows"]) for r in runs), default=0)
+    for i in range(deepest):
+        for arm in ARMS:
+            ws = [r["windows"][i] for r in runs if r["arm"] == arm.name and len(r["windows"]) > i]
+            if not ws:
+                continue
+
+            def m(k: str, ws: list[dict[str, Any]] = ws) -> float:
+                return _mean([w.get(k) for w in ws])
+
+            lines.append(
+                f"| {i + 1} | {arm.name} | {len(ws)} | {_f(m('words'), '.0f')} | "
+                f"{_f(m('seconds'), '.0f')} | {_f(m('prompt_tps'))} | {_f(m('gen_tps'))} | "
+                f"{_f(m('semrep'), '.1f', True)} | {_f(m('lexrep'), '.1f', True)} | "
+                f"{_f(m('cwr6'), '.1f', True)} | {_f(m('grounding'), '.1f', True)} | "
+                f"{_f(m('on_topic'), '.1f', True)} | {_f(m('fresh'), '.1f', True)} |")
+    lines += ["", "## Verdicts: last third of a run against its first windows", "",
+              "Per run: mean of its last third of windows minus the mean of its baseline "
+              "(Window 1; Windows 2–3 for repetition, restating and CWR6, which are 0 at "
+              "Window 1); per task the runs' mean; the mean over tasks with a 95% percentile "
+              "bootstrap interval over tasks (2,000 resamples). Runs under 3 windows (or whose "
+              "last third falls inside the baseline) have no verdict. Seconds: last third / "
+              "first third of the written windows.", "",
+              "| measure | arm | runs | change (mean) | 95% interval |",
+              "|---|---|---:|---:|---:|"]
+    for arm in ARMS:
+        v = verdicts(runs, arm.name)
+        for mname, (mean, lo, hi, n) in v.items():
+            pct = mname in PCT
+            label = "seconds per window (ratio)" if mname == "seconds_ratio" else LABELS[mname]
+            fmt = ".2f" if mname == "seconds_ratio" else "+.1f"
+            scale = 100 if pct else 1
+            lines.append(f"| {label} | {arm.name} | {n} | "
+                         f"{_f(mean * scale, fmt)}{' pts' if pct else '×' if fmt == '.2f' else ''}"
+                         f" | {_f(lo * scale, fmt)} to {_f(hi * scale, fmt)} |")
+    if meta.get("plot"):
+        lines += ["", "## Curves", "", "![per-window measures, both arms](long-windows.png)", ""]
+    return "\n".join(lines) + "\n"
+
+
+# -------------------------------------------------------------------------------------- main
+
+
+def load_fixed_tasks() -> list[tuple[Any, set[int], Any]]:
+    """(CKF, own rows, task) for `TASKS`, in order."""
+    from cdr.fact_recipe import DEFAULT_RECIPE
+    from retrieval import man_corpus, own_rows, pydocs_corpus
+
+    out = []
+    for corpus, load in (("pydocs", pydocs_corpus), ("man", man_corpus)):
+        data = load((DEFAULT_RECIPE,))
+        ckf = data.ckfs[DEFAULT_RECIPE]
+        owners = own_rows(ckf)
+        tasks = {t.name: t for split in data.tasks.values() for t in split}
+        out += [(ckf, owners.get(tasks[n].source, set()), tasks[n]) for c, n in TASKS
+                if c == corpus]
+    order = {n: i for i, (_, n) in enumerate(TASKS)}
+    return sorted(out, key=lambda x: order[x[2].name])
+
+
+def main(words: Sequence[int], max_runs: int | None, report_only: bool,
+         context: int = CONTEXT_TOKENS, generation: int = GENERATION_TOKENS) -> int:
+    from retrieval import append_run, library_commit, load_runs
+
+    done = load_runs(RUNS)
+    tasks = load_fixed_tasks()
+    plan = [(ckf, own, t, a, w) for w in words for ckf, own, t in tasks for a in ARMS]
+    kept: list[dict[str, Any]] = []
+    writer = None
+    ran = 0
+    for i, (ckf, own, task, arm, w) in enumerate(plan, 1):
+        key = run_key(task, arm, w, ckf.n_rows, context, generation)
+        if key in done:
+            kept.append(done[key])
+            continue
+        if report_only or (max_runs is not None and ran >= max_runs):
+            continue
+        if writer is None:
+            from cdr.writers.local import LocalWriter
+
+            writer = LocalWriter(n_ctx=context)
+        started = time.perf_counter()
+        session, windows = run_windows(ckf, writer, task, arm, w, key, context, generation)
+        rec = finish_record(ckf, own, task, arm, w, session, windows)
+        rec.update(key=key, commit=library_commit(),
+                   seconds=round(time.perf_counter() - started, 1),
+                   load=[round(x, 2) for x in os.getloadavg()])
+        append_run(RUNS, rec)
+        (PARTIAL / f"{key}.json").unlink(missing_ok=True)
+        kept.append(rec)
+        ran += 1
+        print(f"[{i}/{len(plan)}] {task.corpus} {task.name} {arm.name} {w}: "
+              f"{rec['delivered']}/{w} words ({rec['ratio']:.2f}), score "
+              f"{rec['length_score']:.1f}, {len(rec['windows'])} windows, {rec['status']}, "
+              f"{rec['seconds']:.0f} s", flush=True)
+    if not kept:
+        print("no finished runs to report")
+        return 1
+    from datetime import UTC, datetime
+
+    meta = {"generated": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M+00:00"),
+            "context": context, "generation": generation,
+            "tasks": "; ".join(f"{t.corpus} `{t.name}`" for _, _, t in tasks),
+            "load": ", ".join(f"{x:.1f}" for x in os.getloadavg()),
+            "matrix": len(plan),
+            "matrix_desc": f"{len(tasks)} tasks × {len(ARMS)} arms × "
+                           f"{', '.join(f'{w:,}' for w in words)} words"}
+    meta["plot"] = plot(kept)
+    REPORT.write_text(render(kept, meta), encoding="utf-8")
+    print(f"report: {REPORT.relative_to(ROOT)}")
+    return 0
