@@ -107,12 +107,15 @@ def _atomic_write(path: Any, data: dict[str, Any]) -> None:
 
 
 def run_windows(ckf: Any, writer: Any, task: Any, arm: LlmArm, words: int, key: str,
-                context: int, generation: int) -> tuple[Session, list[dict[str, Any]]]:
-    """Windows to the run's own exit, each checkpointed; resumes from the checkpoint."""
+                context: int, generation: int, partial_dir: Any = None,
+                max_new_windows: int | None = None) -> tuple[Session, list[dict[str, Any]]]:
+    """Windows to the run's own exit (or `max_new_windows` more), each checkpointed in
+    `partial_dir`; resumes from the checkpoint. A writer without reuse counting (the
+    extractive one, in tests) records no timing."""
     cfg = GenerationConfig(max_windows=MAX_WINDOWS, words=words, context_tokens=context,
                            generation_tokens=generation, **arm.config)
     gen = Generator(ckf, writer, cfg)
-    partial = PARTIAL / f"{key}.json"
+    partial = (partial_dir or PARTIAL) / f"{key}.json"
     if partial.exists():
         state = json.loads(partial.read_text(encoding="utf-8"))
         session = Session.from_dict(state["session"], ckf.ngram_index)
@@ -121,11 +124,14 @@ def run_windows(ckf: Any, writer: Any, task: Any, arm: LlmArm, words: int, key: 
         session = gen.start(task.text, task.outline_text)
         windows = []
     by_id = {sq.id: sq.text for sq in session.sub_queries}
-    while session.status == IN_PROGRESS:
+    reuse = getattr(writer, "reuse", None)
+    new = 0
+    while session.status == IN_PROGRESS and (max_new_windows is None or new < max_new_windows):
         finished_before = [by_id[i] for i in session.finished_ids]
-        calls = writer.reuse.calls
+        calls = reuse.calls if reuse is not None else 0
         ev = gen.step(session)
-        timing = writer.last_timing if writer.reuse.calls > calls else None
+        new += 1
+        timing = writer.last_timing if reuse is not None and reuse.calls > calls else None
         windows.append({
             "number": ev.number, "text": ev.output, "words": len(ev.output.split()),
             "seconds": round(ev.seconds, 2), "status": ev.status,

@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import long as bench_long
 from cdr.ckf import CKF
 from cdr.length import length_score
+from cdr.writers import get_writer
 from retrieval import RTask
 from tests.conftest import BUILTIN_TYPES_TASK
 
@@ -149,3 +150,25 @@ def test_verdicts_average_runs_per_task_first():
     # task a: (0.3 + 0.0) / 2 = 0.15, task b: 0.15 -> mean 0.15 over 2 tasks, 3 runs
     assert n == 3 and mean == pytest.approx(0.15) and lo == pytest.approx(0.15) == hi
     assert set(v) == {*long_llm.BASELINE, "seconds_ratio"}
+
+
+def test_a_run_resumes_from_its_window_checkpoint(types_ckf_path: Path, tmp_path: Path):
+    """Interrupted after one window, the run goes on from the checkpointed session and ends
+    exactly where an uninterrupted run ends (the extractive writer is deterministic)."""
+    ckf = CKF.open(types_ckf_path)
+    arm = long_llm.ARMS[0]
+    whole, ws = long_llm.run_windows(ckf, get_writer("extractive"), TASK, arm, 1500, "a",
+                                     4096, 512, tmp_path / "one")
+    assert len(ws) >= 2, "the task must take more than one window to test a resume"
+    _, first = long_llm.run_windows(ckf, get_writer("extractive"), TASK, arm, 1500, "b",
+                                    4096, 512, tmp_path / "two", max_new_windows=1)
+    assert len(first) == 1 and (tmp_path / "two" / "b.json").exists()
+    resumed, rest = long_llm.run_windows(ckf, get_writer("extractive"), TASK, arm, 1500, "b",
+                                         4096, 512, tmp_path / "two")
+    assert [w["number"] for w in rest] == list(range(1, len(ws) + 1))
+    assert [w["text"] for w in rest] == [w["text"] for w in ws]
+    assert resumed.status == whole.status and resumed.finished_ids == whole.finished_ids
+    rec = long_llm.finish_record(ckf, set(), TASK, arm, 1500, resumed, rest)
+    assert rec["delivered"] == sum(w["words"] for w in rest)
+    assert len(rec["windows"]) == len(rest) and rec["windows"][0]["semrep"] == 0.0
+    assert all(w["prompt_tps"] is None for w in rec["windows"])  # no timing recorded
