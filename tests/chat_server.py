@@ -23,7 +23,8 @@ Endpoints
 Both honour `stream` (SSE exactly as the real APIs frame it; OpenAI sends the usage chunk
 only when `stream_options.include_usage` is true) and validate requests like the real APIs
 (400 on malformed messages; Anthropic requires `max_tokens` and the `anthropic-version`
-header; with `api_key` set, 401 on a missing or wrong key).
+header; with `api_key` set, 401 on a missing or wrong key: OpenAI's as `Authorization:
+Bearer`, Anthropic's as `x-api-key` (older SDKs) or `Authorization: Bearer` (the SDK 2.x)).
 
 The reply
     `reply_for(messages)` is the whole reply before truncation. By default it is
@@ -49,8 +50,9 @@ Scripted failures (each applies to the next request(s), in the order scripted)
 
 Inspection
     `server.requests`: every request received, in order (`RecordedRequest`: path, headers
-    with lower-case names, JSON body). `server.reset()` clears requests and scripted
-    failures and restores the reply/usage/api_key defaults given to the constructor.
+    with lower-case names, JSON body, arrival time on the monotonic clock). `server.reset()`
+    clears requests and scripted failures and restores the reply/usage/api_key defaults given
+    to the constructor.
 """
 
 from __future__ import annotations
@@ -99,6 +101,7 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: Any
+    at: float = 0.0  # time.monotonic() on arrival: how long a client waited between attempts
 
 
 @dataclass
@@ -242,7 +245,8 @@ class ChatServer:
             body = None
         with self._lock:
             headers = {k.lower(): v for k, v in request.headers.items()}
-            self.requests.append(RecordedRequest(request.url.path, headers, body))
+            self.requests.append(
+                RecordedRequest(request.url.path, headers, body, time.monotonic()))
             action = self._actions.popleft() if self._actions else None
         return body, action
 
@@ -315,8 +319,10 @@ class ChatServer:
         @app.post("/v1/messages")
         async def messages(request: Request) -> Response:
             body, action = await self._record(request)
-            if self.api_key is not None and request.headers.get("x-api-key") != self.api_key:
-                return _anthropic_error(401, "authentication_error", "invalid x-api-key")
+            if self.api_key is not None and self.api_key not in (
+                    request.headers.get("x-api-key"),
+                    request.headers.get("authorization", "").removeprefix("Bearer ")):
+                return _anthropic_error(401, "authentication_error", "invalid API key")
             if not request.headers.get("anthropic-version"):
                 return _anthropic_error(
                     400, "invalid_request_error", "anthropic-version: header is required"

@@ -7,6 +7,7 @@ import json
 import math
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -322,7 +323,7 @@ class EmbeddingServer:
                 with server.lock:
                     server.requests.append(
                         {"path": self.path, "body": body,
-                         "auth": self.headers.get("Authorization")}
+                         "auth": self.headers.get("Authorization"), "at": time.monotonic()}
                     )
                     failure = server.failures.pop(0) if server.failures else None
                     raw = server.raw_reply
@@ -374,7 +375,6 @@ def server(server_module: EmbeddingServer) -> EmbeddingServer:
 
 
 def remote(server: EmbeddingServer, **kw: Any) -> RemoteEmbedder:
-    kw.setdefault("backoff", 0.01)
     return RemoteEmbedder("fake-embed-8", server.base_url, **kw)
 
 
@@ -412,8 +412,11 @@ def test_remote_dim_is_discovered_with_one_probe(server: EmbeddingServer) -> Non
         assert len(server.requests) == 1
 
 
+QUICK = {"Retry-After": "0.01"}  # keeps retry tests fast (the SDK waits what it is told)
+
+
 def test_remote_retries_500_then_succeeds(server: EmbeddingServer) -> None:
-    server.fail_next(500, 503)
+    server.fail_next(500, 503, headers=QUICK)
     with remote(server, max_retries=3) as emb:
         out = emb.encode(["alpha", "beta"])
     np.testing.assert_allclose(out, expected(["alpha", "beta"]), atol=1e-6)
@@ -421,14 +424,16 @@ def test_remote_retries_500_then_succeeds(server: EmbeddingServer) -> None:
 
 
 def test_remote_retries_429_with_retry_after(server: EmbeddingServer) -> None:
-    server.fail_next(429, headers={"Retry-After": "0"})
+    # The wait is the server's (1 s), not the SDK's first backoff (at most 0.5 s).
+    server.fail_next(429, headers={"Retry-After": "1"})
     with remote(server) as emb:
         emb.encode(["alpha"])
     assert len(server.requests) == 2
+    assert server.requests[1]["at"] - server.requests[0]["at"] >= 1.0
 
 
 def test_remote_gives_up_after_retries(server: EmbeddingServer) -> None:
-    server.fail_next(*[502] * 10)
+    server.fail_next(*[502] * 10, headers=QUICK)
     with remote(server, max_retries=2) as emb, pytest.raises(UpstreamError) as err:
         emb.encode(["alpha"])
     assert err.value.status == 502
@@ -447,7 +452,7 @@ def test_remote_permanent_4xx_is_not_retried(server: EmbeddingServer, status: in
 
 
 def test_remote_wrong_path_is_a_404(server: EmbeddingServer) -> None:
-    with RemoteEmbedder("m", server.base_url.removesuffix("/v1"), backoff=0.01) as emb, \
+    with RemoteEmbedder("m", server.base_url.removesuffix("/v1")) as emb, \
             pytest.raises(UpstreamError) as err:
         emb.encode(["alpha"])
     assert err.value.status == 404
@@ -479,7 +484,7 @@ def test_remote_connection_refused(server: EmbeddingServer) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with RemoteEmbedder("m", f"http://127.0.0.1:{port}/v1", max_retries=1,
-                        backoff=0.01, timeout=2) as emb, \
+                        timeout=2) as emb, \
             pytest.raises(UpstreamError, match="no response") as err:
         emb.encode(["alpha"])
     assert err.value.status is None

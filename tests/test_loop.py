@@ -186,7 +186,7 @@ def test_unreachable_llm_keeps_what_was_written(types_ckf):
 
     with ChatServer(reply="## Numeric types\n\nIntegers are numbers.") as server:
         writer = get_writer("openai", base_url=server.openai_base_url, model="m", api_key="k",
-                            max_retries=1, backoff=0.01)
+                            max_retries=1)
         gen = Generator(types_ckf, writer, GenerationConfig(max_windows=3, words=3000))
         session = gen.start(BUILTIN_TYPES_TASK, BUILTIN_TYPES_OUTLINE)
         it = gen.run(BUILTIN_TYPES_TASK, session=session)

@@ -25,7 +25,13 @@ def test_distribution_name_and_version_agree():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["name"] == "cdr-retrieval"
     assert metadata.version("cdr-retrieval") == cdr.__version__
-    assert "anthropic" not in project["optional-dependencies"]  # nothing imports its SDK
+    # The extras install what is imported: the Anthropic writer's SDK is the `anthropic`
+    # extra, the OpenAI SDK (the OpenAI writer, the remote embedder) a core dependency.
+    assert [d.split(">")[0] for d in project["optional-dependencies"]["anthropic"]] == \
+        ["anthropic"]
+    assert any(d.startswith("openai>") for d in project["dependencies"])
+    writer = (ROOT / "src/cdr/writers/anthropic_writer.py").read_text()
+    assert 'importlib.import_module("anthropic")' in writer
     assert (ROOT / "LICENSE").read_text().startswith("\n                                 Apache")
 
 

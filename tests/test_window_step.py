@@ -82,7 +82,7 @@ def test_step_keeps_the_partial_text_of_a_broken_stream(types_ckf):
     reply = "## Numeric types\n\nIntegers and floats are numbers with arithmetic."
     with ChatServer(reply=reply) as server:
         writer = get_writer("openai", base_url=server.openai_base_url, model="m", api_key="k",
-                            max_retries=0, backoff=0.01)
+                            max_retries=0)
         gen = generator(types_ckf, writer)
         session = gen.start(BUILTIN_TYPES_TASK, BUILTIN_TYPES_OUTLINE)
         streamed: list[str] = []

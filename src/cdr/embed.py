@@ -17,7 +17,6 @@ import json
 import math
 import os
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,7 +25,6 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from cdr.errors import InvalidInputError, UpstreamError
-from cdr.http_retry import backoff_delay, retry_after_seconds
 from cdr.vectors import unit_rows
 
 MINILM_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -443,10 +441,13 @@ def default_embedder() -> MiniLMEmbedder:
 
 
 class RemoteEmbedder(_CheckedEncoder):
-    """Any OpenAI-compatible `POST {base_url}/embeddings` server (OpenAI, vLLM, TEI, Ollama...).
+    """Any OpenAI-compatible `POST {base_url}/embeddings` server (OpenAI, vLLM, TEI, Ollama...),
+    through the official `openai` SDK.
 
-    Retries 429, 5xx and connection failures with exponential backoff (honouring a numeric
-    Retry-After); any other 4xx is the caller's mistake and is not retried.
+    The SDK retries (`max_retries` times) connection failures, timeouts, 408/409/429 and 5xx,
+    waiting what the server's `Retry-After` says or an exponential backoff; any other 4xx is
+    the caller's mistake and is not retried. The reply is checked here: one finite vector per
+    input, of one dimension.
     """
 
     def __init__(
@@ -458,10 +459,8 @@ class RemoteEmbedder(_CheckedEncoder):
         dim: int | None = None,
         timeout: float = 30.0,
         max_retries: int = 4,
-        backoff: float = 0.5,
-        max_backoff: float = 20.0,
     ) -> None:
-        import httpx
+        import openai
 
         if not model:
             raise InvalidInputError("remote embedder needs a model name")
@@ -469,15 +468,18 @@ class RemoteEmbedder(_CheckedEncoder):
             raise InvalidInputError(f"base_url must start with http:// or https://: {base_url!r}")
         if dim is not None and dim < 1:
             raise InvalidInputError(f"dim must be positive, got {dim}")
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise InvalidInputError(f"max_retries must be an integer >= 0, got {max_retries!r}")
         self.model_id: str = model
         self.base_url = base_url.rstrip("/")
         self._dim = dim
         self.max_retries = max_retries
-        self.backoff = backoff
-        self.max_backoff = max_backoff
         key = api_key if api_key is not None else os.environ.get(EMBED_API_KEY_ENV)
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self._client = httpx.Client(timeout=timeout, headers=headers)
+        # The SDK wants a key; a server that needs none gets no Authorization header (the
+        # placeholder is never sent).
+        self._headers: dict[str, Any] = {} if key else {"Authorization": openai.omit}
+        self._client = openai.OpenAI(api_key=key or "no-key", base_url=self.base_url,
+                                     timeout=timeout, max_retries=max_retries)
 
     def __repr__(self) -> str:
         return f"RemoteEmbedder(model_id={self.model_id!r}, base_url={self.base_url!r})"
@@ -510,37 +512,36 @@ class RemoteEmbedder(_CheckedEncoder):
         return np.concatenate(parts)
 
     def _request(self, texts: list[str]) -> np.ndarray:
-        import httpx
+        import openai
 
         url = f"{self.base_url}/embeddings"
-        body = {"model": self.model_id, "input": texts, "encoding_format": "float"}
-        status: int | None = None
-        detail = ""
-        for attempt in range(self.max_retries + 1):
-            retry_after: float | None = None
-            try:
-                resp = self._client.post(url, json=body)
-            except httpx.HTTPError as exc:
-                status, detail = None, f"{type(exc).__name__}: {exc}"
-            else:
-                status = resp.status_code
-                if status == 200:
-                    return self._parse(resp, len(texts))
-                detail = resp.text[:300]
-                if status != 429 and status < 500:
-                    raise UpstreamError(
-                        f"embedding server {url} rejected the request: HTTP {status}: {detail}",
-                        status,
-                    )
-                retry_after = retry_after_seconds(resp.headers)
-            if attempt < self.max_retries:
-                time.sleep(backoff_delay(attempt, self.backoff, self.max_backoff, retry_after))
-        what = f"HTTP {status}" if status is not None else "no response"
-        raise UpstreamError(
-            f"embedding server {url} failed after {self.max_retries + 1} attempts "
-            f"({what}): {detail}",
-            status,
-        )
+        try:
+            raw = self._client.embeddings.with_raw_response.create(
+                model=self.model_id, input=texts, encoding_format="float",
+                extra_headers=self._headers)
+        except openai.APIStatusError as exc:
+            status = exc.status_code
+            detail = exc.response.text[:300]
+            if status in (408, 409, 429) or status >= 500:
+                raise UpstreamError(
+                    f"embedding server {url} failed after {self._attempts(exc.response.request)}"
+                    f" attempts (HTTP {status}): {detail}", status) from None
+            raise UpstreamError(
+                f"embedding server {url} rejected the request: HTTP {status}: {detail}",
+                status) from None
+        except openai.APIConnectionError as exc:  # timeouts included
+            cause = exc.__cause__
+            raise UpstreamError(
+                f"embedding server {url} failed after {self._attempts(exc.request)} attempts "
+                f"(no response): {type(cause or exc).__name__}: {cause or exc}", None) from None
+        return self._parse(raw.http_response, len(texts))
+
+    def _attempts(self, request: Any) -> int:
+        """The SDK's attempts, from the retry counter it sends with each one."""
+        try:
+            return int(request.headers["x-stainless-retry-count"]) + 1
+        except (AttributeError, KeyError, TypeError, ValueError):
+            return self.max_retries + 1
 
     def _parse(self, resp: Any, n: int) -> np.ndarray:
         url = str(resp.request.url)

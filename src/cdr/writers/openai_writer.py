@@ -1,40 +1,36 @@
 """Writer for any OpenAI-compatible chat-completions server (OpenAI, vLLM, Ollama, llama.cpp,
-LM Studio, the cdr gateway).
-
-Spoken over plain httpx rather than the `openai` package: the wire format is small, and owning
-it keeps retries, timeouts and error messages the same across providers and keeps the
-dependency out of the core install.
+LM Studio, the cdr gateway), through the official `openai` SDK: it owns the HTTP, the
+server-sent events, the retries and `Retry-After`, and is maintained against the real API.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
-from cdr.errors import UpstreamError
-from cdr.writers.base import (
-    HttpChatWriter,
-    Pieces,
-    StreamState,
-    WriterResult,
-    int_fields,
-    loads_object,
-    mid_stream_error,
-)
+import openai
+
+from cdr.errors import InvalidInputError
+from cdr.writers.base import WriterResult
+from cdr.writers.sdk_chat import SdkChatWriter, StreamState, dump
 
 API_KEY_ENV = ("CDR_LLM_API_KEY", "OPENAI_API_KEY")
+MAX_TOKENS_PARAMS = ("max_tokens", "max_completion_tokens")
+# The SDK refuses to build a client without a key; local servers need none. With no key the
+# client gets this placeholder and every request omits the Authorization header, so the
+# placeholder is never sent.
+_NO_KEY = "no-key"
 
 
-def _choice0(chunk: dict[str, Any]) -> dict[str, Any]:
-    for choice in chunk.get("choices") or []:
-        if isinstance(choice, dict) and choice.get("index", 0) == 0:
+def _choice0(chunk: Any) -> Any:
+    for choice in getattr(chunk, "choices", None) or []:
+        if (getattr(choice, "index", 0) or 0) == 0:
             return choice
-    return {}
+    return None
 
 
-class OpenAIWriter(HttpChatWriter):
-    """POSTs to `{base_url}/chat/completions`; `base_url` includes the version path
+class OpenAIWriter(SdkChatWriter):
+    """Chat completions at `{base_url}/chat/completions`; `base_url` includes the version path
     (`https://api.openai.com/v1`, `http://127.0.0.1:11434/v1`).
 
     The key comes from `api_key`, else `CDR_LLM_API_KEY`, else `OPENAI_API_KEY`; with none,
@@ -54,63 +50,56 @@ class OpenAIWriter(HttpChatWriter):
         api_key: str | None = None,
         timeout: float = 60.0,
         max_retries: int = 4,
-        backoff: float = 0.5,
         stream: bool = True,
         temperature: float | None = None,
         *,
-        max_backoff: float = 30.0,
         max_tokens_param: str = "max_tokens",
-        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        if max_tokens_param not in MAX_TOKENS_PARAMS:
+            raise InvalidInputError(
+                f"openai writer: max_tokens_param must be one of {', '.join(MAX_TOKENS_PARAMS)},"
+                f" got {max_tokens_param!r}")
         self.max_tokens_param = max_tokens_param
         super().__init__(model=model, base_url=base_url, api_key=api_key,
                          temperature=temperature, timeout=timeout, max_retries=max_retries,
-                         backoff=backoff, max_backoff=max_backoff, stream=stream, sleep=sleep)
+                         stream=stream)
 
-    def _headers(self, api_key: str | None) -> dict[str, str]:
-        headers = {"accept": "application/json, text/event-stream"}
-        if api_key:
-            headers["authorization"] = f"Bearer {api_key}"
-        return headers
+    def _sdk(self) -> ModuleType:
+        return openai
 
-    def _payload(self, messages: list[dict[str, str]], max_tokens: int) -> dict[str, Any]:
-        payload: dict[str, Any] = {
-            "model": self.model,
-            "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
-            self.max_tokens_param: max_tokens,
-            "stream": self.stream,
-        }
+    def _make_client(self, api_key: str | None) -> openai.OpenAI:
+        self._extra_headers: dict[str, Any] = {} if api_key else {"Authorization": openai.omit}
+        return openai.OpenAI(api_key=api_key or _NO_KEY, base_url=self.base_url,
+                             timeout=self.timeout, max_retries=self.max_retries)
+
+    def _send(self, messages: list[dict[str, str]], max_tokens: int) -> Any:
+        options: dict[str, Any] = {self.max_tokens_param: max_tokens}
         if self.stream:
-            payload["stream_options"] = {"include_usage": True}
+            options["stream_options"] = {"include_usage": True}
         if self.temperature is not None:
-            payload["temperature"] = self.temperature
-        return payload
+            options["temperature"] = self.temperature
+        return self._client.chat.completions.create(
+            model=self.model,
+            messages=[{"role": m["role"], "content": m["content"]} for m in messages],
+            stream=self.stream, extra_headers=self._extra_headers, **options)
 
-    def _parse_body(self, body: dict[str, Any]) -> WriterResult:
-        choice = _choice0(body)
-        message = choice.get("message")
-        if not isinstance(message, dict):
-            raise UpstreamError(
-                f"{self.name} writer: {self.url} response has no choices[0].message"
-            )
-        content = message.get("content")
+    def _read_whole(self, reply: Any) -> WriterResult:
+        choice = _choice0(reply)
+        message = getattr(choice, "message", None)
+        if message is None:
+            raise self._malformed("choices[0].message")
+        content = getattr(message, "content", None)
         return self._result(content if isinstance(content, str) else "",
-                            choice.get("finish_reason"), body.get("usage"))
+                            getattr(choice, "finish_reason", None), getattr(reply, "usage", None))
 
-    def _read_event(self, data: str, state: StreamState, emit: Pieces) -> None:
-        if data.strip() == "[DONE]":
-            state.done = True
-            return
-        chunk = loads_object(data, f"{self.name} writer: stream chunk")
-        error = chunk.get("error")
-        if error:
-            raise mid_stream_error(self.url, error)
-        if chunk.get("usage"):
-            state.usage = int_fields(chunk["usage"])
-        choice = _choice0(chunk)
-        delta = choice.get("delta") or {}
-        piece = delta.get("content") if isinstance(delta, dict) else None
-        if isinstance(piece, str):
-            emit(piece)
-        if choice.get("finish_reason"):
-            state.finish = choice["finish_reason"]
+    def _read_event(self, event: Any, state: StreamState) -> str | None:
+        usage = getattr(event, "usage", None)
+        if usage:
+            state.usage = self._usage(dump(usage))
+        choice = _choice0(event)
+        if choice is None:
+            return None
+        if getattr(choice, "finish_reason", None):
+            state.finish = choice.finish_reason
+        piece = getattr(getattr(choice, "delta", None), "content", None)
+        return piece if isinstance(piece, str) else None
