@@ -53,7 +53,7 @@ demo-llm: llm
 
 # End-to-end tier on the real model (a few minutes); skips with a reason when it is absent.
 test-llm: $(STAMP)
-	$(BIN)/python -m pytest -q -m llm -rs tests/test_llm_e2e.py
+	$(BIN)/python -m pytest -q -m llm -rs tests/test_llm_e2e.py tests/test_llm_long.py
 
 # Regenerates the reference pages derived from code, then builds site/ (--strict: a broken
 # link, anchor or nav entry fails).

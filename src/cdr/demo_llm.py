@@ -4,10 +4,10 @@ relevance-only side by side.
 Same CKF, task, outline and tables as `make demo`, plus the words each window kept, how it
 finished (a token-limited window keeps its complete paragraphs) and its seconds. The documents
 and traces land in demo-output/ (guide-llm-cdr.md, guide-llm-relevance.md, trace-llm-*.json).
-A window costs ~50–150 s on a 2-core CPU (the bench-llm windows, 2,048-token context, 320
-generated tokens, took 49–154 s), so the defaults (3 windows per ranking, 2,048-token context,
-512 generated tokens) keep the demo near 10–15 minutes; `--windows`, `--context-tokens` and
-`--generation-tokens` make it longer.
+The defaults are the windows a long document needs and this CPU can run (docs/llm.md,
+"Windows sized to the model"): 3,072-token context and 1,024 generated tokens a window (about
+590 words), 3 windows per ranking; `--windows`, `--context-tokens` and `--generation-tokens`
+change them.
 
 `run_windows` is the one helper that runs N windows of a task with a writer and returns the
 events with timings; the LLM quality benchmark calls it per arm.
@@ -125,9 +125,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--windows", type=int, default=3)
     parser.add_argument("--words", type=int, default=1200)
-    parser.add_argument("--context-tokens", type=int, default=2048,
+    parser.add_argument("--context-tokens", type=int, default=3072,
                         help="envelope budget (cl100k); the model gets 1.3x this as context")
-    parser.add_argument("--generation-tokens", type=int, default=512)
+    parser.add_argument("--generation-tokens", type=int, default=1024)
     parser.add_argument("--out", type=Path, default=Path("demo-output"))
     parser.add_argument("--cache", type=Path, default=cache_dir() / "demo")
     parser.add_argument("--repeats", choices=("keep", "drop"), default="keep",
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     try:
-        writer = get_writer("local", n_ctx=round(args.context_tokens * 1.3))
+        writer = get_writer("local", n_ctx=max(4096, round(args.context_tokens * 1.3)))
     except CdrError as exc:
         console.print(f"[bold red]error:[/] {exc}")
         raise SystemExit(1) from None

@@ -245,7 +245,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         'CDR_LOCAL_N_CTX', 'library',
         type='int ≥ 256',
-        default='`8192`',
+        default='`6144`',
         meaning="The `local` writer's context length in tokens."),
     Setting(
         'CDR_LOCAL_THREADS', 'library',

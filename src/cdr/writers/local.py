@@ -30,7 +30,9 @@ from cdr.writers.base import (
     WriterResult,
 )
 
-DEFAULT_N_CTX = 8192
+# Room for the CLI's default window (4,096 cl100k tokens of context, which the model's own
+# tokenizer counts ~20–30% larger) with a margin; docs/llm.md, "Windows sized to the model".
+DEFAULT_N_CTX = 6144
 _MODELS: dict[tuple[str, int, int], Any] = {}
 _MODELS_LOCK = threading.Lock()
 _RUN_LOCK = threading.Lock()
@@ -137,7 +139,7 @@ def common_prefix(a: Any, b: Any) -> int:
 
 class LocalWriter(WriterBase):
     """Writes with a local GGUF chat model. `model_path` defaults to `CDR_LOCAL_MODEL`, else the
-    reference model installed by `make llm`; `n_ctx` to `CDR_LOCAL_N_CTX`, else 8192."""
+    reference model installed by `make llm`; `n_ctx` to `CDR_LOCAL_N_CTX`, else 6144."""
 
     name = "local"
     # Words a completion token of the reference model carries (`cdr.length`): what the length

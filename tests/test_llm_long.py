@@ -1,0 +1,99 @@
+"""Several real windows on the reference model, as a long document runs them (issue 22 §4–§5).
+
+The `llm` tier (`make test-llm`): skipped with the reason when the model or its runtime is
+absent. Kept to short windows so the tier stays a few minutes on 2 cores; the ≥ 5,000-word run
+is the benchmark's (`make bench-long ARGS="--writer local"`). Structure only: windows, CRP
+chunks and headers, the stored session, the writer's reuse count — never the text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.gateway_server import OUTLINE, TASK, GatewayServer, base_env, delta_text
+from tests.test_llm_e2e import CONTEXT, EXITS, HEADERS, N_CTX, model_path  # noqa: F401
+
+pytestmark = pytest.mark.llm
+pytest_plugins = ["tests.gateway_server"]
+
+WINDOWS = 4
+WINDOW_TOKENS = 96
+
+
+@pytest.fixture(scope="module")
+def contract_gateway(model_path, gateway_ckf, tmp_path_factory  # noqa: F811
+                     ) -> Iterator[GatewayServer]:
+    tmp = tmp_path_factory.mktemp("gw-long")
+    env = base_env(tmp, CDR_WRITER="local", CDR_LOCAL_MODEL=str(model_path),
+                   CDR_LOCAL_N_CTX=str(N_CTX))
+    server = GatewayServer(env, ckf=gateway_ckf)
+    server.start(timeout=180)
+    yield server
+    server.stop()
+
+
+def test_gateway_streams_a_multi_window_document_under_the_length_contract(contract_gateway):
+    """A streamed chat completion over several real windows with the length contract: every
+    window has its `crp` chunk with the CRP headers, and the streamed document is the
+    session's stored windows."""
+    from openai import OpenAI
+
+    from cdr.gateway.relay import assemble
+
+    client = OpenAI(base_url=contract_gateway.openai_base_url, api_key="x", max_retries=0,
+                    timeout=1800)
+    # 96 tokens a window carry about 55 words: 240 words need more than the 4 windows allowed,
+    # so the run writes every window (or stops on the band, task-complete)
+    crp = {"outline": OUTLINE, "words": 240, "window_tokens": WINDOW_TOKENS,
+           "max_windows": WINDOWS, "context_tokens": CONTEXT, "length": "contract"}
+    raw = client.chat.completions.with_raw_response.create(
+        model="cdr-local", messages=[{"role": "user", "content": TASK}], stream=True,
+        extra_body={"crp": crp})
+    chunks = list(raw.parse())
+    text = delta_text(chunks)
+    extras = [c.model_extra.get("crp") for c in chunks]
+    windows = [x for x in extras if x and x["event"] == "window"]
+    (final,) = [x for x in extras if x and x["event"] == "final"]
+    assert len(windows) >= 2
+    assert [w["window"] for w in windows] == list(range(1, len(windows) + 1))
+    for w in windows:
+        assert all(h in w["headers"] for h in HEADERS), w["headers"]
+        assert w["headers"]["CRP-Context-Window"] == f"{w['window']}/{WINDOWS}"
+    assert final["status"] in EXITS and final["windows"] == len(windows)
+    assert final["status"] == "limit-reached" or len(windows) < WINDOWS
+    tr = httpx.get(f"{contract_gateway.url}/v1/sessions/{final['session_id']}",
+                   headers={"Authorization": f"Bearer {final['token']}"}, timeout=30)
+    assert tr.status_code == 200
+    trace = tr.json()
+    assert trace["options"] == {"length": "contract"}
+    assert len(trace["windows"]) == len(windows)
+    assert all(w["output"].strip() for w in trace["windows"])
+    assert text == assemble([w["output"] for w in trace["windows"]])
+
+
+def test_the_local_writer_counts_the_prefix_it_reuses(model_path):  # noqa: F811
+    """Two windows whose prompts share their head: the second evaluates only what follows the
+    common prefix, and the writer counts the reused tokens."""
+    from cdr.writers.local import LocalWriter
+
+    writer = LocalWriter(n_ctx=N_CTX)
+    system = {"role": "system", "content": "You write reference documentation. " * 20}
+
+    def window(question: str) -> None:
+        writer.generate([system, {"role": "user", "content": question}], 8)
+
+    window("Name one Python sequence type.")
+    first = writer.reuse.timings[-1]
+    window("Name one Python mapping type.")
+    second = writer.reuse.timings[-1]
+    assert writer.reuse.calls == 2 and len(writer.reuse.timings) == 2
+    shared = len(writer._llm.tokenize(system["content"].encode(), add_bos=False))
+    # the whole system prompt (and the chat template's head) was kept from the first call
+    assert second.reused_tokens >= shared
+    assert second.reused_tokens < second.prompt_tokens  # the question itself was evaluated
+    assert writer.reuse.calls_reusing >= 1
+    assert writer.reuse.reused_tokens == first.reused_tokens + second.reused_tokens
+    assert second.evaluated_tokens == second.prompt_tokens - second.reused_tokens
