@@ -1,18 +1,20 @@
 """Main-content extraction for HTML, measured on two real documentation sites (issue 25 §7).
 
-    python bench/html_extract.py [--pages 20] [--out bench/results/html_extract.md]
+    python bench/html_extract.py [--pages 20] [--phase 0.5] [--seed 25]
+                                 [--out bench/results/html_extract.md]
 
 The sites are Debian's documentation packages, fetched once with `apt-get download` and
 unpacked into the cache (`~/.cache/cdr/<package>`): SQLite's (`sqlite3-doc`, the site whose
 menu turned into facts) and Python's (`python3.11-doc`, Sphinx). A deterministic sample of
-pages per site (every k-th page of the sorted list) is parsed and ingested twice, with
-`CDR_HTML_EXTRACTOR=off` (the streaming parser alone) and on (trafilatura decides which
-blocks are content). Reported per site and mode: pages, facts, facts per page, facts made of
-navigation terms (the word list below), facts starting with "Purchase", parse time; search
-recall@5 with each page's title as the query (a hit is a fact from that page in the top 5)
-and chrome facts among the top 5; the blocks the extractor dropped that are not chrome by the
-word list (what it may have lost); and a random sample of 50 facts from the extractor's CKFs
-for judging by hand.
+pages per site (every k-th page of the sorted list, starting `phase`·k into it: phases 0 and
+0.5 give two disjoint page sets, one to tune rules on and one to report on) is parsed and
+ingested twice, with `CDR_HTML_EXTRACTOR=off` (the streaming parser alone) and on (trafilatura
+decides which blocks are content). Reported per site and mode: pages, facts, facts per page,
+facts made of navigation terms (the word list below), facts starting with "Purchase", parse
+time; search recall@5 with each page's title as the query (a hit is a fact from that page in
+the top 5) and chrome facts among the top 5; the blocks the extractor dropped that are not
+chrome by the word list (what it may have lost); and a random sample of 50 facts from the
+extractor's CKFs for judging by hand.
 """
 
 from __future__ import annotations
@@ -68,10 +70,11 @@ def site_dir(package: str, subdir: str) -> Path:
     return html
 
 
-def sample_pages(html: Path, pattern: str, n: int) -> list[Path]:
+def sample_pages(html: Path, pattern: str, n: int, phase: float = 0.0) -> list[Path]:
+    """Every k-th page of the sorted list (k = pages // n), from `phase`·k on."""
     pages = sorted(p for p in html.glob(pattern) if p.is_file())
     step = max(len(pages) // n, 1)
-    return pages[::step][:n]
+    return pages[int(step * phase)::step][:n]
 
 
 def words(text: str) -> list[str]:
@@ -157,21 +160,28 @@ def search_recall(pages: list[Path], titles: dict[Path, str], mode: str, root: P
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pages", type=int, default=20, help="pages per site")
+    ap.add_argument("--phase", type=float, default=0.0,
+                    help="where in each step of k pages the sample starts (0 <= phase < 1)")
+    ap.add_argument("--seed", type=int, default=25, help="seed of the 50-fact sample")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" /
                     "html_extract.md")
     ap.add_argument("--reuse-off", action="store_true",
                     help="take the extractor-off search figures from the previous run's JSON "
                          "(the streaming parser did not change; only 'on' is re-ingested)")
     args = ap.parse_args()
+    if not 0.0 <= args.phase < 1.0:
+        ap.error("--phase must be in [0, 1)")
     previous = (json.loads(args.out.with_suffix(".json").read_text(encoding="utf-8"))
                 if args.reuse_off else {})
     results: dict[str, dict[str, ModeResult]] = {}
     first_hits: dict[str, dict[str, list[tuple[str, str]]]] = {}
     lost: dict[str, list[str]] = {}
     sample_pool: list[tuple[str, str]] = []
+    sampled: dict[str, list[Path]] = {}
     with tempfile.TemporaryDirectory(prefix="cdr-html-extract-") as tmp:
         for site, (package, subdir, pattern) in SITES.items():
-            pages = sample_pages(site_dir(package, subdir), pattern, args.pages)
+            pages = sample_pages(site_dir(package, subdir), pattern, args.pages, args.phase)
+            sampled[site] = pages
             results[site], first_hits[site] = {}, {}
             per_mode = {}
             for mode in ("off", "on"):
@@ -195,23 +205,29 @@ def main() -> None:
             sample_pool += [(f"{site}:{p.name}", t) for p, ts in per_mode["on"].items()
                             for t in ts]
     os.environ.pop("CDR_HTML_EXTRACTOR", None)
-    sample = random.Random(25).sample(sample_pool, min(50, len(sample_pool)))
-    write_report(args.out, args.pages, results, first_hits, lost, sample)
+    sample = random.Random(args.seed).sample(sample_pool, min(50, len(sample_pool)))
+    write_report(args.out, args, results, first_hits, lost, sample,
+                 {site: [p.name for p in pages] for site, pages in sampled.items()})
     args.out.with_suffix(".json").write_text(json.dumps(
         {s: {m: {**r.__dict__, "first_hits": first_hits[s][m]} for m, r in modes.items()}
          for s, modes in results.items()}, indent=2), encoding="utf-8")
 
 
-def write_report(out: Path, n: int, results: dict[str, dict[str, ModeResult]],
+def write_report(out: Path, args: argparse.Namespace,
+                 results: dict[str, dict[str, ModeResult]],
                  first_hits: dict[str, dict[str, list[tuple[str, str]]]],
-                 lost: dict[str, list[str]], sample: list[tuple[str, str]]) -> None:
+                 lost: dict[str, list[str]], sample: list[tuple[str, str]],
+                 pages: dict[str, list[str]]) -> None:
     from importlib.metadata import version
+
+    n = args.pages
 
     lines = [
         "# HTML main-content extraction: before (streaming parser) and after (trafilatura)",
         "",
-        f"`python bench/html_extract.py --pages {n}` on {time.strftime('%Y-%m-%d')}; "
-        f"trafilatura {version('trafilatura')}. Pages: every k-th of the sorted list "
+        f"`python bench/html_extract.py --pages {n} --phase {args.phase:g} --seed {args.seed}` "
+        f"on {time.strftime('%Y-%m-%d')}; trafilatura {version('trafilatura')}. "
+        f"Pages: every k-th of the sorted list from {args.phase:g}·k on "
         f"(SQLite: top-level `*.html` of `sqlite3-doc`; Python: `library/*.html` of "
         f"`python3.11-doc`), {n} per site. A fact is *chrome* when 60% or more of its words "
         "are navigation terms (`NAV_TERMS` in the script) or it starts with \"Purchase\".",
@@ -226,7 +242,9 @@ def write_report(out: Path, n: int, results: dict[str, dict[str, ModeResult]],
                 f"| {site} | {mode} | {r.pages} | {r.facts} | {r.facts / max(r.pages, 1):.1f} "
                 f"| {r.chrome_facts} | {r.purchase_facts} | {r.recall_hits}/{r.queries} "
                 f"| {r.chrome_in_top} | {r.parse_seconds:.1f} |")
-    lines += ["", "## Chrome facts left (examples)", ""]
+    lines += ["", "Pages: " + "; ".join(f"{site}: {', '.join(names)}"
+                                        for site, names in pages.items()) + ".", "",
+              "## Chrome facts left (examples)", ""]
     for site, modes in results.items():
         for mode, r in modes.items():
             ex = "; ".join(f"`{e}`" for e in r.chrome_examples) or "none"
@@ -243,8 +261,8 @@ def write_report(out: Path, n: int, results: dict[str, dict[str, ModeResult]],
         lines += [f"  - `{t}`" for t in texts[:30]]
         if len(texts) > 30:
             lines.append(f"  - … {len(texts) - 30} more")
-    lines += ["", "## 50 facts sampled from the extractor's CKFs (seed 25), for judging by hand",
-              ""]
+    lines += ["", f"## 50 facts sampled from the extractor's CKFs (seed {args.seed}), for judging "
+              "by hand", ""]
     lines += [f"{i}. {src}: {' '.join(t.split())[:160]}" for i, (src, t) in
               enumerate(sample, 1)]
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")

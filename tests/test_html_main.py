@@ -108,3 +108,23 @@ def test_blocks_are_kept_by_their_trigrams(monkeypatch):
 def test_nesting_depth_counts_open_elements_up_to_the_cap(n, voids):
     html = "<div>" * n + "<br><img src=x><p>" * voids + "text" + "</div>" * n
     assert html_main.nesting_depth(html) == min(n, html_main.MAX_DEPTH)
+
+
+def test_short_blocks_stay_as_lines_or_names_and_page_stamps_go(monkeypatch):
+    import trafilatura
+
+    monkeypatch.delenv(html_main.ENV, raising=False)
+    monkeypatch.setattr(trafilatura, "extract", lambda *a, **k: (
+        "Imposter Tables\n"
+        "About imposter tables: the documentation says to call sqlite3_test_control first.\n"
+        "This page last modified on 2022-04-12 00:22:10 UTC"))
+    blocks = [Block("About"), Block("Documentation"),  # menu words the prose happens to use
+              Block("Imposter Tables"),  # a line of the extracted text: a heading
+              Block("sqlite3_test_control"),  # a name the text mentions
+              Block("Support"),  # in neither
+              Block("This page last modified on 2022-04-12 00:22:10 UTC"),  # the page's stamp
+              Block("Last updated on Dec 02, 2026."),
+              Block("The page was last modified by the tests, which then checked its rows.")]
+    kept, note = html_main.keep_main_blocks(PAGE, blocks)
+    assert kept == [blocks[2], blocks[3], blocks[7]]
+    assert note == html_main.MainContent(True, "trafilatura", 5)

@@ -9,8 +9,10 @@ by text density, link density and position. Its own output is not used as the do
 it flattens code blocks (newlines lost) and turns inline `<code>` into `<pre>`, so the
 streaming parser's blocks, sections and code stay the document and trafilatura's text only
 decides which blocks to keep: a block stays when most of its word trigrams occur in the
-extracted text, or when it is code or a sentence of at least `PROSE_WORDS` words (content the
-extractor is known to leave out; chrome is short or not a sentence).
+extracted text (a block of one or two words: when it is a whole line of it, or a name the
+text mentions), or when it is
+code or a sentence of at least `PROSE_WORDS` words (content the extractor is known to leave
+out; chrome is short or not a sentence); a page's "last modified" stamp never stays.
 
 The extractor is skipped, and every block kept, when it is not installed, when
 `CDR_HTML_EXTRACTOR=off`, when the page is larger than `MAX_CHARS` or nested deeper than
@@ -42,6 +44,16 @@ KEEP_SHARE = 0.5
 # menus, tables of contents and footers are short or do not end like a sentence.
 PROSE_WORDS = 8
 _SENTENCE_END = re.compile(r"[.!?:;)\]]\s*$")
+# A page's modification stamp ("This page last modified on 2022-04-12 00:22:10 UTC", "Last
+# updated on Dec 02, 2026"): metadata about the page, not content, though extractors keep it
+# when it sits inside the content's element. Dropped when the block is no longer than
+# STAMP_WORDS words.
+_STAMP = re.compile(r"^\W*(?:this\s+)?(?:page|document|file|site)?\s*(?:was\s+|has\s+been\s+)?"
+                    r"(?:last\s+)(?:modified|updated|edited|changed|revised|generated)\b", re.I)
+STAMP_WORDS = 16
+# What marks a short block as a name rather than plain words: an underscore, a digit, a dot or
+# parenthesis inside a token, or an inner capital (camelCase).
+_NAMING = re.compile(r"\w_|_\w|\d|\w[.(]\w|[a-z][A-Z]")
 
 _WORD = re.compile(r"\w+")
 _TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9:-]*)[^>]*?(/?)>")
@@ -65,7 +77,8 @@ def extractor_id() -> str:
         return "stream"
     from importlib.metadata import version
 
-    return f"trafilatura {version('trafilatura')} share {KEEP_SHARE} prose {PROSE_WORDS}"
+    return (f"trafilatura {version('trafilatura')} share {KEEP_SHARE} prose {PROSE_WORDS} "
+            "short-as-line-or-name stamp")
 
 
 def nesting_depth(text: str, stop_at: int = MAX_DEPTH) -> int:
@@ -131,14 +144,23 @@ def keep_main_blocks(html: str, blocks: list[Block]) -> tuple[list[Block], MainC
         return blocks, MainContent(False, "extractor found no main content")
     words = [w.lower() for w in _WORD.findall(main)]
     grams = _trigrams(words)
+    lines = {tuple(w.lower() for w in _WORD.findall(line)) for line in main.splitlines()}
     vocabulary = set(words)
     kept: list[Block] = []
     for block in blocks:
         bw = [w.lower() for w in _WORD.findall(block.text)]
-        if block.is_code or (len(bw) >= PROSE_WORDS and _SENTENCE_END.search(block.text)):
+        if not block.is_code and len(bw) <= STAMP_WORDS and _STAMP.search(block.text):
+            keep = False
+        elif block.is_code or (len(bw) >= PROSE_WORDS and _SENTENCE_END.search(block.text)):
             keep = True
         elif len(bw) < 3:
-            keep = bool(bw) and all(w in vocabulary for w in bw)
+            # Too short for trigrams: kept when it is a line of the extracted text (a
+            # heading, a list item), or when it names something (an identifier such as
+            # `sqlite3session_create` or `CREATE_NO_WINDOW`, a number) that the text
+            # mentions. Not when plain words merely occur in it: a menu's "About" and
+            # "Documentation" occur in most pages' prose.
+            keep = bool(bw) and (tuple(bw) in lines or (
+                _NAMING.search(block.text) is not None and all(w in vocabulary for w in bw)))
         else:
             own = _trigrams(bw)
             keep = len(own & grams) >= KEEP_SHARE * len(own)
