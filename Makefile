@@ -29,7 +29,7 @@ $(DOCS_STAMP): $(STAMP)
 	@touch $(DOCS_STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m cdr.demo
+	$(BIN)/python -m cdr.cli.demo
 
 # The whole suite: modules spread over the cores (pytest-xdist, whole files per worker), then
 # the modules that share the Ray head one at a time (the `serial` marker, tests/conftest.py;
@@ -49,7 +49,7 @@ llm: $(STAMP)
 	$(BIN)/cdr models install llm
 
 demo-llm: llm
-	$(BIN)/python -m cdr.demo_llm
+	$(BIN)/python -m cdr.cli.demo_llm
 
 # End-to-end tier on the real model (a few minutes); skips with a reason when it is absent.
 test-llm: $(STAMP)

@@ -7,7 +7,7 @@ rest of the corpus, and how well Stage 8 attributes a paragraph to its own secti
 - tasks: documentation pages with at least `--min-sections` second-level sections; the task is
   "Write a guide to <page title>", the sub-queries are the section titles;
 - relevance is measured against the same composite query the loop builds (topic + centroid of
-  the sub-queries, normalised: `cdr.loop.Generator.start`);
+  the sub-queries, normalised: `cdr.window.loop.Generator.start`);
 - on-topic facts are the page's own facts; off-topic facts are every other page's.
 
 Usage: python bench/calibrate.py --ckf PATH [--tasks 40] (the CKF of `bench/quality.py` or any
@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from cdr.ckf import CKF
-from cdr.dpe import task_topic
 from cdr.vectors import normalize
+from cdr.window.dpe import task_topic
 
 GATES = (0.25, 0.30, 0.35, 0.40, 0.45, 0.50, 0.55)
 THRESHOLDS = (0.15, 0.20, 0.25, 0.30, 0.35, 0.40)

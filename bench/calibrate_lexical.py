@@ -25,9 +25,9 @@ from pathlib import Path
 import numpy as np
 
 import _paths  # noqa: F401  (cdr importable from a checkout)
-from cdr.lexical import fuse, lexical_index, session_terms
-from cdr.loop import GenerationConfig, Generator
-from cdr.subject import subject_of
+from cdr.retrieval.lexical import fuse, lexical_index, session_terms
+from cdr.retrieval.subject import subject_of
+from cdr.window.loop import GenerationConfig, Generator
 from cdr.writers import get_writer
 from retrieval import man_corpus, own_rows, pydocs_corpus
 

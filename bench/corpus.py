@@ -3,7 +3,7 @@
 Fetched once from Debian's `python3.11-doc` package with `apt-get download` and unpacked into
 a cache directory. It lives with the benchmarks, not in the library: installing `cdr` must
 never run a package manager. (The zero-install pydoc topics for tests and the demo are
-`cdr.samples`.)
+`cdr.cli.samples`.)
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from cdr.cli.samples import cache_dir
 from cdr.errors import NotFoundError
-from cdr.samples import cache_dir
 
 DEBIAN_PACKAGE = "python3.11-doc"
 _HTML_SUBDIR = Path("usr/share/doc/python3.11/html")

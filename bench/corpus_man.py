@@ -27,8 +27,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from cdr.cli.samples import cache_dir
 from cdr.errors import NotFoundError
-from cdr.samples import cache_dir
 
 DEBIAN_PACKAGE = "manpages-dev"
 MAN2 = Path("usr/share/man/man2")

@@ -71,10 +71,10 @@ def _ours_inside(texts_json: Path, out_npy: Path, batch_size: int, repeats: int)
     t0 = time.perf_counter()
     import numpy as np  # timed too: this module imports it only inside functions
 
-    import cdr.embed
+    import cdr.retrieval.embed
 
     t1 = time.perf_counter()
-    model = cdr.embed.MiniLMEmbedder()
+    model = cdr.retrieval.embed.MiniLMEmbedder()
     t2 = time.perf_counter()
     texts = json.loads(texts_json.read_text(encoding="utf-8"))
     model.encode(texts[:8], batch_size=batch_size)  # warm-up
@@ -152,7 +152,7 @@ def run_embedder_comparison(
 def _table(r: dict[str, Any]) -> str:
     o, s = r["ours"], r["sentence_transformers"]
     rows = [
-        ("", "numpy (cdr.embed)", f"sentence-transformers {s['sentence_transformers']}"),
+        ("", "numpy (cdr.retrieval.embed)", f"sentence-transformers {s['sentence_transformers']}"),
         ("imports (s)", f"{o['import_s']:.2f}", f"{s['import_s']:.2f}"),
         ("model load (s)", f"{o['load_s']:.2f}", f"{s['load_s']:.2f}"),
         ("cold load total (s)", f"{o['cold_load_s']:.2f}", f"{s['cold_load_s']:.2f}"),

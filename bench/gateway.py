@@ -88,7 +88,7 @@ def vocabulary() -> np.ndarray:
 def token_counts(texts_words: list[np.ndarray], vocab: np.ndarray) -> np.ndarray:
     """cl100k tokens per text, summed per word: the pre-tokenizer splits at each space, so
     a space-joined text costs its first word plus ' word' for every later one."""
-    from cdr.tokens import count_tokens_batch
+    from cdr.text.tokens import count_tokens_batch
 
     first = np.asarray(count_tokens_batch(list(vocab)), dtype=np.int64)
     spaced = np.asarray(count_tokens_batch([" " + w for w in vocab]), dtype=np.int64)
@@ -97,9 +97,9 @@ def token_counts(texts_words: list[np.ndarray], vocab: np.ndarray) -> np.ndarray
 
 def build_ckf(path: Path, n: int, seed: int = 0) -> Path:
     from cdr.ckf.handle import CKF
-    from cdr.dpe import task_topic
-    from cdr.embed import default_embedder
+    from cdr.retrieval.embed import default_embedder
     from cdr.vectors import normalize
+    from cdr.window.dpe import task_topic
 
     marker = path / "bench.json"
     spec = {"facts": n, "seed": seed, "task": TASK, "outline": OUTLINE,

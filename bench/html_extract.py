@@ -36,7 +36,7 @@ from cdr.ckf.chunk import DEFAULT_CHUNKING, chunk_blocks
 from cdr.ckf.handle import CKF
 from cdr.ckf.ingest import ingest
 from cdr.ckf.sources import SkipDocument, parse_bytes
-from cdr.samples import cache_dir
+from cdr.cli.samples import cache_dir
 
 SITES = {
     "sqlite": ("sqlite3-doc", "usr/share/doc/sqlite3", "*.html"),

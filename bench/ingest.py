@@ -38,7 +38,7 @@ sys.path.insert(0, str(BENCH.parent / "src"))
 
 from cdr.ckf import CKF, chunk_blocks, ingest  # noqa: E402
 from cdr.ckf.sources import parse_bytes  # noqa: E402
-from cdr.embed import default_embedder  # noqa: E402
+from cdr.retrieval.embed import default_embedder  # noqa: E402
 from corpus import python_docs_dir  # noqa: E402  (bench/, the script's own directory)
 
 RESULTS = BENCH / "results" / "ingest.md"
@@ -250,7 +250,7 @@ def _ingest_markdown(ing: dict[str, Any], cmp: dict[str, Any] | str) -> list[str
             "| embedder | cold load s | facts/s (encode) | ingest facts/s (derived) "
             "| peak RSS MB |",
             "|---|---:|---:|---:|---:|",
-            f"| numpy MiniLM (`cdr.embed`, default) | {o['cold_load_s']:.2f} | "
+            f"| numpy MiniLM (`cdr.retrieval.embed`, default) | {o['cold_load_s']:.2f} | "
             f"{o['sentences_per_s']:.1f} | {our_ingest:.1f} | {o['max_rss_mb']:.0f} |",
             f"| sentence-transformers {s.get('sentence_transformers', '')} + torch | "
             f"{s['cold_load_s']:.2f} | {s['sentences_per_s']:.1f} | {st_ingest:.1f} | "

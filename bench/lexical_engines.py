@@ -1,11 +1,12 @@
 """Three BM25 engines side by side (issue 21 §3, "SQLite's FTS5 … or `bm25s`. Measure both"):
-the library's own numpy index (`cdr.lexical.LexicalIndex`), SQLite FTS5 and `bm25s`, over the
-same texts and the same tokenised queries.
+the library's own numpy index (`cdr.retrieval.lexical.LexicalIndex`), SQLite FTS5 and `bm25s`, over
+the same texts and the same tokenised queries.
 
-- Texts: every fact's lexical text (`cdr.lexical.lexical_text`) of the retrieval benchmark's
-  cached CKFs (`bench/retrieval.py`: the `man` and `pydocs` corpora), and a scale set: the man
-  texts replicated with one suffix token per copy (`copy17`) to about `--scale-rows` rows.
-- Tokens: `cdr.lexical.terms`. FTS5 gets the tokens joined by spaces (its `unicode61`
+- Texts: every fact's lexical text (`cdr.retrieval.lexical.lexical_text`) of the retrieval
+  benchmark's cached CKFs (`bench/retrieval.py`: the `man` and `pydocs` corpora), and a scale
+  set: the man texts replicated with one suffix token per copy (`copy17`) to about
+  `--scale-rows` rows.
+- Tokens: `cdr.retrieval.lexical.terms`. FTS5 gets the tokens joined by spaces (its `unicode61`
   tokeniser, diacritics kept, splits them back into the same words: the run checks that its
   vocabulary and token count equal the library's); `bm25s` gets the token lists themselves,
   k1 = 1.2, b = 0.75, `method="lucene"` (the library's constants and IDF).
@@ -46,12 +47,13 @@ import numpy as np
 
 import _paths  # noqa: F401  (cdr importable from a checkout)
 from _machine import cpu_name
-from cdr.lexical import K1, B, LexicalIndex, lexical_text, session_terms, terms
-from cdr.subject import subject_of
+from cdr.retrieval.lexical import K1, B, LexicalIndex, lexical_text, session_terms, terms
+from cdr.retrieval.subject import subject_of
 
 OUT = Path(__file__).parent / "results" / "lexical_engines.md"
 RECIPE = "title-section"  # the lexical text does not depend on the recipe: same facts
-ENGINES = ("cdr.lexical", "SQLite FTS5", "bm25s", "cdr.lexical eager (bench prototype)")
+ENGINES = ("cdr.retrieval.lexical", "SQLite FTS5", "bm25s",
+           "cdr.retrieval.lexical eager (bench prototype)")
 EAGER = ENGINES[3]
 TOP_K = (20, 100)
 SCALE_REPS = 3  # FTS5 takes about a second a query there; the run stays under 10 minutes
@@ -82,7 +84,7 @@ READING = """\
   (16 s, 18 s and 28 s at 100k rows, tokenising about 15 s of each). FTS5's index is the
   smallest (14 MB on disk at 100k rows), then `bm25s`'s (19.5 MB in memory), then the
   library's (29.5 MB).
-- **So:** keep `cdr.lexical` (no new dependency; the sharded order stays exact), and take
+- **So:** keep `cdr.retrieval.lexical` (no new dependency; the sharded order stays exact), and take
   `bm25s`'s build-time scoring into it: the prototype row (`Eager`) answers all matching
   rows as fast as `bm25s` at 100k rows (1.4 ms) and faster on the corpora (0.11 and 0.19 ms),
   with the library's scores (Δ ≈ 2e-7), for one float32 per posting more (39 MB at 100k
@@ -356,7 +358,7 @@ def measure(data: Dataset, reps: int,
     res = {e: EngineResult() for e in ENGINES}
     t0 = time.perf_counter()
     lib = Library(data.texts)
-    res["cdr.lexical"].build_s = time.perf_counter() - t0
+    res["cdr.retrieval.lexical"].build_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     tokens = [terms(t) for t in data.texts]
     tokenise_s = time.perf_counter() - t0
@@ -370,7 +372,7 @@ def measure(data: Dataset, reps: int,
         t0 = time.perf_counter()
         eager = Eager(data.texts)
         res[EAGER].build_s = time.perf_counter() - t0
-        engines = {"cdr.lexical": lib, "SQLite FTS5": fts, "bm25s": b25, EAGER: eager}
+        engines = {"cdr.retrieval.lexical": lib, "SQLite FTS5": fts, "bm25s": b25, EAGER: eager}
         for name, eng in engines.items():
             res[name].size_bytes = eng.size()
         vocab, total = fts.vocabulary()
@@ -414,7 +416,7 @@ def measure(data: Dataset, reps: int,
 def table(data: Dataset, res: dict[str, EngineResult]) -> list[str]:
     lines = [f"### {data.name} — {len(data.texts):,} rows, {len(data.queries)} queries", "",
              "| engine | build (s) | index size (MB) | query, all matching rows (ms) "
-             "| query, top 100 (ms) | top-20 overlap with cdr.lexical "
+             "| query, top 100 (ms) | top-20 overlap with cdr.retrieval.lexical "
              "| top-100 overlap | max Δ normalised score | own-page precision@20 "
              "| top-20, 2 shards vs 1 | note |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
@@ -423,7 +425,7 @@ def table(data: Dataset, res: dict[str, EngineResult]) -> list[str]:
         if r.shard_overlap:
             shard = f"{np.mean(r.shard_overlap):.3f}"
         else:
-            shard = "1 by design" if name in ("cdr.lexical", EAGER) and any(
+            shard = "1 by design" if name in ("cdr.retrieval.lexical", EAGER) and any(
                 x.shard_overlap for x in res.values()) else "—"
         lines.append(
             f"| {name} | {r.build_s:.2f} | {r.size_bytes / 1e6:.1f} "
@@ -466,10 +468,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     sets = [man, corpus_dataset(pydocs_corpus())]
     if args.scale_rows:
         sets.append(scaled(man, args.scale_rows))
-    out = ["# Lexical engines: cdr.lexical vs SQLite FTS5 vs bm25s", "",
+    out = ["# Lexical engines: cdr.retrieval.lexical vs SQLite FTS5 vs bm25s", "",
            "Issue 21 §3 names two candidates for BM25 (FTS5 inside the CKF's database, "
-           "`bm25s`); the library's own numpy index (`cdr.lexical.LexicalIndex`) is measured "
-           "beside them over the same texts and the same tokenised queries. How: "
+           "`bm25s`); the library's own numpy index (`cdr.retrieval.lexical.LexicalIndex`) is "
+           "measured beside them over the same texts and the same tokenised queries. How: "
            "`bench/lexical_engines.py`'s docstring.", "", READING]
     for i, data in enumerate(sets):
         print(f"{data.name}: {len(data.texts):,} rows, {len(data.queries)} queries …",

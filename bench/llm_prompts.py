@@ -30,17 +30,17 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from cdr.demo import OUTLINE as TYPES_OUTLINE
-from cdr.demo import TASK as TYPES_TASK
-from cdr.demo import build_ckf
-from cdr.demo_llm import run_windows
-from cdr.dpe import normalise_heading, word_count
-from cdr.loop import Generator, PreparedWindow
-from cdr.markdown import parse_blocks
-from cdr.prompt import build_user_prompt
-from cdr.quality import cwr6
-from cdr.samples import cache_dir
+from cdr.cli.demo import OUTLINE as TYPES_OUTLINE
+from cdr.cli.demo import TASK as TYPES_TASK
+from cdr.cli.demo import build_ckf
+from cdr.cli.demo_llm import run_windows
+from cdr.cli.samples import cache_dir
+from cdr.report.quality import cwr6
 from cdr.session import Session
+from cdr.text.markdown import parse_blocks
+from cdr.window.dpe import normalise_heading, word_count
+from cdr.window.loop import Generator, PreparedWindow
+from cdr.window.prompt import build_user_prompt
 
 TASKS = {
     "types": (TYPES_TASK, TYPES_OUTLINE),

@@ -8,7 +8,7 @@ ranking with the spec's options; at 2,000, 5,000 and 8,000 words asked; with at 
 windows, each run to its own exit. Per window it records the words, the seconds, the
 envelope's on-topic share (facts of the task's own document) and fresh share (facts no earlier
 window was sent), and CWR6 (6-grams of the window that an earlier window wrote); per run the
-words delivered over asked and LongBench-Write's length score (`cdr.length`).
+words delivered over asked and LongBench-Write's length score (`cdr.window.length`).
 
 The writer is the extractive one unless `--writer local` names the reference model on
 llama.cpp: that benchmark, with its own fixed tasks, per-window checkpoints, text measures,
@@ -36,11 +36,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from _paths import BENCH, ROOT
-from cdr import quality
-from cdr.fact_recipe import DEFAULT_RECIPE
-from cdr.length import length_score, within_tolerance
-from cdr.loop import GenerationConfig, Generator
 from cdr.ngrams import NGRAM_SIZE, tokenize
+from cdr.report import quality
+from cdr.retrieval.fact_recipe import DEFAULT_RECIPE
+from cdr.window.length import length_score, within_tolerance
+from cdr.window.loop import GenerationConfig, Generator
 from cdr.writers import get_writer
 from retrieval import RTask, append_run, library_commit, load_runs, own_rows
 from retrieval_metrics import window_measures

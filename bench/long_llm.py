@@ -48,10 +48,10 @@ import numpy as np
 
 from _paths import BENCH, ROOT
 from cdr import quality
-from cdr.length import length_score, within_tolerance
-from cdr.loop import GenerationConfig, Generator
 from cdr.ngrams import NGRAM_SIZE, tokenize
 from cdr.session import IN_PROGRESS, Session
+from cdr.window.length import length_score, within_tolerance
+from cdr.window.loop import GenerationConfig, Generator
 from quality_llm_metrics import grounding, lexical_restating
 from retrieval_metrics import window_measures
 
@@ -456,7 +456,7 @@ def render(runs: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
 
 def load_fixed_tasks() -> list[tuple[Any, set[int], Any]]:
     """(CKF, own rows, task) for `TASKS`, in order."""
-    from cdr.fact_recipe import DEFAULT_RECIPE
+    from cdr.retrieval.fact_recipe import DEFAULT_RECIPE
     from retrieval import man_corpus, own_rows, pydocs_corpus
 
     out = []

@@ -6,7 +6,7 @@ documentation (Debian `python3.11-doc`, every content page in one CKF). Each tas
 its title is the task, its section titles the outline, and a fact's sub-topic is the section
 it came from; the rest of the documentation is there as distractors.
 
-Every arm runs through the same `cdr.loop.Generator` — same CKF, same gate and candidates,
+Every arm runs through the same `cdr.window.loop.Generator` — same CKF, same gate and candidates,
 same extractive writer, budgets and exit rules; only Phase 2 differs. Each (task, arm) runs
 until its own exit rule stops it (at most `--max-windows`), and, if that happens before
 `--windows`, is continued by hand to `--windows` so that the fixed-length tables compare like
@@ -47,10 +47,10 @@ from rich.table import Table
 from _machine import cpu_name
 from _paths import BENCH, ROOT
 from cdr.ckf import CKF, ingest
-from cdr.envelope import make_budget, residual_anchor
-from cdr.factindex import FactIndex
-from cdr.loop import GenerationConfig, Generator, default_min_relevance
-from cdr.samples import cache_dir
+from cdr.cli.samples import cache_dir
+from cdr.retrieval.factindex import FactIndex
+from cdr.window.envelope import make_budget, residual_anchor
+from cdr.window.loop import GenerationConfig, Generator, default_min_relevance
 from cdr.writers import get_writer
 from corpus import python_docs_dir
 from quality_arms import (
@@ -431,7 +431,7 @@ METRICS: tuple[tuple[str, str, bool], ...] = (
     ("subtopic_recall", "Sub-topic recall of the envelopes so far", True),
     ("written_recall", "Sub-topic recall of the written text so far", True),
     ("alpha_ndcg_page", "α-nDCG@20 vs the page, after earlier windows", False),
-    ("alpha_ndcg_window", "α-nDCG@20 within the window (`cdr.quality.alpha_ndcg`)", False),
+    ("alpha_ndcg_window", "α-nDCG@20 within the window (`cdr.report.quality.alpha_ndcg`)", False),
     ("mean_relevance", "Mean query relevance of envelope facts", False),
     ("on_page_share", "Share of envelope facts from the task's page", True),
     ("completeness", "Completeness (DPE Stage 8)", True),
@@ -1079,7 +1079,7 @@ def write_report(path: Path, runs: list[Run], sweep_runs: list[Run], arms: Seque
           "five has its largest section split into subsections) the outline passed to "
           "`Generator.start`. A fact's sub-topic is the outline section it sits under; facts "
           "of other pages are unlabelled distractors.",
-          "- Every arm runs through `cdr.loop.Generator` with the same `GenerationConfig()` "
+          "- Every arm runs through `cdr.window.loop.Generator` with the same `GenerationConfig()` "
           "defaults, the same gate and so the same Phase 1 candidates, the extractive writer, "
           "and the same exit rules; only Phase 2 differs (`GenerationConfig.ranker`).",
           "- Diversifiers (MMR, SSD, xQuAD) pick enough facts to fill the envelope twice at "
@@ -1091,12 +1091,12 @@ def write_report(path: Path, runs: list[Run], sweep_runs: list[Run], arms: Seque
           "- A run that stops (own exit rule) before window "
           f"{windows} is continued by hand (prepare → write → complete) so the fixed tables "
           "compare the same windows; the windows before the exit are identical either way.",
-          "- Measures (docs/design.md §6, `cdr.quality`): CWR6 of each window's text against "
-          "earlier windows; cumulative 6-gram repetition; fact reuse between envelopes; "
+          "- Measures (docs/design.md §6, `cdr.report.quality`): CWR6 of each window's text "
+          "against earlier windows; cumulative 6-gram repetition; fact reuse between envelopes; "
           "sub-topic recall of the envelopes (and of the facts actually written); α-nDCG@20 "
           "over each window's envelope in ranking order, with the ideal built from the page's "
           "labelled facts and sub-topics of earlier windows' top 20 counted as seen (the "
-          "within-window variant of `cdr.quality.alpha_ndcg` is listed too); mean query "
+          "within-window variant of `cdr.report.quality.alpha_ndcg` is listed too); mean query "
           "relevance of envelope facts; completeness; exit status.", ""]
     L += ["Plots: " + ", ".join(f"[{p.name}]({p.name})" for p in plots), ""]
     path.write_text("\n".join(L), encoding="utf-8")

@@ -1,6 +1,6 @@
 """The benchmark's Phase 2 arms that are not built into `cdr.ranking`.
 
-Each arm is a `cdr.loop.Ranker`: it receives Phase 1's gated selection — the same candidates
+Each arm is a `cdr.window.loop.Ranker`: it receives Phase 1's gated selection — the same candidates
 every arm gets — and returns a `Ranking` over CKF rows that the loop packs, plans and writes
 exactly as it does for CDR. The baselines compute no novelty, so their rankings carry
 novelty = 1, residual pull = 0, n-gram penalty = 0, coverage = 0.
@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from cdr.envelope import FACT_FRAMING_TOKENS
 from cdr.errors import InvalidInputError
 from cdr.ranking import Ranking
+from cdr.window.envelope import FACT_FRAMING_TOKENS
 
 _F32 = np.float32
 FILL_FACTOR = 2.0

@@ -4,8 +4,8 @@ The extractive benchmark (bench/quality.py) measures what goes *into* a window; 
 measures what a real language model *writes* from it. Each task is a Python-docs page (title =
 task, section titles = outline, as in bench/quality.py); each arm is a Phase 2 ranking —
 relevance only, xQuAD, per-section retrieval (`--ranking sections`), CDR — run through the
-same `cdr.loop.Generator` the CLI uses (same envelopes, prompts, Stage 8 and exit rules), with
-the reference model (Qwen2.5-Coder-1.5B-Instruct Q4_K_M, llama.cpp in-process, temperature 0,
+same `cdr.window.loop.Generator` the CLI uses (same envelopes, prompts, Stage 8 and exit rules),
+with the reference model (Qwen2.5-Coder-1.5B-Instruct Q4_K_M, llama.cpp in-process, temperature 0,
 seed 42). A run stops where its own exit rule stops it, at most `--windows` windows.
 
 Every finished (task, arm) run is checkpointed to `--runs DIR` (one JSON per run, written after
@@ -31,8 +31,8 @@ from typing import Any
 
 from _paths import BENCH, ROOT  # noqa: F401  (first: makes `cdr` importable)
 from cdr.ckf import CKF
-from cdr.loop import GenerationConfig, Generator
-from cdr.samples import cache_dir
+from cdr.cli.samples import cache_dir
+from cdr.window.loop import GenerationConfig, Generator
 from corpus import python_docs_dir
 from quality import Corpus, envelope_tokens, load_corpus
 from quality_arms import XQuADRanker
@@ -53,7 +53,7 @@ DEFAULT_PAGES = (
 # The arms in the order they run within a task: the comparison that matters most first.
 DEFAULT_ARMS = ("relevance", "cdr", "cdr-guard", "relevance-guard", "cdr-fresh", "xquad",
                 "sections")
-# Arms that run with the opt-in repeat guard (`repeats="drop"`, cdr.repeat_guard) on top of
+# Arms that run with the opt-in repeat guard (`repeats="drop"`, cdr.window.repeat_guard) on top of
 # another arm's ranking: CDR with it, and relevance-only with it (what the guard does alone).
 GUARDED = {"cdr-guard": "cdr", "relevance-guard": "relevance"}
 ARM_LABELS = {
@@ -80,7 +80,7 @@ def default_ckf() -> Path:
 PROMPT_VERSION = 2
 # The loop's version where it changes what a window keeps: runs made with another are rerun.
 # 1: a window cut by the token limit dropped its last block whole; 2: a cut list keeps its
-# finished items (`cdr.markdown.complete_blocks_end`).
+# finished items (`cdr.text.markdown.complete_blocks_end`).
 LOOP_VERSION = 2
 
 
@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="extractive: a seconds-long smoke run of the pipeline, not the benchmark")
     args = ap.parse_args(argv)
 
-    from cdr.models import local_llm_path  # CDR_LOCAL_MODEL, else the reference model
+    from cdr.retrieval.models import local_llm_path  # CDR_LOCAL_MODEL, else the reference model
 
     model = local_llm_path()
     if ((args.prompt_version, args.loop_version) != (PROMPT_VERSION, LOOP_VERSION)

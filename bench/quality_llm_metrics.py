@@ -1,6 +1,6 @@
 """Per-window measures of generated text (issue 9 §3), pure functions over texts and vectors.
 
-- CWR6 and the cumulative 6-gram repetition come from `cdr.quality` (docs/design.md §6
+- CWR6 and the cumulative 6-gram repetition come from `cdr.report.quality` (docs/design.md §6
   "Quality, measured the same way every time", SPEC-024 §1.1).
 - Semantic repetition: the share of a window's sentences whose cosine to some sentence of an
   earlier window reaches a threshold — the repetition a model produces by restating, which
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cdr.quality import (  # noqa: F401  (re-exported: the report and tests use them here)
+from cdr.report.quality import (  # noqa: F401  (re-exported: the report and tests use them here)
     MIN_SENTENCE_WORDS,
     semantic_repetition,
     sentences,
@@ -121,7 +121,7 @@ def repetition_split(windows: Sequence[str]) -> tuple[float, float]:
     parts that add up to it: (within, across). `within` counts a 6-gram's extra occurrences
     inside one window (the model's own phrasing); `across` counts each further window a
     6-gram appears in (restating an earlier window). Windows are 6-grammed one by one, as
-    `cdr.quality.cumulative_repetition` does."""
+    `cdr.report.quality.cumulative_repetition` does."""
     from collections import Counter
 
     from cdr.ngrams import ngram_sequence, tokenize
@@ -140,7 +140,7 @@ def repetition_split(windows: Sequence[str]) -> tuple[float, float]:
 def section_sentences(text: str) -> list[tuple[str | None, str]]:
     """(section heading in lower case, or None before the first `## `, sentence) in order:
     the sentences `semantic_repetition` counts, each with the section it was written under."""
-    from cdr.assemble import split_sections
+    from cdr.window.assemble import split_sections
 
     return [(h.lower() if h else None, s) for h, body in split_sections(text)
             for s in sentences(body)]
@@ -175,7 +175,7 @@ def lexical_restating(windows: Sequence[Sequence[str]], min_jaccard: float) -> l
     """Per window, the share of its sentences sharing ≥ `min_jaccard` of their content words
     (Jaccard) with some sentence of an earlier window (0 for W1; NaN for a window without
     sentences). A check on semantic repetition that uses no embedding model: the repeat guard
-    (cdr.repeat_guard) judges meaning with the same model the semantic measure uses, so a
+    (cdr.window.repeat_guard) judges meaning with the same model the semantic measure uses, so a
     guarded arm's semantic figure is not independent of what the guard removed."""
     out: list[float] = []
     earlier: list[set[str]] = []

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from cdr import quality
 from cdr.ngrams import NGRAM_SIZE, tokenize
+from cdr.report import quality
 from quality import Corpus, task_labels
 from quality_llm_metrics import (
     Calibration,
@@ -335,13 +335,13 @@ def write_report(ckf: Any, corpus: Corpus, tasks: Sequence[Task], arms: Sequence
                  "finished items).")
     if any(a.endswith("-guard") for a in arms):
         lines.append("- `*-guard` arms: the same ranking with the opt-in repeat guard "
-                     "(`--repeats drop`, `cdr.repeat_guard`), which takes out of each window the "
-                     "sentences, list items and code an earlier window wrote (half their "
-                     "6-grams, or cosine ≥ 0.70 with all-MiniLM-L6-v2 — the model the semantic "
-                     "measure uses, so for these arms that measure is not independent of the "
-                     "guard: the lexical restating column and the 6-gram measures are the "
-                     "check). Their text is what the window kept; what the guard took out is "
-                     "in the checkpoints (`dropped`) and in the \"guard took out\" column.")
+                     "(`--repeats drop`, `cdr.window.repeat_guard`), which takes out of each "
+                     "window the sentences, list items and code an earlier window wrote (half "
+                     "their 6-grams, or cosine ≥ 0.70 with all-MiniLM-L6-v2 — the model the "
+                     "semantic measure uses, so for these arms that measure is not independent "
+                     "of the guard: the lexical restating column and the 6-gram measures are the"
+                     " check). Their text is what the window kept; what the guard took out is in"
+                     " the checkpoints (`dropped`) and in the \"guard took out\" column.")
     if "cdr-fresh" in arms and settings.prompt == 1:
         lines.append("- `cdr-fresh` is the opt-in `--profile fresh` (fact memory, envelope fit, "
                      "expanded sub-queries with widened facts weighted by (relevance / gate)²); "

@@ -1,7 +1,7 @@
-"""Per-window measures of one run, on top of `cdr.quality` (docs/design.md §6 "Quality, measured the
-same way every time").
+"""Per-window measures of one run, on top of `cdr.report.quality` (docs/design.md §6 "Quality,
+measured the same way every time").
 
-`cdr.quality` gives CWR6, the cumulative 6-gram repetition, fact reuse, sub-topic recall and
+`cdr.report.quality` gives CWR6, the cumulative 6-gram repetition, fact reuse, sub-topic recall and
 an α-nDCG whose ideal is built from the ranked facts themselves. That ideal cannot see a
 sub-topic the arm never retrieved, so a window that shows one section only scores 1.0. The
 benchmark reports it ("within window"), and also `alpha_ndcg_vs_page`: the ideal is built from
@@ -16,8 +16,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from cdr import quality
 from cdr.ngrams import NGRAM_SIZE, tokenize
+from cdr.report import quality
 
 
 def _dcg(gains: Sequence[float], k: int) -> float:

@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cdr.expansion import EXPANSION_WIDENED_POWER
-from cdr.fit import FIT_FACTS_PER_WORD, FIT_MARGIN, WORDS_PER_TOKEN, WORDS_PER_WRITTEN_FACT
-from cdr.memory import MemoryRule
+from cdr.retrieval.expansion import EXPANSION_WIDENED_POWER
+from cdr.window.fit import FIT_FACTS_PER_WORD, FIT_MARGIN, WORDS_PER_TOKEN, WORDS_PER_WRITTEN_FACT
+from cdr.window.memory import MemoryRule
 from quality_lexical import Bm25Fused
 
 PRESET = "cdr fresh"
@@ -179,11 +179,11 @@ def option_analysis(s: Mapping[str, Summary], sweep_names: Sequence[str], window
           f"Under the spec's envelopes CDR sends {c.envelope_facts:.1f} facts per window and the "
           f"writer uses {c.written_facts:.1f}; the text runs {wpt:.2f} words per completion "
           f"token and each written fact carries {wpf:.0f} words. So a window of G tokens can "
-          f"use about {wpt:.2f}·G / {wpf:.0f} facts. `cdr.fit` packs "
+          f"use about {wpt:.2f}·G / {wpf:.0f} facts. `cdr.window.fit` packs "
           f"`ceil(ratio × min(planned words, {WORDS_PER_TOKEN:.2f}·G))` facts with ratio = "
           f"{FIT_FACTS_PER_WORD * 1000:.1f} facts per 1,000 words ({FIT_MARGIN} × "
-          f"1/{WORDS_PER_WRITTEN_FACT}, the constants in `cdr.fit`, from this measurement on a "
-          "previous run; the margin covers facts the plan puts under a section the window "
+          f"1/{WORDS_PER_WRITTEN_FACT}, the constants in `cdr.window.fit`, from this measurement "
+          "on a previous run; the margin covers facts the plan puts under a section the window "
           "does not reach); the rows "
           "`fresh fit ×0.67` and `fresh fit ×2` show what a tighter or looser ratio costs.", ""]
     return L

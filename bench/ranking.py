@@ -64,7 +64,7 @@ from cdr.ranking import (
     cdr_scores,
     rank_all,
 )
-from cdr.row_products import ROW_THREADS_ENV
+from cdr.retrieval.row_products import ROW_THREADS_ENV
 from cdr.spec import cdr_rank as spec_cdr_rank
 
 D = 384
@@ -406,7 +406,7 @@ def render_cores(rows: list[CoresRow], n: int, info: dict[str, str], argv: list[
         "`cdr_scores`: the `cdr.spec` array face with the full state (50 Coverage Set entries, "
         "20 residual sub-queries, importance, n-gram counts), then top-k over its scores; its "
         "per-row products run as fixed row blocks on `CDR_ROW_THREADS` threads "
-        "(`cdr.row_products`), every score bit-identical to one thread's. Wall: "
+        "(`cdr.retrieval.row_products`), every score bit-identical to one thread's. Wall: "
         "`perf_counter`; CPU: `process_time` (all threads of the process). Medians of "
         "interleaved repetitions.",
         "",

@@ -10,7 +10,7 @@ the outline, every other document a distractor):
   (`bench/quality.py`), split by sha1 into 6 tuning and 10 report tasks.
 
 Each corpus is ingested once per fact recipe (`plain`, `title-section`) into its own CKF under
-`~/.cache/cdr/bench/retrieval/`. Every (arm, task) runs through `cdr.loop.Generator` with the
+`~/.cache/cdr/bench/retrieval/`. Every (arm, task) runs through `cdr.window.loop.Generator` with the
 extractive writer until the arm's own exit (at most `--max-windows`); each window's envelope is
 measured by `bench/retrieval_metrics.py`. Finished runs are appended to a JSONL checkpoint as
 they finish, so an interrupted run resumes (`--restart` starts over).
@@ -44,9 +44,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from _paths import BENCH, ROOT
 from cdr.ckf import CKF, ingest
 from cdr.ckf.schema import DB_NAME
-from cdr.fact_recipe import fact_text
-from cdr.loop import Generator
-from cdr.samples import cache_dir
+from cdr.cli.samples import cache_dir
+from cdr.retrieval.fact_recipe import fact_text
+from cdr.window.loop import Generator
 from cdr.writers import get_writer
 from quality_arms import CachingEmbedder
 from retrieval_arms import (

@@ -1,7 +1,7 @@
 """The retrieval benchmark's arms (issue 21 §5): which ranking, profile and options a run uses,
 and which CKF (fact recipe) it reads.
 
-Every arm runs through the same `cdr.loop.Generator` with the extractive writer; an arm only
+Every arm runs through the same `cdr.window.loop.Generator` with the extractive writer; an arm only
 sets `GenerationConfig` fields and picks the CKF built with its recipe. Options the library
 does not have yet (`subject`, `lexical`, the `focused` profile are being added while this
 benchmark exists) are detected from `GenerationConfig`, `SessionOptions` and `PROFILES`: an arm
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cdr.errors import CdrError
-from cdr.fact_recipe import PLAIN, TITLE_SECTION
-from cdr.loop import GenerationConfig
 from cdr.options import PROFILES, SessionOptions
+from cdr.retrieval.fact_recipe import PLAIN, TITLE_SECTION
+from cdr.window.loop import GenerationConfig
 
 RECIPES = (PLAIN, TITLE_SECTION)
 SHORT = {PLAIN: "plain", TITLE_SECTION: "ts"}
@@ -36,7 +36,8 @@ LEXICAL = {"on": "bm25", "off": "off"}
 
 # The module that carries out each new option: an option the library accepts before its module
 # has landed changes nothing yet, and an arm must not report it as measured.
-OPTION_MODULES = {"subject": "cdr.subject", "lexical": "cdr.lexical", "stale": "cdr.stale"}
+OPTION_MODULES = {"subject": "cdr.retrieval.subject", "lexical": "cdr.retrieval.lexical",
+                  "stale": "cdr.window.stale"}
 
 
 @dataclass(frozen=True)

@@ -39,11 +39,11 @@ from _machine import cpu_name
 from _paths import BENCH, ROOT  # noqa: F401  (first: makes `cdr` importable)
 from cdr.ckf import CKF, ingest
 from cdr.ckf.scan import QUANT_MIN_ROWS, build_quantised, covered_rows, quant_paths
-from cdr.embed import default_embedder
-from cdr.samples import pydoc_topics_dir
+from cdr.cli.samples import pydoc_topics_dir
+from cdr.retrieval.embed import default_embedder
 
 GATE = 0.55
-LIMIT = 4000  # cdr.loop.PHASE1_LIMIT
+LIMIT = 4000  # cdr.window.loop.PHASE1_LIMIT
 CHUNK = 250_000
 MB = 1024 * 1024
 QUERIES = [

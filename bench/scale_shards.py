@@ -8,13 +8,13 @@ the query, as in bench/ranking.py, so ~4000 candidates pass the 0.55 gate at 1M)
    same facts as 2 and 4 shards served by Ray actors on a local cluster (loopback). For the
    shards, `rank_window` (one round: each shard ranks its own Phase 1 selection and returns
    its best k with components and its selection's head; a second round only to shards whose
-   answer cannot prove the merge, `cdr.shard_merge`) and `select` fan-out + central rank.
+   answer cannot prove the merge, `cdr.cluster.shard_merge`) and `select` fan-out + central rank.
    The top-k fact ids *and their order* are checked to be identical to the single CKF's.
    Per window: wall time (median), fan-out overhead (an empty round trip to every shard —
    the median of NOOP_CALLS back-to-back calls — times the rounds taken, plus the caller's
    merge), and memory per shard actor.
 2. Ingest facts/s with 1 vs 2 Ray embedding workers (one BLAS thread each), MiniLM on the
-   standard library's reference topics (`cdr.samples`), after a warm-up.
+   standard library's reference topics (`cdr.cli.samples`), after a warm-up.
 3. A model of 100M facts over K machines from those measurements.
 
 Usage: `python bench/scale_shards.py [--facts 1000000] [--windows 15] [--ingest-topics N]`.
@@ -42,13 +42,13 @@ from _machine import cpu_name
 from _paths import BENCH, ROOT  # noqa: F401  (first: makes `cdr` importable)
 from cdr.ckf.snapshot import CKFSnapshot
 from cdr.ckf.writer import CKFWriter, create_ckf
+from cdr.cluster.ray_index import RayShardedIndex, connect
+from cdr.cluster.shard_merge import global_cut, merge_window
+from cdr.cluster.shard_server import WindowQuery
+from cdr.cluster.shardset import create_shard_set, shard_of
 from cdr.coverage import CoverageSet, ResidualSet, SubQuery
-from cdr.factindex import check_query
 from cdr.ranking import rank
-from cdr.ray_index import RayShardedIndex, connect
-from cdr.shard_merge import global_cut, merge_window
-from cdr.shard_server import WindowQuery
-from cdr.shardset import create_shard_set, shard_of
+from cdr.retrieval.factindex import check_query
 
 DIM = 384
 GATE = 0.55
@@ -207,9 +207,9 @@ def bench_ingest(root: Path, n_topics: int, workers_list: list[int]) -> dict[int
     alike; the driver is warmed first (imports, tokenizer, parser) so the first arm does not
     pay it. Also the workers' CPU seconds: on a shared machine wall time mixes the job's
     serial parts with lost time slices, CPU time does not."""
-    from cdr.ray_ingest import RayEmbedder
-    from cdr.samples import pydoc_topics_dir
-    from cdr.shardset import ingest_sharded
+    from cdr.cli.samples import pydoc_topics_dir
+    from cdr.cluster.ray_ingest import RayEmbedder
+    from cdr.cluster.shardset import ingest_sharded
 
     docs = pydoc_topics_dir(root / "docs")
     topics = sorted(docs.iterdir())

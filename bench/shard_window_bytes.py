@@ -28,8 +28,8 @@ from tests.conftest import (
 from tests.test_ray_index import _docs_of, build_pair
 
 from cdr.ckf.snapshot import CKFSnapshot
-from cdr.loop import GenerationConfig, Generator
-from cdr.ray_index import RayShardedIndex, connect
+from cdr.cluster.ray_index import RayShardedIndex, connect
+from cdr.window.loop import GenerationConfig, Generator
 from cdr.writers import get_writer
 
 

@@ -25,9 +25,10 @@ BUILTIN_TYPES_OUTLINE = (
 
 
 def build_topics_ckf(root: Path, topics: tuple[str, ...], recipe: str | None = None) -> Path:
-    """A CKF of pydoc topics; `recipe` None = the default fact recipe (`cdr.fact_recipe`)."""
+    """A CKF of pydoc topics; `recipe` None = the default fact recipe
+    (`cdr.retrieval.fact_recipe`)."""
     from cdr.ckf import CKF, ingest
-    from cdr.samples import pydoc_topics_dir
+    from cdr.cli.samples import pydoc_topics_dir
 
     docs = pydoc_topics_dir(root / "docs", topics=list(topics))
     with CKF.create(root / "ckf", **({} if recipe is None else {"recipe": recipe})) as ckf:

@@ -1,6 +1,6 @@
 """Assembling windows into one document."""
 
-from cdr.assemble import assemble_document, split_sections
+from cdr.window.assemble import assemble_document, split_sections
 
 
 def test_split_sections():

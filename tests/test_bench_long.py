@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 import long as bench_long
 from cdr.ckf import CKF
-from cdr.length import length_score
+from cdr.window.length import length_score
 from cdr.writers import get_writer
 from retrieval import RTask
 from tests.conftest import BUILTIN_TYPES_TASK

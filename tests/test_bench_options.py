@@ -10,7 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
-from cdr.loop import GenerationConfig
+from cdr.window.loop import GenerationConfig
 from quality import Arm, Checkpoint, Run, run_key
 from quality_metrics import RunMetrics
 from quality_options import PRESET, Summary, preset_targets

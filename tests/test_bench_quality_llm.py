@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
-from cdr.quality import cumulative_repetition, cwr6
+from cdr.report.quality import cumulative_repetition, cwr6
 from quality_llm_metrics import (
     calibrate,
     containment,

@@ -22,9 +22,9 @@ from cdr.ckf import CKF, scan
 from cdr.ckf.arrays import ArrayFiles
 from cdr.ckf.chunk import fact_id
 from cdr.ckf.scan import covered_rows, exact_relevance, quant_paths
-from cdr.embed import default_embedder
 from cdr.errors import InvalidInputError
 from cdr.ngrams import ngram_hashes
+from cdr.retrieval.embed import default_embedder
 
 needs_kernels = pytest.mark.skipif(
     not scan.HAVE_KERNELS, reason="numba (the `fast` extra) is not installed")

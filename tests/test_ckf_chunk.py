@@ -15,7 +15,7 @@ from cdr.ckf import (
     split_sentences,
 )
 from cdr.errors import InvalidInputError
-from cdr.tokens import count_tokens
+from cdr.text.tokens import count_tokens
 
 WORDS = ["index", "table", "query", "planner", "vacuum", "tuple", "page", "lock", "row",
          "the", "a", "of", "scan", "heap", "btree", "cost", "commit", "snapshot", "value"]

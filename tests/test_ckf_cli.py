@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cdr.cli_ckf import app
+from cdr.cli.ckf import app
 
 DATA = Path(__file__).parent / "data" / "ckf"
 runner = CliRunner()

@@ -19,7 +19,7 @@ import cdr
 from cdr.ckf import CKF, chunk_blocks, ingest
 from cdr.ckf.arrays import ArrayFiles
 from cdr.ckf.sources import parse_bytes
-from cdr.samples import pydoc_topics_dir
+from cdr.cli.samples import pydoc_topics_dir
 
 TOPICS = ["assert", "pass", "del", "return", "yield", "global", "nonlocal", "while", "if"]
 COMMIT_EVERY = 5

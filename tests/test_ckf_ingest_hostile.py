@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 from cdr.ckf import CKF, chunk_blocks, ingest
 from cdr.ckf.records import MAX_FACT_TOKENS
 from cdr.ckf.sources import kind_of, parse_bytes
-from cdr.cli_ckf import EXIT_SOME_SKIPPED, app
-from cdr.tokens import count_tokens
+from cdr.cli.ckf import EXIT_SOME_SKIPPED, app
+from cdr.text.tokens import count_tokens
 
 DATA = Path(__file__).parent / "data" / "ckf"
 SENTENCE = "Vacuum reclaims the storage that dead tuples occupy in a busy table"

@@ -134,7 +134,7 @@ def test_ckf_select_with_the_copy_equals_without(tmp_path):
     """Through the store: a CKF with an int8 copy selects what it selected before, for a
     float32 and a float16 store, with rows appended after the copy was built."""
     from cdr.ckf import CKF
-    from cdr.embed import default_embedder
+    from cdr.retrieval.embed import default_embedder
 
     emb = default_embedder()
     rng = np.random.default_rng(11)
@@ -169,8 +169,8 @@ def test_cli_index_builds_the_copy_and_select_agrees(tmp_path):
     from typer.testing import CliRunner
 
     from cdr.ckf import CKF
-    from cdr.cli_ckf import app
-    from cdr.embed import default_embedder
+    from cdr.cli.ckf import app
+    from cdr.retrieval.embed import default_embedder
 
     emb = default_embedder()
     rng = np.random.default_rng(2)
@@ -196,7 +196,7 @@ def test_cli_index_builds_the_copy_and_select_agrees(tmp_path):
 
 def test_compaction_drops_the_old_epochs_copy(tmp_path):
     from cdr.ckf import CKF
-    from cdr.embed import default_embedder
+    from cdr.retrieval.embed import default_embedder
 
     emb = default_embedder()
     rng = np.random.default_rng(4)

@@ -26,12 +26,12 @@ from cdr.ckf import (
     ingest_texts,
 )
 from cdr.ckf.sources import parse_bytes
-from cdr.embed import RemoteEmbedder, default_embedder
+from cdr.cli.samples import pydoc_topics_dir
 from cdr.errors import EmbeddingModelMismatchError, InvalidInputError, NotFoundError
-from cdr.fact_recipe import fact_text
 from cdr.ngrams import NgramIndex, ngram_hashes
-from cdr.samples import pydoc_topics_dir
-from cdr.tokens import count_tokens_batch
+from cdr.retrieval.embed import RemoteEmbedder, default_embedder
+from cdr.retrieval.fact_recipe import fact_text
+from cdr.text.tokens import count_tokens_batch
 
 DATA = Path(__file__).parent / "data" / "ckf"
 TOPICS = ["assert", "pass", "del", "return", "yield", "break", "continue", "global",

@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 
 from cdr.ckf import CKF
 from cdr.coverage import SubQuery
-from cdr.dpe import DpeReport, tail_words
 from cdr.errors import InvalidInputError
-from cdr.loop import SECTION_END_WORDS, GenerationConfig, Generator
-from cdr.prompt import PlanSection, build_user_prompt
 from cdr.session import Session
+from cdr.window.dpe import DpeReport, tail_words
+from cdr.window.loop import SECTION_END_WORDS, GenerationConfig, Generator
+from cdr.window.prompt import PlanSection, build_user_prompt
 from cdr.writers import get_writer
 
 WORD = st.text(alphabet="abcdefgh", min_size=1, max_size=6)

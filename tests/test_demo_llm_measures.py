@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
-from cdr.demo_llm import restated_shares
-from cdr.embed import default_embedder
+from cdr.cli.demo_llm import restated_shares
+from cdr.retrieval.embed import default_embedder
 
 W1 = ("A deque supports appends and pops from both ends in constant time. "
       "It is the right container for a queue.")

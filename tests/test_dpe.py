@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from cdr.coverage import SubQuery
-from cdr.dpe import (
+from cdr.errors import InvalidInputError
+from cdr.window.dpe import (
     decompose_from_facts,
     parse_outline,
     split_paragraphs,
@@ -15,7 +16,6 @@ from cdr.dpe import (
     verify_window,
     word_count,
 )
-from cdr.errors import InvalidInputError
 
 
 def test_parse_outline_strips_markers_and_splits_words():

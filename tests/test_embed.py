@@ -18,7 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdr.embed import (
+from cdr.errors import InvalidInputError, UpstreamError
+from cdr.retrieval.embed import (
     MAX_BATCH_TOKENS,
     MINILM_MODEL_ID,
     Embedder,
@@ -28,7 +29,6 @@ from cdr.embed import (
     default_embedder,
     get_embedder,
 )
-from cdr.errors import InvalidInputError, UpstreamError
 
 REFERENCE = Path(__file__).parent / "data" / "minilm_reference.npz"
 

@@ -8,7 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdr.coverage import SubQuery
-from cdr.envelope import (
+from cdr.errors import InvalidInputError
+from cdr.ranking import rank
+from cdr.text.tokens import count_tokens
+from cdr.window.envelope import (
     FACT_FRAMING_TOKENS,
     Budget,
     first_and_last_layout,
@@ -17,10 +20,7 @@ from cdr.envelope import (
     pack,
     residual_anchor,
 )
-from cdr.errors import InvalidInputError
-from cdr.prompt import PlanSection, build_user_prompt, parse_prompt
-from cdr.ranking import rank
-from cdr.tokens import count_tokens
+from cdr.window.prompt import PlanSection, build_user_prompt, parse_prompt
 from cdr.writers.extractive import ExtractiveWriter
 
 

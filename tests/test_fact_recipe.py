@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 from cdr.ckf import CKF, DocumentInput, ingest_texts
 from cdr.ckf.reembed import reembed
 from cdr.cli import app
-from cdr.embed import default_embedder
 from cdr.errors import EmbeddingModelMismatchError, InvalidInputError
-from cdr.fact_recipe import (
+from cdr.retrieval.embed import default_embedder
+from cdr.retrieval.fact_recipe import (
     CONTEXT_WORDS,
     PLAIN,
     TITLE_SECTION,

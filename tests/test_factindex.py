@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 import cdr
 from cdr.ckf import CKF, CKFSnapshot, CKFWriter
 from cdr.ckf.writer import create_ckf
-from cdr.factindex import (
+from cdr.ngrams import ngram_hashes
+from cdr.retrieval.factindex import (
     FactIndex,
     Selection,
     check_gate,
@@ -26,8 +27,7 @@ from cdr.factindex import (
     merge_selections,
     select_rows,
 )
-from cdr.loop import GenerationConfig, Generator
-from cdr.ngrams import ngram_hashes
+from cdr.window.loop import GenerationConfig, Generator
 from cdr.writers import get_writer
 from tests.conftest import BUILTIN_TYPES_OUTLINE, BUILTIN_TYPES_TASK
 
@@ -242,7 +242,7 @@ def _imports(path: Path) -> set[str]:
 def test_ckf_package_has_no_import_cycle_and_no_private_imports() -> None:
     src = Path(cdr.__file__).parent
     files = {f"cdr.ckf.{p.stem}": p for p in (src / "ckf").glob("*.py") if p.stem != "__init__"}
-    files["cdr.factindex"] = src / "factindex.py"
+    files["cdr.retrieval.factindex"] = src / "retrieval" / "factindex.py"
     graph = {m: {i for i in _imports(p) if i in files and i != m} for m, p in files.items()}
     # Depth-first search for a back edge.
     state: dict[str, int] = {}

@@ -17,8 +17,8 @@ from cdr.gateway.paths import public_sources
 from cdr.gateway.selections import CachingIndex, SelectionCache
 from cdr.gateway.session_record import SessionRecord
 from cdr.gateway.session_store import SQLiteSessionStore
-from cdr.loop import GenerationConfig, Generator
 from cdr.trace import packed_facts
+from cdr.window.loop import GenerationConfig, Generator
 from cdr.writers import get_writer
 from tests.gateway_server import CRP, TASK, GatewayServer, base_env
 

@@ -22,8 +22,8 @@ from tests.ray_head import require_ray_head
 ray = require_ray_head()
 
 from cdr.ckf.snapshot import CKFSnapshot  # noqa: E402
-from cdr.ray_index import RayShardedIndex, connect  # noqa: E402
-from cdr.shardset import list_documents  # noqa: E402
+from cdr.cluster.ray_index import RayShardedIndex, connect  # noqa: E402
+from cdr.cluster.shardset import list_documents  # noqa: E402
 from cdr.writers import get_writer  # noqa: E402
 from tests.gateway_server import CRP, TASK, GatewayServer, base_env  # noqa: E402
 from tests.test_gateway_envelope_cache import bearer, library_envelope, shown  # noqa: E402
@@ -100,8 +100,8 @@ def test_the_gateway_index_offers_shard_ranking_only_for_a_shard_set(
         shard_pair, gateway_ckf: Path) -> None:
     """The gateway's per-request wrapper forwards `rank_window`, so the loop ranks on the
     shards; over a local CKF it does not pretend to."""
-    from cdr.factindex import RankingIndex
     from cdr.gateway.selections import CachingIndex, SelectionCache
+    from cdr.retrieval.factindex import RankingIndex
 
     assert isinstance(CachingIndex(shard_pair[2], SelectionCache()), RankingIndex)
     with CKFSnapshot.open(gateway_ckf) as local:

@@ -31,8 +31,8 @@ from tests.ray_head import require_ray_head
 ray = require_ray_head()
 
 from cdr.ckf.snapshot import CKFSnapshot  # noqa: E402
-from cdr.ray_index import RayShardedIndex, connect  # noqa: E402
-from cdr.shardset import ingest_sharded, shard_dir, shard_of  # noqa: E402
+from cdr.cluster.ray_index import RayShardedIndex, connect  # noqa: E402
+from cdr.cluster.shardset import ingest_sharded, shard_dir, shard_of  # noqa: E402
 from tests.gateway_server import CRP, TASK, GatewayServer, base_env  # noqa: E402
 from tests.test_ray_index import _docs_of, build_pair  # noqa: E402
 

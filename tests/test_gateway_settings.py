@@ -10,8 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from cdr.gateway.auth import hash_key
+from cdr.gateway.session_token import InvalidTokenError
 from cdr.gateway.settings import GatewayConfigError, GatewaySettings, load_settings
-from cdr.session_token import InvalidTokenError
 
 SECRET = "0123456789abcdef-secret"
 KEYS = "admin:" + hash_key("cdr_Xq3vT9LmP2wR8sK4nB7yH1cJ6dF0gA5e")

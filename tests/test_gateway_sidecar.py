@@ -14,9 +14,9 @@ import jsonschema
 import pytest
 
 from cdr.ckf.handle import CKF
-from cdr.loop import GenerationConfig, Generator
-from cdr.session_token import TokenSigner
+from cdr.gateway.session_token import TokenSigner
 from cdr.trace import TRACE_SCHEMA
+from cdr.window.loop import GenerationConfig, Generator
 from cdr.writers import get_writer
 from tests.gateway_server import (
     CRP,

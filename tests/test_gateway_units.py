@@ -18,10 +18,10 @@ from cdr.gateway.relay import DocumentText, assemble
 from cdr.gateway.schemas import GenerationOptions
 from cdr.gateway.session_record import SessionRecord
 from cdr.gateway.session_store import MemorySessionStore, VersionConflictError
+from cdr.gateway.session_token import ExpiredTokenError, StaleTokenError, TokenModelMismatchError
 from cdr.gateway.settings import GatewaySettings
-from cdr.loop import EmptyKnowledgeBaseError, GenerationConfig, Generator, PreparedWindow
-from cdr.session_token import ExpiredTokenError, StaleTokenError, TokenModelMismatchError
 from cdr.trace import window_record
+from cdr.window.loop import EmptyKnowledgeBaseError, GenerationConfig, Generator, PreparedWindow
 from cdr.writers import get_writer
 from tests.gateway_server import OUTLINE, TASK, WINDOW_TOKENS, WORDS
 

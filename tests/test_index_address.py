@@ -1,5 +1,5 @@
 """`CDR_CKF=ray://…` is read exactly like `--ckf ray://…` by `cdr serve` and `cdr generate`:
-one parser (`cdr.ray_index.parse_address`), a malformed address is one line naming what is
+one parser (`cdr.cluster.ray_index.parse_address`), a malformed address is one line naming what is
 wrong with exit status 2, and nothing after `ray://` that could be a credential is echoed.
 The gateway's settings (what `uvicorn --factory cdr.gateway.app:create_app` reads) resolve
 the same address to the shard set's directory and keep the address to open it by."""
@@ -12,9 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from cdr.cli import app as main_app
+from cdr.cluster.ray_index import parse_address
 from cdr.errors import InvalidInputError
 from cdr.gateway.settings import GatewayConfigError, load_settings
-from cdr.ray_index import parse_address
 
 runner = CliRunner()
 SECRET = "hunter2-s3cret"

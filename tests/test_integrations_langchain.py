@@ -15,7 +15,7 @@ pytest.importorskip("langchain_core", reason="the langchain extra is not install
                     "(pip install 'cdr-retrieval[langchain]')")
 
 from cdr.integrations.langchain import CDRLoop, CDRRetriever, LangChainWriter
-from cdr.loop import GenerationConfig
+from cdr.window.loop import GenerationConfig
 from cdr.writers import get_writer
 from tests.chat_server import ChatServer
 from tests.conftest import BUILTIN_TYPES_OUTLINE, BUILTIN_TYPES_TASK

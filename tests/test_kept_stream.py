@@ -6,8 +6,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdr.kept_stream import KeptStream
-from cdr.markdown import keep_complete
+from cdr.text.kept_stream import KeptStream
+from cdr.text.markdown import keep_complete
 
 WORDS = st.sampled_from(["alpha", "beta", "gamma", "deque", "the", "items", "Counter", "x"])
 SENTENCE = st.lists(WORDS, min_size=2, max_size=9).map(lambda w: " ".join(w).capitalize() + ".")

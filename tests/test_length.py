@@ -1,5 +1,5 @@
-"""Length fidelity (`cdr.length`): LongBench-Write's length score, the window capacity, and the
-words a run reports against the words asked (trace, CLI, run report)."""
+"""Length fidelity (`cdr.window.length`): LongBench-Write's length score, the window capacity, and
+the words a run reports against the words asked (trace, CLI, run report)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ from typer.testing import CliRunner
 
 from cdr.cli import app
 from cdr.errors import InvalidInputError
-from cdr.length import (
+from cdr.report.analysis import build_run, length_sentence
+from cdr.trace import TRACE_SCHEMA
+from cdr.window.length import (
     LengthReport,
     capacity_warning,
     count_words,
@@ -26,8 +28,6 @@ from cdr.length import (
     windows_needed,
     within_tolerance,
 )
-from cdr.report.analysis import build_run, length_sentence
-from cdr.trace import TRACE_SCHEMA
 from tests.conftest import BUILTIN_TYPES_TASK
 
 runner = CliRunner()
@@ -182,7 +182,7 @@ def test_old_traces_without_length_still_render():
 
 
 def test_fitted_windows_raises_never_lowers_and_caps_at_twenty():
-    from cdr.length import fitted_windows
+    from cdr.window.length import fitted_windows
 
     assert fitted_windows(600, 1024, 1) == 2  # 600 / 590.8
     assert fitted_windows(1200, 320, 5) == 7

@@ -1,4 +1,4 @@
-"""The length contract (`length: "contract"`, cdr.length): its arithmetic, the plan's
+"""The length contract (`length: "contract"`, cdr.window.length): its arithmetic, the plan's
 allocation of the owed words, which sections count as written whole, the stop on the band,
 and the session state it keeps. Structure only: exact numbers from the formulas."""
 
@@ -13,9 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cdr.coverage import SubQuery
-from cdr.dpe import DpeReport
 from cdr.errors import InvalidInputError
-from cdr.length import (
+from cdr.options import PROFILES, SessionOptions
+from cdr.session import TASK_COMPLETE, Session
+from cdr.window.dpe import DpeReport
+from cdr.window.length import (
     EXTRACTIVE_WORDS_PER_TOKEN,
     LLM_WORDS_PER_TOKEN,
     contract_met,
@@ -24,10 +26,8 @@ from cdr.length import (
     words_owed,
     writer_words_per_token,
 )
-from cdr.loop import written_whole
-from cdr.options import PROFILES, SessionOptions
-from cdr.prompt import PlanSection, fit_plan
-from cdr.session import TASK_COMPLETE, Session
+from cdr.window.loop import written_whole
+from cdr.window.prompt import PlanSection, fit_plan
 from cdr.writers import get_writer
 
 

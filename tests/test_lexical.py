@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from cdr.ckf import CKF
 from cdr.errors import InvalidInputError
-from cdr.factindex import Selection, select_rows
-from cdr.lexical import (
+from cdr.retrieval.factindex import Selection, select_rows
+from cdr.retrieval.lexical import (
     K1,
     MAX_QUERY_TERMS,
     B,
@@ -27,9 +27,9 @@ from cdr.lexical import (
     session_terms,
     terms,
 )
-from cdr.loop import GenerationConfig, Generator
-from cdr.subject import subject_of
+from cdr.retrieval.subject import subject_of
 from cdr.trace import build_trace
+from cdr.window.loop import GenerationConfig, Generator
 from cdr.writers import get_writer
 from tests.conftest import BUILTIN_TYPES_OUTLINE, BUILTIN_TYPES_TASK
 

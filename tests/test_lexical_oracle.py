@@ -1,4 +1,4 @@
-"""The library's BM25 (`cdr.lexical.LexicalIndex`) against an independent implementation:
+"""The library's BM25 (`cdr.retrieval.lexical.LexicalIndex`) against an independent implementation:
 `bm25s` with the same constants (k1 = 1.2, b = 0.75) and its `lucene` variant, whose IDF is the
 library's log(1 + (N − df + 0.5) / (df + 0.5)). `bench/lexical_engines.py` measures the same
 agreement on the benchmark corpora; here it is a property over random corpora (repeated words,
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from cdr.lexical import K1, B, LexicalIndex, terms
+from cdr.retrieval.lexical import K1, B, LexicalIndex, terms
 
 bm25s = pytest.importorskip("bm25s")
 

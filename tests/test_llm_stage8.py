@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from cdr.coverage import SubQuery
-from cdr.dpe import is_chatter, normalise_heading, split_paragraphs, verify_text, word_count
-from cdr.markdown import keep_complete, parse_blocks
+from cdr.text.markdown import keep_complete, parse_blocks
+from cdr.window.dpe import is_chatter, normalise_heading, split_paragraphs, verify_text, word_count
 
 DATA = Path(__file__).parent / "data" / "llm_outputs"
 FIXTURES = sorted(DATA.glob("*.md"))
@@ -29,7 +29,7 @@ def load(path: Path) -> tuple[str, dict]:
 
 @pytest.fixture(scope="module")
 def embedder():
-    from cdr.embed import default_embedder
+    from cdr.retrieval.embed import default_embedder
 
     return default_embedder()
 

@@ -11,9 +11,9 @@ import pytest
 
 from cdr.ckf import CKF
 from cdr.errors import InvalidInputError
-from cdr.loop import EmptyKnowledgeBaseError, GenerationConfig, Generator
-from cdr.quality import cwr6, fact_reuse
+from cdr.report.quality import cwr6, fact_reuse
 from cdr.trace import TRACE_SCHEMA, build_trace
+from cdr.window.loop import EmptyKnowledgeBaseError, GenerationConfig, Generator
 from cdr.writers import get_writer
 from tests.conftest import BUILTIN_TYPES_OUTLINE, BUILTIN_TYPES_TASK
 

@@ -20,17 +20,17 @@ from cdr.ckf import CKF
 from cdr.cli import app
 from cdr.coverage import SubQuery
 from cdr.errors import InvalidInputError
-from cdr.expansion import expand_sub_queries, widened_selection, widened_weights
-from cdr.fit import FIT_MIN_FACTS, fit_facts, planned_words
 from cdr.gateway.schemas import GenerationOptions
 from cdr.gateway.session_record import SessionRecord
-from cdr.loop import GenerationConfig, Generator
-from cdr.memory import FactMemory, MemoryRule, apply_memory, written_rows
 from cdr.ngrams import NgramIndex
 from cdr.options import PROFILES, SessionOptions, resolve_options
 from cdr.ranking import Ranking
+from cdr.retrieval.expansion import expand_sub_queries, widened_selection, widened_weights
 from cdr.session import Session
 from cdr.trace import TRACE_SCHEMA, build_trace
+from cdr.window.fit import FIT_MIN_FACTS, fit_facts, planned_words
+from cdr.window.loop import GenerationConfig, Generator
+from cdr.window.memory import FactMemory, MemoryRule, apply_memory, written_rows
 from cdr.writers import get_writer
 from tests.conftest import BUILTIN_TYPES_OUTLINE, BUILTIN_TYPES_TASK
 from tests.gateway_server import CRP, TASK

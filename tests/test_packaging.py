@@ -16,7 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 import cdr
-from cdr import cli, models
+from cdr import cli
+from cdr.retrieval import models
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdr.quality import alpha_ndcg, cumulative_repetition, cwr6, fact_reuse, subtopic_recall
+from cdr.report.quality import alpha_ndcg, cumulative_repetition, cwr6, fact_reuse, subtopic_recall
 
 
 def test_cwr6():

@@ -12,8 +12,8 @@ from cdr.ckf import CKF
 from cdr.cli import app
 from cdr.errors import InvalidInputError
 from cdr.gateway.schemas import GenerationOptions
-from cdr.loop import GenerationConfig, Generator
 from cdr.ranking import RANKING_MODES, check_mode, rank, sections_order
+from cdr.window.loop import GenerationConfig, Generator
 from cdr.writers import get_writer
 from tests.conftest import BUILTIN_TYPES_OUTLINE, BUILTIN_TYPES_TASK
 

@@ -31,13 +31,13 @@ ray = pytest.importorskip(
 
 from cdr.ckf.snapshot import CKFSnapshot  # noqa: E402
 from cdr.ckf.writer import CKFWriter, create_ckf  # noqa: E402
+from cdr.cluster.ray_index import RayShardedIndex, ShardUnavailableError, connect  # noqa: E402
+from cdr.cluster.shard_server import WindowQuery  # noqa: E402
+from cdr.cluster.shardset import create_shard_set, shard_of  # noqa: E402
 from cdr.coverage import CoverageSet, ResidualSet, SubQuery  # noqa: E402
-from cdr.factindex import FactIndex, RankingIndex  # noqa: E402
-from cdr.loop import GenerationConfig, Generator  # noqa: E402
 from cdr.ranking import rank  # noqa: E402
-from cdr.ray_index import RayShardedIndex, ShardUnavailableError, connect  # noqa: E402
-from cdr.shard_server import WindowQuery  # noqa: E402
-from cdr.shardset import create_shard_set, shard_of  # noqa: E402
+from cdr.retrieval.factindex import FactIndex, RankingIndex  # noqa: E402
+from cdr.window.loop import GenerationConfig, Generator  # noqa: E402
 from cdr.writers import get_writer  # noqa: E402
 from tests.conftest import BUILTIN_TYPES_OUTLINE, BUILTIN_TYPES_TASK  # noqa: E402
 
@@ -312,8 +312,8 @@ def assert_same_windows(got: list[tuple], want: list[tuple]) -> None:
 # A small envelope, the default one, one so large that 64 candidates cannot fill it (the loop
 # asks the shards again for more until greedy packing is settled), `envelope=fit` (its own
 # fact cap), the "fresh" profile, whose fact memory re-sorts the whole ranking: it is ranked
-# centrally over select(), as mmr is; and "focused", whose fused relevance (cdr.lexical) needs
-# BM25 over the whole row space: the same order as one CKF's, from the same statistics.
+# centrally over select(), as mmr is; and "focused", whose fused relevance (cdr.retrieval.lexical)
+# needs BM25 over the whole row space: the same order as one CKF's, from the same statistics.
 CONFIGS = [{"max_envelope_facts": 3}, {}, {"context_tokens": 60000}, {"envelope": "fit"},
            {"profile": "fresh"}, {"profile": "focused"}]
 
@@ -393,9 +393,9 @@ def test_a_shard_that_stays_down_fails_the_request_naming_it(cluster: None,
 
 def test_ingest_on_the_cluster_equals_a_local_ingest(cluster: None, tmp_path: Path) -> None:
     from cdr.ckf import CKF, ingest
-    from cdr.ray_ingest import RayEmbedder
-    from cdr.samples import pydoc_topics_dir
-    from cdr.shardset import ingest_sharded, read_manifest
+    from cdr.cli.samples import pydoc_topics_dir
+    from cdr.cluster.ray_ingest import RayEmbedder
+    from cdr.cluster.shardset import ingest_sharded, read_manifest
 
     docs = pydoc_topics_dir(tmp_path / "docs", topics=["truth", "pass", "lambda", "del"])
     ticks: list[tuple[str, int, int]] = []
@@ -428,9 +428,9 @@ def test_ingest_on_the_cluster_equals_a_local_ingest(cluster: None, tmp_path: Pa
 
 
 def test_ray_embedder_pieces_prefetch_and_a_clear_error_without_cpus(cluster: None) -> None:
-    from cdr.embed import default_embedder
+    from cdr.cluster.ray_ingest import RayEmbedder
     from cdr.errors import CdrError
-    from cdr.ray_ingest import RayEmbedder
+    from cdr.retrieval.embed import default_embedder
 
     model = RayEmbedder(None, workers=2, task_texts=4)
     try:

@@ -1,5 +1,5 @@
-"""The opt-in repeat guard (`repeats: "drop"`, cdr.repeat_guard): what an earlier window wrote,
-in the same words or the same meaning, is taken out of a window before Stage 8, reported,
+"""The opt-in repeat guard (`repeats: "drop"`, cdr.window.repeat_guard): what an earlier window
+wrote, in the same words or the same meaning, is taken out of a window before Stage 8, reported,
 streamed exactly as stored, and remembered across a stored session."""
 
 from __future__ import annotations
@@ -18,13 +18,15 @@ from typer.testing import CliRunner
 
 from cdr.ckf import CKF
 from cdr.cli import app
-from cdr.embed import default_embedder
 from cdr.errors import InvalidInputError
-from cdr.kept_stream import KeptStream
-from cdr.loop import GenerationConfig, Generator
-from cdr.markdown import parse_blocks
 from cdr.ngrams import ngram_hashes
-from cdr.repeat_guard import (
+from cdr.retrieval.embed import default_embedder
+from cdr.session import Session
+from cdr.text.kept_stream import KeptStream
+from cdr.text.markdown import parse_blocks
+from cdr.trace import TRACE_SCHEMA, build_trace
+from cdr.window.loop import GenerationConfig, Generator
+from cdr.window.repeat_guard import (
     MIN_MEANING_WORDS,
     REPEAT_SHARE,
     RESTATE_COSINE,
@@ -32,8 +34,6 @@ from cdr.repeat_guard import (
     split_items,
     split_sentences,
 )
-from cdr.session import Session
-from cdr.trace import TRACE_SCHEMA, build_trace
 from cdr.writers.base import WriterResult
 
 EMBEDDER = default_embedder()

@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from cdr.cli import app
-from cdr.dpe import split_paragraphs
 from cdr.ngrams import tokenize
 from cdr.report import build_run, explain_exit, mark_repeats, render_report
 from cdr.report.page import asset
 from cdr.report.svg import Series, line_chart, nice_max
 from cdr.trace import TRACE_SCHEMA
+from cdr.window.dpe import split_paragraphs
 from tests.ui_fixtures import HOSTILE_HEADING, MARKUP, OUTLINE, TASK
 
 pytest_plugins = ["tests.ui_fixtures"]

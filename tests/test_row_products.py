@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdr import row_products as rp
 from cdr.errors import InvalidInputError
 from cdr.ranking import cdr_scores, rank_all, row_dots
+from cdr.retrieval import row_products as rp
 
 
 def _rows(seed: int, n: int, d: int, dtype: type) -> np.ndarray:

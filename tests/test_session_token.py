@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdr.errors import CdrError, EmbeddingModelMismatchError, InvalidInputError
-from cdr.session_token import (
+from cdr.gateway.session_token import (
     DEFAULT_KID,
     ExpiredTokenError,
     InvalidTokenError,

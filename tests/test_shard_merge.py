@@ -1,5 +1,5 @@
-"""Shard-side ranking merged in one round (`cdr.shard_merge`), without Ray: the shard servers
-are the plain objects the Ray actors wrap, called in this process. On facts with many exact
+"""Shard-side ranking merged in one round (`cdr.cluster.shard_merge`), without Ray: the shard
+servers are the plain objects the Ray actors wrap, called in this process. On facts with many exact
 and near ties (duplicated rows, rows one float32 step apart, three importance levels), the
 merged ranking equals one CKF's bit for bit — rows, order, every score component, ids — for
 Phase 1 limits with and without a global cut-off, and the second round is asked exactly
@@ -16,12 +16,12 @@ import pytest
 
 from cdr.ckf.snapshot import CKFSnapshot
 from cdr.ckf.writer import CKFWriter, create_ckf
+from cdr.cluster.shard_merge import ShardTop, merge_window
+from cdr.cluster.shard_server import ShardServer, WindowQuery
+from cdr.cluster.shardset import create_shard_set, shard_of
 from cdr.coverage import CoverageSet, ResidualSet, SubQuery
-from cdr.factindex import check_query
 from cdr.ranking import rank
-from cdr.shard_merge import ShardTop, merge_window
-from cdr.shard_server import ShardServer, WindowQuery
-from cdr.shardset import create_shard_set, shard_of
+from cdr.retrieval.factindex import check_query
 
 DIM = 384  # a real model's width: BLAS picks its blocked kernels at this size
 

@@ -15,12 +15,9 @@ from typer.testing import CliRunner
 from cdr.ckf.snapshot import CKFSnapshot
 from cdr.ckf.writer import create_ckf
 from cdr.cli import app as main_app
-from cdr.cli_ckf import app
-from cdr.errors import EmbeddingModelMismatchError, InvalidInputError, NotFoundError
-from cdr.gateway.errors import from_cdr_error
-from cdr.index_open import open_fact_index
-from cdr.ray_index import ShardUnavailableError, parse_address
-from cdr.shardset import (
+from cdr.cli.ckf import app
+from cdr.cluster.ray_index import ShardUnavailableError, parse_address
+from cdr.cluster.shardset import (
     MANIFEST,
     create_shard_set,
     list_documents,
@@ -30,6 +27,9 @@ from cdr.shardset import (
     shard_dir,
     shard_of,
 )
+from cdr.errors import EmbeddingModelMismatchError, InvalidInputError, NotFoundError
+from cdr.gateway.errors import from_cdr_error
+from cdr.retrieval.index_open import open_fact_index
 
 DATA = Path(__file__).parent / "data" / "ckf"
 runner = CliRunner()

@@ -11,14 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cdr.ckf import CKF
-from cdr.dpe import parse_outline
-from cdr.embed import default_embedder
-from cdr.loop import GenerationConfig, Generator
 from cdr.options import PROFILES, resolve_options
+from cdr.retrieval.embed import default_embedder
+from cdr.retrieval.subject import SUBJECT_WORDS, anchored, sub_query_texts, subject_of
 from cdr.session import CKF_EXHAUSTED, LIMIT_REACHED, TASK_COMPLETE
-from cdr.stale import STALE_SHARE, is_stale, sent_before_per_window, sent_before_share
-from cdr.subject import SUBJECT_WORDS, anchored, sub_query_texts, subject_of
 from cdr.trace import TRACE_SCHEMA, build_trace
+from cdr.window.dpe import parse_outline
+from cdr.window.loop import GenerationConfig, Generator
+from cdr.window.stale import STALE_SHARE, is_stale, sent_before_per_window, sent_before_share
 from cdr.writers import get_writer
 from tests.conftest import BUILTIN_TYPES_OUTLINE, BUILTIN_TYPES_TASK
 

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from cdr.gateway.app import create_app
 from cdr.gateway.auth import hash_key
 from cdr.gateway.settings import GatewaySettings
-from cdr.telemetry import crp_attributes
+from cdr.window.telemetry import crp_attributes
 from tests.gateway_server import CRP, SECRET, TASK
 
 pytest_plugins = ["tests.gateway_server"]

@@ -17,15 +17,15 @@ from typer.testing import CliRunner
 
 from cdr.ckf import CKF
 from cdr.cli import app
-from cdr.envelope import Envelope
 from cdr.errors import InvalidInputError, UpstreamError
 from cdr.gateway.schemas import GenerationOptions
 from cdr.gateway.session_record import SessionRecord
-from cdr.headers import EXHAUSTED_HINT, crp_headers
-from cdr.loop import GenerationConfig, Generator, PreparedWindow
 from cdr.ranking import RANKING_MODES, Ranking
 from cdr.session import MAX_WINDOWS_LIMIT, RUN_FAILED, RUN_STATUSES, Session
 from cdr.trace import TRACE_SCHEMA, build_trace, window_record
+from cdr.window.envelope import Envelope
+from cdr.window.headers import EXHAUSTED_HINT, crp_headers
+from cdr.window.loop import GenerationConfig, Generator, PreparedWindow
 from cdr.writers import get_writer
 from tests.chat_server import ChatServer
 from tests.conftest import BUILTIN_TYPES_OUTLINE, BUILTIN_TYPES_TASK

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdr.loop import GenerationConfig, Generator
+from cdr.window.loop import GenerationConfig, Generator
 from cdr.writers import WRITER_NAMES, get_writer, needs_model, pastes_facts
 from cdr.writers.base import WriterResult
 

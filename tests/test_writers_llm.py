@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdr.errors import InvalidInputError, UpstreamError
-from cdr.tokens import count_tokens
+from cdr.text.tokens import count_tokens
 from cdr.writers import (
     AnthropicWriter,
     OpenAIWriter,
@@ -478,10 +478,10 @@ def test_no_hand_written_http_in_the_writers() -> None:
     import ast
     from pathlib import Path
 
-    import cdr.embed
+    import cdr.retrieval.embed
     import cdr.writers
 
-    files = [*Path(cdr.writers.__file__).parent.glob("*.py"), Path(cdr.embed.__file__)]
+    files = [*Path(cdr.writers.__file__).parent.glob("*.py"), Path(cdr.retrieval.embed.__file__)]
     for path in files:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         imported = {name for node in ast.walk(tree) for name in (

@@ -60,8 +60,8 @@ def hostile_ckf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def run_trace(ckf_path: Path, ranking: str, windows: int = 3) -> dict:
     from cdr.ckf import CKF
-    from cdr.loop import GenerationConfig, Generator
     from cdr.trace import build_trace
+    from cdr.window.loop import GenerationConfig, Generator
     from cdr.writers import get_writer
 
     gen = Generator(CKF.open(ckf_path), get_writer("extractive"),

@@ -1,12 +1,17 @@
 """cdr — Coverage-Differential Retrieval (CRP-SPEC-024) for multi-window long-form generation.
 
 Public API: the ranking core, session state and exits; the CKF, loop, writers and gateway are
-imported lazily from their modules (`cdr.ckf`, `cdr.loop`, `cdr.writers`, `cdr.gateway`) so
-that `import cdr` stays cheap.
+imported lazily from their modules (`cdr.ckf`, `cdr.window.loop`, `cdr.writers`, `cdr.gateway`)
+so that `import cdr` stays cheap.
+
+Modules that moved into sub-packages (`cdr.loop` is now `cdr.window.loop`, …) still import by
+their old names, with a `DeprecationWarning`, for one release: `cdr.old_paths` maps each old name to
+the same module object (docs/design.md §7.1 "Modules").
 """
 
 from typing import TYPE_CHECKING
 
+from cdr import old_paths  # noqa: F401 - installs the finder for the old module paths
 from cdr.coverage import CoverageEntry, CoverageSet, ResidualSet, SubQuery
 from cdr.errors import (
     CdrError,
@@ -32,28 +37,28 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers only
     from cdr.ckf import CKF, ingest
-    from cdr.embed import default_embedder
-    from cdr.factindex import FactIndex
-    from cdr.length import LengthReport, length_score
-    from cdr.loop import GenerationConfig, Generator, WindowEvent
-    from cdr.repeat_guard import RepeatGuard
+    from cdr.retrieval.embed import default_embedder
+    from cdr.retrieval.factindex import FactIndex
     from cdr.trace import build_trace
+    from cdr.window.length import LengthReport, length_score
+    from cdr.window.loop import GenerationConfig, Generator, WindowEvent
+    from cdr.window.repeat_guard import RepeatGuard
     from cdr.writers import get_writer
 
 # Heavier parts, imported on first use so that `import cdr` stays cheap.
 _LAZY = {
     "CKF": "cdr.ckf",
-    "FactIndex": "cdr.factindex",
+    "FactIndex": "cdr.retrieval.factindex",
     "ingest": "cdr.ckf",
-    "Generator": "cdr.loop",
-    "GenerationConfig": "cdr.loop",
-    "WindowEvent": "cdr.loop",
+    "Generator": "cdr.window.loop",
+    "GenerationConfig": "cdr.window.loop",
+    "WindowEvent": "cdr.window.loop",
     "get_writer": "cdr.writers",
-    "default_embedder": "cdr.embed",
+    "default_embedder": "cdr.retrieval.embed",
     "build_trace": "cdr.trace",
-    "RepeatGuard": "cdr.repeat_guard",
-    "LengthReport": "cdr.length",
-    "length_score": "cdr.length",
+    "RepeatGuard": "cdr.window.repeat_guard",
+    "LengthReport": "cdr.window.length",
+    "length_score": "cdr.window.length",
 }
 
 

@@ -4,29 +4,29 @@ The spec's behaviour is the default and stays byte-for-byte what it was: a sessi
 options serialises exactly as before (no option keys), and a session stored before the options
 existed loads with the defaults. Each option is a rule in its own module:
 
-- `memory`: ``"off"`` (spec: novelty is per topic) or ``"facts"`` (`cdr.memory`: facts already
-  shown, and more strongly facts already written, lose score in later windows);
-- `envelope`: ``"budget"`` (spec: fill the envelope budget E) or ``"fit"`` (`cdr.fit`: pack about
-  as many facts as the window's planned words can use);
+- `memory`: ``"off"`` (spec: novelty is per topic) or ``"facts"`` (`cdr.window.memory`: facts
+  already shown, and more strongly facts already written, lose score in later windows);
+- `envelope`: ``"budget"`` (spec: fill the envelope budget E) or ``"fit"`` (`cdr.window.fit`: pack
+  about as many facts as the window's planned words can use);
 - `queries`: ``"titles"`` (spec: sub-queries are embedded as written) or ``"expanded"``
-  (`cdr.expansion`: each sub-query is expanded once at session start from the CKF, and the
+  (`cdr.retrieval.expansion`: each sub-query is expanded once at session start from the CKF, and the
   expansion drives residual pull, the plan and Stage 8 attribution);
 - `repeats`: ``"keep"`` (spec: the window's text is kept as written) or ``"drop"``
-  (`cdr.repeat_guard`: sentences, list items and code an earlier window already wrote, in the
+  (`cdr.window.repeat_guard`: sentences, list items and code an earlier window already wrote, in the
   same words or, for prose, the same meaning, are taken out before Stage 8);
 - `subject`: ``"off"`` (spec: an outline line is embedded as written) or ``"anchor"``
-  (`cdr.subject`: each sub-query is embedded as the task's subject plus its line, so
+  (`cdr.retrieval.subject`: each sub-query is embedded as the task's subject plus its line, so
   "Background" means the background *of this task's subject*; the window still writes under
   "Background");
-- `lexical`: ``"off"`` (spec: relevance is the cosine) or ``"bm25"`` (`cdr.lexical`: relevance
-  fuses the cosine with a BM25 score of the task's words, so facts that name the subject's own
-  terms pass the gate);
+- `lexical`: ``"off"`` (spec: relevance is the cosine) or ``"bm25"`` (`cdr.retrieval.lexical`:
+  relevance fuses the cosine with a BM25 score of the task's words, so facts that name the subject's
+  own terms pass the gate);
 - `stale`: ``"write"`` (spec: a window is written whatever its envelope holds, until an exit
-  fires) or ``"stop"`` (`cdr.stale`: a window whose envelope is mostly facts earlier windows
+  fires) or ``"stop"`` (`cdr.window.stale`: a window whose envelope is mostly facts earlier windows
   were already sent ends the run with `ckf-exhausted`, unwritten);
 - `length`: ``"open"`` (spec: the words asked only size the sub-queries; a run ends on the
-  spec's four exits) or ``"contract"`` (`cdr.length`: each window is planned for the words still
-  owed, as many as its generation budget carries at the writer's words per token; a section
+  spec's four exits) or ``"contract"`` (`cdr.window.length`: each window is planned for the words
+  still owed, as many as its generation budget carries at the writer's words per token; a section
   written whole is not planned again, only one cut off is continued; and the run ends with
   `task-complete` once the words delivered reach the ±15% band of the words asked).
 

@@ -30,7 +30,7 @@ import numpy as np
 from cdr.coverage import CoverageSet, ResidualSet, weighted_centroid
 from cdr.errors import InvalidInputError
 from cdr.ngrams import ngram_penalty as _ngram_penalty
-from cdr.row_products import row_products
+from cdr.retrieval.row_products import row_products
 from cdr.vectors import (
     as_fact_matrix,
     as_matrix,
@@ -72,7 +72,7 @@ class Ranking:
     n_candidates: int = 0
     ngram_activations: int = 0
     extra: dict[str, float] = field(default_factory=dict)
-    # Fact memory's multiplier per candidate (`cdr.memory`, an opt-in session option, not the
+    # Fact memory's multiplier per candidate (`cdr.window.memory`, an opt-in session option, not the
     # spec); None when the session runs without it.
     memory: np.ndarray | None = None
 
@@ -134,7 +134,8 @@ def row_dots(rows: np.ndarray, vectors: np.ndarray) -> np.ndarray:
     has and where the row sits — one CKF and the shard holding a fact disagreed, and
     near-tied facts swapped order. einsum's result for a row depends on that row and the
     vectors only (tests/test_ranking.py checks it over random sub-matrices). Large inputs are
-    cut into fixed row blocks run on all cores (`cdr.row_products`), which changes no value."""
+    cut into fixed row blocks run on all cores (`cdr.retrieval.row_products`), which changes no
+    value."""
     r = np.asarray(rows)
     return row_products(r, np.asarray(vectors, dtype=r.dtype))
 

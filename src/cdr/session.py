@@ -24,11 +24,11 @@ import numpy as np
 
 from cdr.coverage import CoverageSet, ResidualSet, SubQuery, check_depth
 from cdr.errors import EmbeddingModelMismatchError, InvalidInputError, parse_json_object
-from cdr.memory import FactMemory
 from cdr.ngrams import NgramBlacklist, NgramIndex
 from cdr.options import SessionOptions
 from cdr.ranking import CDR_MIN_RELEVANCE, DEFAULT_RANKING, check_mode
 from cdr.vectors import from_b64, to_b64, unit_matrix, unit_vector
+from cdr.window.memory import FactMemory
 
 COMPLETION_THRESHOLD = 0.92
 THOROUGH_DEPTH = 0.90
@@ -123,16 +123,16 @@ class Session:
     # Opt-in rules beyond the spec (`cdr.options`); the defaults are the spec.
     options: SessionOptions = field(default_factory=SessionOptions)
     fact_memory: FactMemory = field(default_factory=FactMemory)
-    expanded_embeddings: np.ndarray | None = None  # `queries: "expanded"` (cdr.expansion)
+    expanded_embeddings: np.ndarray | None = None  # `queries: "expanded"` (cdr.retrieval.expansion)
     # Sub-query id → the last words written for it (`DpeReport.section_ends`): a window that
     # continues a begun section is shown where it stopped (docs/design.md §3.15 "Continued
     # sections").
     section_ends: dict[str, str] = field(default_factory=dict)
-    # `repeats: "drop"` (cdr.repeat_guard): unit vectors of the sentences earlier windows kept,
-    # which a later window's sentences are compared with. Stored as float16: a cosine ≥ 0.70
+    # `repeats: "drop"` (cdr.window.repeat_guard): unit vectors of the sentences earlier windows
+    # kept, which a later window's sentences are compared with. Stored as float16: a cosine ≥ 0.70
     # decision does not need float32's digits, and the session stays small.
     written_vectors: np.ndarray | None = None
-    # `length: "contract"` (cdr.length): the words the windows delivered, and the sub-queries
+    # `length: "contract"` (cdr.window.length): the words the windows delivered, and the sub-queries
     # a window wrote whole (planned in full, written, not cut off), which are not planned again.
     words_written: int = 0
     finished_ids: list[str] = field(default_factory=list)
@@ -305,10 +305,12 @@ class Session:
         return int(sum(sq.expected_words for sq in self.sub_queries))
 
     def exit_reason(self, mean_novelty_ratio: float | None) -> str | None:
-        """The spec's exits; with the length contract (`cdr.length.contract_met`) the run is
+        """The spec's exits; with the length contract (`cdr.window.length.contract_met`) the run is
         also complete once the words delivered reach the band of the words asked."""
         if self.options.length == "contract":
-            from cdr.length import contract_met  # cdr.length reads this module's limits
+            from cdr.window.length import (
+                contract_met,  # cdr.window.length reads this module's limits
+            )
 
             if contract_met(self.words_asked, self.words_written):
                 return TASK_COMPLETE
@@ -323,8 +325,8 @@ class Session:
 
     @property
     def remembers_facts(self) -> bool:
-        """Whether the session keeps which facts it sent (`cdr.memory`): for fact memory's
-        weights, or for the stop on stale envelopes (`cdr.stale`)."""
+        """Whether the session keeps which facts it sent (`cdr.window.memory`): for fact memory's
+        weights, or for the stop on stale envelopes (`cdr.window.stale`)."""
         return self.options.memory == "facts" or self.options.stale == "stop"
 
     def backward_summary(self) -> str:

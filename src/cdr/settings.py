@@ -227,9 +227,9 @@ SETTINGS: tuple[Setting, ...] = (
         type='int ≥ 1',
         default='`os.cpu_count()`',
         meaning=('Threads for the per-fact products of the ranking core and the float32 Phase 1'
-                 ' scan (`cdr.row_products`): fixed row blocks, so every score is bit-identical'
-                 ' whatever the count. Products under 16,384 rows × vectors run inline on the '
-                 'calling thread.')),
+                 ' scan (`cdr.retrieval.row_products`): fixed row blocks, so every score is'
+                 ' bit-identical whatever the count. Products under 16,384 rows × vectors run'
+                 ' inline on the calling thread.')),
     Setting(
         'CDR_HTML_EXTRACTOR', 'library',
         type='`on`, or `off`/`0`/`false`/`no`',

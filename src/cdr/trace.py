@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from cdr.length import run_length
 from cdr.options import OPTION_CHOICES
 from cdr.ranking import RANKING_MODES
 from cdr.session import RUN_STATUSES, Session
-from cdr.stale import sent_before_per_window
+from cdr.window.length import run_length
+from cdr.window.stale import sent_before_per_window
 
 if TYPE_CHECKING:
-    from cdr.loop import PreparedWindow, WindowEvent
+    from cdr.window.loop import PreparedWindow, WindowEvent
 
 
 def packed_facts(prepared: PreparedWindow) -> list[dict[str, Any]]:
@@ -55,7 +55,7 @@ def window_record(event: WindowEvent) -> dict[str, Any]:
         "residual": list(event.residual),
         "headers": dict(event.headers),
         # Optional (readers must not require it): the sub-query Stage 8 credited with each
-        # paragraph of `output` (as `cdr.dpe.split_paragraphs` cuts it), or null for none.
+        # paragraph of `output` (as `cdr.window.dpe.split_paragraphs` cuts it), or null for none.
         "attribution": list(event.report.attribution),
     }
     if event.error:
@@ -69,7 +69,7 @@ def trace_document(session: Session, windows: Sequence[dict[str, Any]]) -> dict[
     """The trace of `session` with its windows' records (`window_record`) as stored; the
     session's opt-in options (`cdr.options`) appear only when one is on."""
     # Optional per window (readers must not require it): the share of its envelope that an
-    # earlier window was already sent (`cdr.stale`), null for an empty envelope. Exit 3 does
+    # earlier window was already sent (`cdr.window.stale`), null for an empty envelope. Exit 3 does
     # not see an unwritten fact sent again; this shows it, whatever the options.
     shares = sent_before_per_window([[f["fact_id"] for f in w.get("envelope", ())]
                                      for w in windows])
@@ -88,7 +88,7 @@ def trace_document(session: Session, windows: Sequence[dict[str, Any]]) -> dict[
 
 
 def build_trace(session: Session, events: Sequence[WindowEvent]) -> dict[str, Any]:
-    """The run's trace, with the optional `length` field (`cdr.length`): the words asked
+    """The run's trace, with the optional `length` field (`cdr.window.length`): the words asked
     (the sub-queries' expected words, which split `--words` exactly), the words the windows
     delivered, their ratio, LongBench-Write's length score and whether it is within ±15%."""
     doc = trace_document(session, [window_record(e) for e in events])

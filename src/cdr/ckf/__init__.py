@@ -5,8 +5,8 @@
     sel = ckf.select(ckf.encode_query("partial indexes"), min_relevance=0.4, limit=50)
     facts = ckf.facts(sel.indices)
 
-`CKFSnapshot` is the read side (the local `cdr.factindex.FactIndex`), `CKFWriter` the writer
-side (file lifecycle, locking, all changes); `CKF` is a snapshot that refreshes itself and
+`CKFSnapshot` is the read side (the local `cdr.retrieval.factindex.FactIndex`), `CKFWriter` the
+writer side (file lifecycle, locking, all changes); `CKF` is a snapshot that refreshes itself and
 forwards administration to its writer.
 """
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from cdr.ckf.records import MAX_FACT_TOKENS, MIN_FACT_TOKENS, Block, FactDraft
 from cdr.errors import InvalidInputError
-from cdr.tokens import count_tokens, count_tokens_batch
+from cdr.text.tokens import count_tokens, count_tokens_batch
 
 SECTION_SEPARATOR = " > "
 

@@ -24,10 +24,10 @@ from cdr.ckf.snapshot import CKFSnapshot
 from cdr.ckf.txn import WriteTxn
 from cdr.ckf.writer import CKFBusyError, CKFWriter, create_ckf
 from cdr.errors import InvalidInputError, NotFoundError
-from cdr.fact_recipe import DEFAULT_RECIPE, base_model_id, check_recipe, identity
+from cdr.retrieval.fact_recipe import DEFAULT_RECIPE, base_model_id, check_recipe, identity
 
 if TYPE_CHECKING:
-    from cdr.embed import Embedder
+    from cdr.retrieval.embed import Embedder
 
 __all__ = ["CKF", "CKFBusyError", "CKFSnapshot"]
 
@@ -45,10 +45,10 @@ class CKF(CKFSnapshot):
     def create(cls, path: str | os.PathLike[str], embedder: Embedder | None = None, *,
                dtype: str = "float32", recipe: str = DEFAULT_RECIPE) -> CKF:
         """A new, empty CKF bound to `embedder`'s model (default: the offline default), its
-        facts embedded by `recipe` (`cdr.fact_recipe`: with their title and section by
+        facts embedded by `recipe` (`cdr.retrieval.fact_recipe`: with their title and section by
         default, `"plain"` for the fact alone)."""
         if embedder is None:
-            from cdr.embed import default_embedder
+            from cdr.retrieval.embed import default_embedder
 
             embedder = default_embedder()
         ident = identity(base_model_id(embedder), recipe)

@@ -39,7 +39,7 @@ from cdr.ckf.sources import (
     read_file,
 )
 from cdr.errors import InvalidInputError
-from cdr.fact_recipe import fact_text
+from cdr.retrieval.fact_recipe import fact_text
 
 log = logging.getLogger("cdr.ckf")
 
@@ -236,11 +236,11 @@ def ingest_documents(
 
     def texts_of(drafts: Sequence[FactDraft], title: str | None) -> list[str]:
         """What the model reads for each fact: the fact, with its context under the CKF's
-        recipe (`cdr.fact_recipe`)."""
+        recipe (`cdr.retrieval.fact_recipe`)."""
         return [fact_text(recipe, d.content, title, d.section) for d in drafts]
 
     prefetch = getattr(ckf.embedder, "prefetch", None)
-    if prefetch is not None and total:  # cdr.ray_ingest: embed ahead while we commit
+    if prefetch is not None and total:  # cdr.cluster.ray_ingest: embed ahead while we commit
         prefetch([t for k, p in enumerate(plans) for t in
                   texts_of([d for d in (p.drafts or ()) if new_first.get(d.id) == k], p.title)],
                  batch_size=batch_size)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 from cdr.errors import InvalidInputError
-from cdr.factindex import Selection as Selection  # re-export: it belongs to the protocol
+from cdr.retrieval.factindex import Selection as Selection  # re-export: it belongs to the protocol
 
 # SPEC-009 fact size bounds, in cl100k tokens.
 MIN_FACT_TOKENS = 10

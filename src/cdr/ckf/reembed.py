@@ -30,7 +30,7 @@ from cdr.ckf.arrays import (
     write_atomic,
 )
 from cdr.errors import InvalidInputError
-from cdr.fact_recipe import bind, check_recipe, fact_text, identity, split_identity
+from cdr.retrieval.fact_recipe import bind, check_recipe, fact_text, identity, split_identity
 
 if TYPE_CHECKING:
     from cdr.ckf.handle import CKF
@@ -116,7 +116,7 @@ def reembed(ckf: CKF, recipe: str, *, embedder: Any = None, batch_size: int = 32
     target = identity(model_id, recipe)
     writer = ckf.writer
     if embedder is None:
-        from cdr.embed import default_embedder
+        from cdr.retrieval.embed import default_embedder
 
         embedder = default_embedder()
     model = bind(getattr(embedder, "base", embedder), target)

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cdr.row_products import row_products
+from cdr.retrieval.row_products import row_products
 
 try:  # the `fast` extra
     import numba as _nb
@@ -359,7 +359,7 @@ def _blas_similarities(emb: np.ndarray, q: np.ndarray) -> np.ndarray:
         # take rows in groups), so a fact's relevance could differ in the last bit between
         # one CKF and the shard holding it (issue 12); einsum's depends on the row alone, and
         # it measured no slower here (memory-bound either way). Row blocks on all cores
-        # (`cdr.row_products`) change no row's value.
+        # (`cdr.retrieval.row_products`) change no row's value.
         return row_products(emb, q)
     out = np.empty(len(emb), dtype=np.float32)
     for s in range(0, len(emb), 4096):

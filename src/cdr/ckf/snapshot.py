@@ -30,12 +30,12 @@ from cdr.ckf.state import (
 )
 from cdr.ckf.txn import chunks
 from cdr.errors import EmbeddingModelMismatchError, InvalidInputError, NotFoundError
-from cdr.fact_recipe import bind, split_identity
-from cdr.factindex import check_gate, check_query, select_rows
+from cdr.retrieval.fact_recipe import bind, split_identity
+from cdr.retrieval.factindex import check_gate, check_query, select_rows
 
 if TYPE_CHECKING:
-    from cdr.embed import Embedder
     from cdr.ngrams import NgramIndex
+    from cdr.retrieval.embed import Embedder
 
 _FACT_COLUMNS = ("row, id, content, source, location, section, importance, is_code, tokens,"
                  " status, doc_id, created_at, updated_at")
@@ -45,7 +45,7 @@ _DOC_COLUMNS = ("doc_id", "source", "kind", "title", "content_hash", "size", "so
 
 class CKFSnapshot:
     """A Contextual Knowledge Fabric as of one commit: facts, their unit embeddings (one
-    model), 6-gram hashes. Implements `cdr.factindex.FactIndex`.
+    model), 6-gram hashes. Implements `cdr.retrieval.factindex.FactIndex`.
 
     Row numbers index every per-row array and are stable across ingests; only a compaction
     renumbers them, after which fact reads refuse (open the CKF again)."""
@@ -99,12 +99,12 @@ class CKFSnapshot:
     @property
     def model_id(self) -> str:
         """The embedding identity: the model id, plus `#<recipe>` when facts were embedded with
-        their context (`cdr.fact_recipe`)."""
+        their context (`cdr.retrieval.fact_recipe`)."""
         return self.layout.model_id
 
     @property
     def recipe(self) -> str:
-        """How facts' texts became vectors here (`cdr.fact_recipe.RECIPES`)."""
+        """How facts' texts became vectors here (`cdr.retrieval.fact_recipe.RECIPES`)."""
         return split_identity(self.layout.model_id)[1]
 
     @property
@@ -128,7 +128,7 @@ class CKFSnapshot:
     @property
     def embedder(self) -> Embedder:
         if self._embedder is None:
-            from cdr.embed import default_embedder
+            from cdr.retrieval.embed import default_embedder
 
             self._embedder = self._check_embedder(default_embedder())
         return self._embedder

@@ -217,7 +217,7 @@ class CKFWriter:
         Vectors must come from this CKF's model; they are checked for shape and unit norm."""
         from cdr.ckf.chunk import fact_id
         from cdr.ngrams import ngram_hashes
-        from cdr.tokens import count_tokens_batch
+        from cdr.text.tokens import count_tokens_batch
 
         dim = self.layout.dim
         vectors = np.asarray(vectors, dtype=np.float32)

@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from cdr.cluster.ray_index import is_ray_address
 from cdr.errors import EmbeddingModelMismatchError, NotFoundError
-from cdr.factindex import FactIndex
 from cdr.gateway.auth import ApiKey
 from cdr.gateway.ckf_snapshots import KnowledgeBase
 from cdr.gateway.errors import ApiError
@@ -23,15 +23,15 @@ from cdr.gateway.schemas import GenerationOptions
 from cdr.gateway.selections import CachingIndex, SelectionCache
 from cdr.gateway.session_record import SessionCache, SessionRecord
 from cdr.gateway.session_store import SessionStore, StoredSession
+from cdr.gateway.session_token import StaleTokenError, TokenPayload, TokenSigner
 from cdr.gateway.settings import DEFAULT_KB, GatewaySettings
 from cdr.gateway.shard_kb import ShardSetKnowledgeBase, index_root
-from cdr.headers import SAFETY_ONLY_HEADERS, crp_headers
-from cdr.loop import EmptyKnowledgeBaseError, GenerationConfig, Generator, WindowEvent
 from cdr.options import OPTION_NAMES
 from cdr.ranking import DEFAULT_RANKING
-from cdr.ray_index import is_ray_address
+from cdr.retrieval.factindex import FactIndex
 from cdr.session import DEFAULT_MAX_WINDOWS, IN_PROGRESS, Session
-from cdr.session_token import StaleTokenError, TokenPayload, TokenSigner
+from cdr.window.headers import SAFETY_ONLY_HEADERS, crp_headers
+from cdr.window.loop import EmptyKnowledgeBaseError, GenerationConfig, Generator, WindowEvent
 from cdr.writers import Writer, build_writer
 
 TOKEN_HEADER = "CRP-Session"

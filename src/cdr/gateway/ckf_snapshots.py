@@ -31,7 +31,7 @@ from cdr.errors import NotFoundError
 if TYPE_CHECKING:
     from cdr.ckf.handle import CKF
     from cdr.ckf.snapshot import CKFSnapshot
-    from cdr.factindex import FactIndex
+    from cdr.retrieval.factindex import FactIndex
 
 log = logging.getLogger("cdr.gateway")
 _T = TypeVar("_T")
@@ -114,7 +114,7 @@ class KnowledgeBase:
             _ = snap.embedder
             _ = snap.ngram_index
         else:
-            from cdr.embed import default_embedder
+            from cdr.retrieval.embed import default_embedder
 
             default_embedder()
 

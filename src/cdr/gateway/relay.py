@@ -25,7 +25,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from cdr.envelope import DEFAULT_GENERATION_TOKENS
 from cdr.errors import UpstreamError
 from cdr.gateway.app_state import Gateway, session_headers
 from cdr.gateway.errors import ApiError, from_cdr_error
@@ -33,10 +32,11 @@ from cdr.gateway.redact import upstream_summary
 from cdr.gateway.schemas import ChatCompletionRequest
 from cdr.gateway.session_record import SessionRecord
 from cdr.gateway.settings import DEFAULT_KB
-from cdr.headers import SAFETY_ONLY_HEADERS
-from cdr.loop import EmptyKnowledgeBaseError, WindowEvent
 from cdr.session import CANCELLED, IN_PROGRESS, LIMIT_REACHED
 from cdr.trace import window_record
+from cdr.window.envelope import DEFAULT_GENERATION_TOKENS
+from cdr.window.headers import SAFETY_ONLY_HEADERS
+from cdr.window.loop import EmptyKnowledgeBaseError, WindowEvent
 from cdr.writers.base import pastes_facts
 
 DeltaSink = Callable[[int, str], None]

@@ -23,7 +23,7 @@ from typing import Any
 
 from cdr.gateway.app_state import SET_TOKEN_HEADER, Gateway
 from cdr.gateway.schemas import WindowSubmit
-from cdr.session_token import StaleTokenError
+from cdr.gateway.session_token import StaleTokenError
 
 __all__ = ["replay_submission", "with_submission"]
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from cdr.factindex import Selection
+from cdr.retrieval.factindex import Selection
 
 __all__ = ["CachingIndex", "SelectionCache"]
 

@@ -21,7 +21,7 @@ from cdr.errors import InvalidInputError
 from cdr.gateway.auth import KeyConfigError, KeyRing, parse_api_keys, weak_secret_reason
 from cdr.gateway.session_store import SessionStore, SQLiteSessionStore
 from cdr.gateway.session_store_postgres import is_postgres_url
-from cdr.session_token import DEFAULT_KID, TokenSigner, parse_signing_secret
+from cdr.gateway.session_token import DEFAULT_KID, TokenSigner, parse_signing_secret
 from cdr.writers import needs_model
 
 __all__ = ["DEFAULT_KB", "GatewayConfigError", "GatewaySettings", "load_settings",
@@ -52,14 +52,14 @@ class PostgresUrl(str):
 
 class RayIndexUrl(str):
     """`CDR_CKF` when it is a `ray://HOST:PORT/ABS_PATH` address, as checked by the one
-    parser (`cdr.ray_index.parse_address`); the settings then hold its directory in `ckf`
+    parser (`cdr.cluster.ray_index.parse_address`); the settings then hold its directory in `ckf`
     and the address in `ray_address`."""
 
 
 def _ckf_location(value: Any) -> Path | None:
     """A ray:// string is an address or an error, never a relative directory named 'ray:';
     anything else is a path."""
-    from cdr.ray_index import is_ray_address, parse_address
+    from cdr.cluster.ray_index import is_ray_address, parse_address
 
     if value is None:
         return None
@@ -144,7 +144,7 @@ class GatewaySettings(BaseSettings):
         A Ray address leaves its shard-set directory in `ckf` (what every path default and
         check below wants) and itself in `ray_address`."""
         if isinstance(self.ckf, RayIndexUrl):
-            from cdr.ray_index import parse_address
+            from cdr.cluster.ray_index import parse_address
 
             self._ray_address = str(self.ckf)
             self.ckf = parse_address(self._ray_address).path
@@ -261,7 +261,7 @@ class GatewaySettings(BaseSettings):
 
 
 def is_ray_address(value: str) -> bool:
-    from cdr.ray_index import is_ray_address as check
+    from cdr.cluster.ray_index import is_ray_address as check
 
     return check(value)
 

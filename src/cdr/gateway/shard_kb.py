@@ -35,7 +35,7 @@ from cdr.gateway.ckf_snapshots import submit_then_reload
 
 if TYPE_CHECKING:
     from cdr.ckf.handle import CKF
-    from cdr.factindex import FactIndex
+    from cdr.retrieval.factindex import FactIndex
 
 log = logging.getLogger("cdr.gateway")
 _T = TypeVar("_T")
@@ -44,7 +44,7 @@ _T = TypeVar("_T")
 def index_root(index: Any) -> Path:
     """Where an index lives on this machine: a CKF's directory, or a Ray-served shard set's
     (the PATH of `ray://HOST:PORT/PATH`), e.g. to put the session database beside it."""
-    from cdr.ray_index import is_ray_address, parse_address
+    from cdr.cluster.ray_index import is_ray_address, parse_address
 
     where = str(index.path)
     return parse_address(where).path if is_ray_address(where) else Path(where)
@@ -54,7 +54,7 @@ class ShardSetKnowledgeBase:
     """Holds the current Ray-served index of one shard set (see module doc)."""
 
     def __init__(self, index: Any, root: Path, watch_seconds: float = 1.0) -> None:
-        from cdr.shardset import read_manifest
+        from cdr.cluster.shardset import read_manifest
 
         self._index = index
         self.address = str(index.path)
@@ -141,7 +141,7 @@ class ShardSetKnowledgeBase:
     def route(self, sources: Sequence[str]) -> list[tuple[CKF, list[int]]]:
         """(the owning shard's writer, positions in `sources`) per shard that owns any —
         the placement `cdr ingest --shards` uses. Writer thread only."""
-        from cdr.shardset import shard_of
+        from cdr.cluster.shardset import shard_of
 
         groups: dict[int, list[int]] = {}
         for pos, source in enumerate(sources):
@@ -160,7 +160,7 @@ class ShardSetKnowledgeBase:
     def delete_document(self, doc: str) -> Future[tuple[str, int]]:
         """Delete `doc` (id or source) from its shard on the writer thread: (doc id, facts
         removed); `NotFoundError` if no shard holds it."""
-        from cdr.shardset import delete_from_shards
+        from cdr.cluster.shardset import delete_from_shards
 
         def fresh_writer(i: int) -> AbstractContextManager[CKF]:
             ckf = self._writer(i)

@@ -34,10 +34,10 @@ from cdr.gateway.replay import replay_submission, with_submission
 from cdr.gateway.schemas import SessionCreate, WindowSubmit
 from cdr.gateway.session_record import SessionRecord, derive, with_pending
 from cdr.gateway.session_store import StoredSession, VersionConflictError
+from cdr.gateway.session_token import StaleTokenError
 from cdr.gateway.settings import DEFAULT_KB
-from cdr.loop import PreparedWindow, WindowEvent
-from cdr.session_token import StaleTokenError
 from cdr.trace import packed_facts, window_record
+from cdr.window.loop import PreparedWindow, WindowEvent
 
 MAX_ATTEMPTS = 25
 

@@ -39,9 +39,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from cdr.errors import InvalidInputError, UpstreamError
-from cdr.loop import GenerationConfig, Generator, PreparedWindow, WindowEvent
 from cdr.session import Session
 from cdr.trace import build_trace
+from cdr.window.loop import GenerationConfig, Generator, PreparedWindow, WindowEvent
 from cdr.writers.base import DeltaCallback, WriterResult
 
 __all__ = ["CDRLoop", "CDRRetriever", "LangChainWriter", "envelope_documents"]
@@ -260,7 +260,7 @@ class CDRLoop(Runnable[Any, dict[str, Any]]):
 
     @staticmethod
     def _output(session: Session, events: list[WindowEvent]) -> dict[str, Any]:
-        from cdr.assemble import assemble_document
+        from cdr.window.assemble import assemble_document
 
         document = assemble_document(session.task, [e.output for e in events],
                                      [sq.text for sq in session.sub_queries])

@@ -32,20 +32,20 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 import numpy as np
 
 from cdr.coverage import SubQuery
-from cdr.dpe import (
+from cdr.errors import InvalidInputError
+from cdr.ngrams import ngram_hashes
+from cdr.ranking import Ranking, rank
+from cdr.session import IN_PROGRESS, Session
+from cdr.text.tokens import count_tokens
+from cdr.vectors import normalize
+from cdr.window.dpe import (
     DEFAULT_ATTRIBUTION_THRESHOLD,
     parse_outline,
     split_paragraphs,
     task_topic,
     verify_window,
 )
-from cdr.errors import InvalidInputError
-from cdr.headers import decimal2
-from cdr.ngrams import ngram_hashes
-from cdr.ranking import Ranking, rank
-from cdr.session import IN_PROGRESS, Session
-from cdr.tokens import count_tokens
-from cdr.vectors import normalize
+from cdr.window.headers import decimal2
 
 __all__ = ["CDRNodePostprocessor"]
 
@@ -86,7 +86,7 @@ class CDRNodePostprocessor(BaseNodePostprocessor):
         line (or a list); without one, the task is its own single sub-query. `embedder`:
         a cdr `Embedder` (default: cdr's offline model)."""
         if embedder is None:
-            from cdr.embed import default_embedder
+            from cdr.retrieval.embed import default_embedder
 
             embedder = default_embedder()
         if isinstance(outline, str | type(None)):

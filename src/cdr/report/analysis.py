@@ -9,11 +9,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdr.dpe import split_paragraphs
 from cdr.errors import InvalidInputError
 from cdr.ngrams import NGRAM_SIZE
-from cdr.quality import cwr6, fact_reuse
 from cdr.ranking import DEFAULT_RANKING, RANKING_MODES
+from cdr.report.quality import cwr6, fact_reuse
+from cdr.window.dpe import split_paragraphs
 
 _WORD = re.compile(r"\w+")
 # The exits' thresholds as docs/design.md §3 "Answers to the spec's open questions" reads

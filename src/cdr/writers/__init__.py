@@ -35,7 +35,7 @@ _REGISTRY = {
     "extractive": ("cdr.writers.extractive", "ExtractiveWriter", False),
     "openai": ("cdr.writers.openai_writer", "OpenAIWriter", True),
     "anthropic": ("cdr.writers.anthropic_writer", "AnthropicWriter", True),
-    "local": ("cdr.writers.local", "LocalWriter", False),  # the GGUF from cdr.models
+    "local": ("cdr.writers.local", "LocalWriter", False),  # the GGUF from cdr.retrieval.models
 }
 WRITER_NAMES = tuple(_REGISTRY)
 _LAZY = {cls: module for module, cls, _ in _REGISTRY.values()}
@@ -70,7 +70,7 @@ def build_writer(name: str, *, model: str | None = None, base_url: str | None = 
     """The writer `name` pointed at its upstream: the extractive writer needs nothing; the
     OpenAI writer defaults to api.openai.com; an unset key is left to the writer (it reads
     its environment variable)."""
-    if not needs_model(name):  # extractive, or local: the GGUF from cdr.models
+    if not needs_model(name):  # extractive, or local: the GGUF from cdr.retrieval.models
         return get_writer(name)
     settings: dict[str, Any] = {"model": model}
     if api_key is not None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from cdr.errors import InvalidInputError, UpstreamError
-from cdr.tokens import count_tokens
+from cdr.text.tokens import count_tokens
 
 # Per-message framing tokens in the chat format (OpenAI's published counting recipe); used
 # only when a server reports no usage and we have to estimate it.
@@ -33,7 +33,7 @@ class WriterResult:
     `finish_reason` uses OpenAI's words whatever the provider: "stop" (natural end), "length"
     (hit max_tokens); anything else is passed through as the provider said it. `usage` has
     `prompt_tokens`, `completion_tokens`, `total_tokens`, and `estimated: 1` when the server
-    sent no usage and the counts come from `cdr.tokens` (cl100k) instead.
+    sent no usage and the counts come from `cdr.text.tokens` (cl100k) instead.
     """
 
     text: str
@@ -45,10 +45,10 @@ class WriterResult:
 
 
 def trim_truncated(result: WriterResult) -> WriterResult:
-    """Cut a token-limited text back to its last complete paragraph (`cdr.markdown`)."""
+    """Cut a token-limited text back to its last complete paragraph (`cdr.text.markdown`)."""
     if result.finish_reason != "length" or result.dropped_text:
         return result
-    from cdr.markdown import keep_complete
+    from cdr.text.markdown import keep_complete
 
     result.text, result.dropped_text = keep_complete(result.text)
     return result

@@ -1,8 +1,8 @@
 """The offline default writer: writes a window straight from its envelope.
 
 It reads the same prompt an LLM gets (the loop's plan lines and numbered facts, see
-`cdr.prompt`) and, for each planned section in order, writes its facts as paragraphs under the
-section's heading until the section's word target or the window's token budget is reached.
+`cdr.window.prompt`) and, for each planned section in order, writes its facts as paragraphs under
+the section's heading until the section's word target or the window's token budget is reached.
 What CDR put in the envelope is therefore exactly what the reader sees, which makes the
 ranking's effect visible without a model, a network or a key.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from cdr.prompt import parse_prompt
-from cdr.tokens import count_tokens
+from cdr.text.tokens import count_tokens
+from cdr.window.prompt import parse_prompt
 from cdr.writers.base import WriterResult, check_request
 
 

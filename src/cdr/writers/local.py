@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from cdr.errors import InvalidInputError, UpstreamError
-from cdr.length import LLM_WORDS_PER_TOKEN
+from cdr.window.length import LLM_WORDS_PER_TOKEN
 from cdr.writers.base import (
     DeltaCallback,
     Pieces,
@@ -142,7 +142,7 @@ class LocalWriter(WriterBase):
     reference model installed by `make llm`; `n_ctx` to `CDR_LOCAL_N_CTX`, else 6144."""
 
     name = "local"
-    # Words a completion token of the reference model carries (`cdr.length`): what the length
+    # Words a completion token of the reference model carries (`cdr.window.length`): what the length
     # contract plans a window's words with.
     words_per_token = LLM_WORDS_PER_TOKEN
 
@@ -155,7 +155,7 @@ class LocalWriter(WriterBase):
         stop: list[str] | None = None,
         n_threads: int | None = None,
     ) -> None:
-        from cdr.models import require_local_llm
+        from cdr.retrieval.models import require_local_llm
 
         if model_path is not None:
             path = Path(model_path).expanduser()

@@ -163,7 +163,7 @@ def complete_blocks_end(text: str) -> int:
     finished (on the reference model, a window that opened with a sentence and a list used to
     keep the sentence alone, and the next window wrote both again). More text appended later
     cannot undo any of that, which is what lets a stream release a block (or a list item) as
-    soon as the next one starts (`cdr.kept_stream`)."""
+    soon as the next one starts (`cdr.text.kept_stream`)."""
     blocks = parse_blocks(text)
     lines = text.splitlines(keepends=True)
     if blocks and blocks[-1].kind == "list":

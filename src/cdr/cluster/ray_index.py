@@ -1,14 +1,14 @@
 """`RayShardedIndex`: a `FactIndex` whose shards are served by Ray actors (issue 12).
 
-One actor per shard of a shard set (`cdr.shardset`), each mapping its own CKF directory
-(`cdr.shard_server.ShardServer`). Global row numbers are the shards' rows laid end to end
+One actor per shard of a shard set (`cdr.cluster.shardset`), each mapping its own CKF directory
+(`cdr.cluster.shard_server.ShardServer`). Global row numbers are the shards' rows laid end to end
 (shard 0 first), so every per-row array the loop indexes is the concatenation of the shards'.
 
 Per window the caller broadcasts the query and gate (`select`, the `FactIndex` contract: every
 shard returns its top-`limit`, `merge_selections` keeps the global top-`limit`), or for
 `rank_window` also the coverage centroid, residual matrix and blacklisted 6-grams, in one
 round when the merge can be proven exact and a second to the shards where it cannot
-(`cdr.shard_merge`); either way the result equals one index's exactly.
+(`cdr.cluster.shard_merge`); either way the result equals one index's exactly.
 
 Faults: a call to a dead or restarting actor is retried until `retry_seconds` pass (actors are
 created with `max_restarts`, and a restarted actor maps its shard again); a result from a
@@ -36,15 +36,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cdr.cluster.shard_merge import ShardTop, merge_window
+from cdr.cluster.shard_server import ShardRows, WindowQuery
 from cdr.errors import CdrError, InvalidInputError
-from cdr.factindex import Selection, check_gate, check_query, merge_selections
 from cdr.ranking import RANKING_MODES, Ranking
-from cdr.shard_merge import ShardTop, merge_window
-from cdr.shard_server import ShardRows, WindowQuery
+from cdr.retrieval.factindex import Selection, check_gate, check_query, merge_selections
 
 if TYPE_CHECKING:
-    from cdr.embed import Embedder
     from cdr.ngrams import NgramIndex
+    from cdr.retrieval.embed import Embedder
 
 SCHEME = "ray://"
 NAMESPACE = "cdr"
@@ -145,7 +145,7 @@ def connect(address: str | None = None, **init_kwargs: Any) -> None:
 def _actor_class() -> Any:
     import ray
 
-    from cdr.shard_server import ShardServer
+    from cdr.cluster.shard_server import ShardServer
 
     return ray.remote(ShardServer)
 
@@ -171,11 +171,11 @@ class RayShardedIndex:
                  label: str | None = None) -> None:
         import ray
 
+        from cdr.cluster.shardset import check_shard_model, read_manifest
         from cdr.ngrams import NgramIndex  # noqa: F401  (fail early if numpy stack is broken)
-        from cdr.shardset import check_shard_model, read_manifest
 
         if not ray.is_initialized():
-            raise CdrError("Ray is not connected: call cdr.ray_index.connect() first")
+            raise CdrError("Ray is not connected: call cdr.cluster.ray_index.connect() first")
         self._set = read_manifest(root)
         self._label = label or str(self._set.root)
         self.retry_seconds = float(retry_seconds)
@@ -209,7 +209,7 @@ class RayShardedIndex:
         self._ngram_hashes = np.concatenate(hashes).astype(np.uint64)
         self._ngram_index: NgramIndex | None = None
         if embedder is not None:
-            from cdr.fact_recipe import bind
+            from cdr.retrieval.fact_recipe import bind
 
             embedder = bind(embedder, self.model_id)
         self._embedder = embedder
@@ -303,9 +303,9 @@ class RayShardedIndex:
     @property
     def embedder(self) -> Embedder:
         if self._embedder is None:
-            from cdr.embed import default_embedder
-            from cdr.fact_recipe import bind
-            from cdr.shardset import check_shard_model
+            from cdr.cluster.shardset import check_shard_model
+            from cdr.retrieval.embed import default_embedder
+            from cdr.retrieval.fact_recipe import bind
 
             candidate = bind(default_embedder(), self.model_id)  # the shards' recipe
             check_shard_model(self.model_id, candidate.model_id, None, self.dim,
@@ -405,8 +405,9 @@ class RayShardedIndex:
         return out
 
     def documents(self) -> list[dict[str, Any]]:
-        """Every shard's documents, each once with its `shard` (`cdr.shardset.merge_documents`)."""
-        from cdr.shardset import merge_documents
+        """Every shard's documents, each once with its `shard`
+        (`cdr.cluster.shardset.merge_documents`)."""
+        from cdr.cluster.shardset import merge_documents
 
         return merge_documents(self._gather("documents", [(g,) for g in self._gens]))
 
@@ -428,7 +429,7 @@ class RayShardedIndex:
         to `rank()` over `select()` of one index holding all rows. One round: each shard
         ranks its own Phase 1 selection and sends its best with its selection's head; the
         caller finds the global cut-off and merges, and asks again only the shards whose
-        answer cannot prove the merge (`cdr.shard_merge`; `self.rounds` says which
+        answer cannot prove the merge (`cdr.cluster.shard_merge`; `self.rounds` says which
         happened). MMR is sequential (each pick depends on all earlier ones), so for
         it the gated pool is fetched with `select` and ranked here."""
         from cdr.ranking import check_mode

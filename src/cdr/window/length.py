@@ -32,11 +32,11 @@ from cdr.session import MAX_WINDOWS_LIMIT
 LENGTH_TOLERANCE = 0.15
 # Words per completion token the reference model wrote on the quality benchmark: 31,628 words
 # over 54,777 completion tokens in its 180 windows (bench/results/quality-llm-runs, Markdown
-# and code included). The planner's own figure is 0.70 (`cdr.fit.WORDS_PER_TOKEN`, measured
+# and code included). The planner's own figure is 0.70 (`cdr.window.fit.WORDS_PER_TOKEN`, measured
 # on extractive prose); capacity uses the lower, so that it does not promise too much.
 LLM_WORDS_PER_TOKEN = 0.577
 # Words per completion token of the extractive writer (pasted facts): 0.70 on the quality
-# benchmark (`cdr.fit.WORDS_PER_TOKEN`).
+# benchmark (`cdr.window.fit.WORDS_PER_TOKEN`).
 EXTRACTIVE_WORDS_PER_TOKEN = 0.70
 
 
@@ -217,5 +217,5 @@ class LengthReport:
 
 def run_length(expected_words: Sequence[int], outputs: Iterable[str]) -> LengthReport:
     """The length report of a run whose sub-queries expect `expected_words` (they split the
-    words asked exactly: `cdr.dpe.split_words`) and whose windows wrote `outputs`."""
+    words asked exactly: `cdr.window.dpe.split_words`) and whose windows wrote `outputs`."""
     return LengthReport(int(sum(expected_words)), count_words(outputs))

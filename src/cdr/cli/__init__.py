@@ -11,9 +11,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from cdr.cli_ckf import ckf_app, ingest_command
-from cdr.cli_keys import keygen_command
-from cdr.cli_models import models_app
+from cdr.cli.ckf import ckf_app, ingest_command
+from cdr.cli.keys import keygen_command
+from cdr.cli.models import models_app
 from cdr.errors import CdrError
 from cdr.ranking import DEFAULT_RANKING, RANKING_MODES
 from cdr.session import (
@@ -139,11 +139,11 @@ def generate(
     """Write a document over several windows from a CKF, with CDR ranking."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from cdr.assemble import assemble_document
-    from cdr.length import capacity_warning, run_length
-    from cdr.loop import GenerationConfig, Generator
-    from cdr.tables import window_table
+    from cdr.cli.tables import window_table
     from cdr.trace import build_trace
+    from cdr.window.assemble import assemble_document
+    from cdr.window.length import capacity_warning, run_length
+    from cdr.window.loop import GenerationConfig, Generator
 
     if ranking not in RANKING_MODES:
         raise fail(f"--ranking must be one of {', '.join(RANKING_MODES)}, got {ranking!r}", 2)
@@ -152,7 +152,7 @@ def generate(
     if not task.strip():
         raise fail("the task is empty", 2)
     if fit_windows:
-        from cdr.length import fitted_windows
+        from cdr.window.length import fitted_windows
 
         try:
             windows = fitted_windows(words, generation_tokens, windows)
@@ -173,7 +173,7 @@ def generate(
             outline_text = outline.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise fail(f"cannot read outline {outline}: {exc}", 2) from None
-    from cdr.index_open import check_index_address
+    from cdr.retrieval.index_open import check_index_address
 
     try:
         check_index_address(ckf)
@@ -181,7 +181,7 @@ def generate(
         sys.stderr.write(f"error: {' '.join(str(exc).split())}\n")
         raise typer.Exit(2) from None
     try:
-        from cdr.index_open import open_fact_index
+        from cdr.retrieval.index_open import open_fact_index
 
         store = open_fact_index(ckf)
         config = GenerationConfig(
@@ -313,7 +313,7 @@ BENCHMARKS = ("ranking", "ingest", "quality", "gateway", "calibrate", "scale")
 def checkout_bench_dir() -> Path | None:
     """The source checkout's bench/ when cdr runs from one (an editable install), else None:
     the benchmarks, their data and their reports are not part of the wheel."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]  # src/cdr/cli/__init__.py -> the checkout
     bench_dir = root / "bench"
     return bench_dir if (root / "pyproject.toml").is_file() and bench_dir.is_dir() else None
 
@@ -344,6 +344,3 @@ def main() -> None:
     """Console entry point shared by `cdr` and `python -m cdr` (named `cdr` in both)."""
     app(prog_name="cdr")
 
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

@@ -224,13 +224,13 @@ def split_paragraphs(
 ) -> list[tuple[str | None, str]]:
     """(owning heading, prose block) pairs, in order.
 
-    Prose is paragraphs, lists and quotes (`cdr.markdown`); headings are context, and code
+    Prose is paragraphs, lists and quotes (`cdr.text.markdown`); headings are context, and code
     blocks are not prose — a fact-grounded window is written in words, and code the model adds
     on its own earns no depth. The owning heading is the nearest one above the block, unless an
     outer heading names one of `titles` (the sub-queries): "### Integers" under "## Numeric
     types" still belongs to Numeric types.
     """
-    from cdr.markdown import parse_blocks
+    from cdr.text.markdown import parse_blocks
 
     wanted = {normalise_heading(t) for t in titles}
     out: list[tuple[str | None, str]] = []

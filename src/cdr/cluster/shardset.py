@@ -29,7 +29,7 @@ from cdr.errors import EmbeddingModelMismatchError, InvalidInputError, NotFoundE
 if TYPE_CHECKING:
     from cdr.ckf.handle import CKF
     from cdr.ckf.ingest import IngestProgress, IngestReport
-    from cdr.embed import Embedder
+    from cdr.retrieval.embed import Embedder
 
 MANIFEST = "shards.json"
 FORMAT = "cdr-shard-set"
@@ -204,11 +204,11 @@ def ingest_sharded(
 ) -> IngestReport:
     """`cdr ingest --shards S`: each document goes to `shard_of(source, S)` and is ingested
     there exactly as into a single CKF (same batching, same crash safety: every shard commits
-    its own batches). `embedder` may be a Ray-parallel one (`cdr.ray_ingest`)."""
+    its own batches). `embedder` may be a Ray-parallel one (`cdr.cluster.ray_ingest`)."""
     from cdr.ckf.ingest import IngestReport, ingest_documents, mark_vanished, read_inputs
     from cdr.ckf.sources import discover
-    from cdr.embed import default_embedder
-    from cdr.fact_recipe import DEFAULT_RECIPE, base_model_id, identity
+    from cdr.retrieval.embed import default_embedder
+    from cdr.retrieval.fact_recipe import DEFAULT_RECIPE, base_model_id, identity
 
     model = embedder or default_embedder()
     if is_shard_set(root):
@@ -306,7 +306,7 @@ def reembed_shards(root: str | os.PathLike[str], recipe: str, *,
     refuses to open (its shards disagree), so no query mixes the two identities."""
     from cdr.ckf.handle import CKF
     from cdr.ckf.reembed import ReembedReport, reembed
-    from cdr.fact_recipe import identity, split_identity
+    from cdr.retrieval.fact_recipe import identity, split_identity
 
     ss = read_manifest(root)
     target = identity(split_identity(ss.model_id)[0], recipe)

@@ -19,8 +19,37 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
+from cdr.cluster.shard_server import WindowQuery
 from cdr.coverage import SubQuery
-from cdr.dpe import (
+from cdr.errors import CdrError, InvalidInputError, UpstreamError
+from cdr.options import OPTION_NAMES, SessionOptions, resolve_options
+from cdr.ranking import DEFAULT_MMR_LAMBDA, DEFAULT_RANKING, Ranking, rank
+from cdr.retrieval.expansion import (
+    EXPANSION_FACTS,
+    EXPANSION_TOP_UP,
+    EXPANSION_WIDEN_LIMIT,
+    EXPANSION_WIDENED_POWER,
+    NeighbourScorer,
+    expand_sub_queries,
+    widened_selection,
+    widened_weights,
+)
+from cdr.retrieval.factindex import FactIndex, RankingIndex, Selection
+from cdr.retrieval.gates import calibrated_gate
+from cdr.retrieval.lexical import LEXICAL_WEIGHT, FusedIndex, lexical_index, session_terms
+from cdr.retrieval.subject import sub_query_texts, subject_of
+from cdr.session import (
+    CKF_EXHAUSTED,
+    DEFAULT_MAX_WINDOWS,
+    EXHAUSTION_RATIO,
+    IN_PROGRESS,
+    MAX_WINDOWS_LIMIT,
+    UPSTREAM_ERROR,
+    Session,
+)
+from cdr.text.kept_stream import KeptStream
+from cdr.vectors import normalize
+from cdr.window.dpe import (
     DEFAULT_ATTRIBUTION_THRESHOLD,
     DEFAULT_TOTAL_WORDS,
     DpeReport,
@@ -30,7 +59,7 @@ from cdr.dpe import (
     task_topic,
     verify_text,
 )
-from cdr.envelope import (
+from cdr.window.envelope import (
     DEFAULT_CONTEXT_TOKENS,
     DEFAULT_GENERATION_TOKENS,
     DEFAULT_SYSTEM_PROMPT,
@@ -41,43 +70,14 @@ from cdr.envelope import (
     pack,
     residual_anchor,
 )
-from cdr.errors import CdrError, InvalidInputError, UpstreamError
-from cdr.expansion import (
-    EXPANSION_FACTS,
-    EXPANSION_TOP_UP,
-    EXPANSION_WIDEN_LIMIT,
-    EXPANSION_WIDENED_POWER,
-    NeighbourScorer,
-    expand_sub_queries,
-    widened_selection,
-    widened_weights,
-)
-from cdr.factindex import FactIndex, RankingIndex, Selection
-from cdr.fit import FIT_FACTS_PER_WORD, MIN_SECTION_WORDS, fit_facts, planned_words
-from cdr.gates import calibrated_gate
-from cdr.headers import SAFETY_ONLY_HEADERS, crp_headers
-from cdr.kept_stream import KeptStream
-from cdr.length import section_shares, window_budget, words_owed, writer_words_per_token
-from cdr.lexical import LEXICAL_WEIGHT, FusedIndex, lexical_index, session_terms
-from cdr.memory import DEFAULT_MEMORY_RULE, MemoryRule, apply_memory, written_rows
-from cdr.options import OPTION_NAMES, SessionOptions, resolve_options
-from cdr.prompt import WORDS_PER_TOKEN, PlanSection, build_user_prompt, fit_plan
-from cdr.ranking import DEFAULT_MMR_LAMBDA, DEFAULT_RANKING, Ranking, rank
-from cdr.repeat_guard import GuardResult, RepeatGuard
-from cdr.session import (
-    CKF_EXHAUSTED,
-    DEFAULT_MAX_WINDOWS,
-    EXHAUSTION_RATIO,
-    IN_PROGRESS,
-    MAX_WINDOWS_LIMIT,
-    UPSTREAM_ERROR,
-    Session,
-)
-from cdr.shard_server import WindowQuery
-from cdr.stale import is_stale
-from cdr.subject import sub_query_texts, subject_of
-from cdr.telemetry import window_span
-from cdr.vectors import normalize
+from cdr.window.fit import FIT_FACTS_PER_WORD, MIN_SECTION_WORDS, fit_facts, planned_words
+from cdr.window.headers import SAFETY_ONLY_HEADERS, crp_headers
+from cdr.window.length import section_shares, window_budget, words_owed, writer_words_per_token
+from cdr.window.memory import DEFAULT_MEMORY_RULE, MemoryRule, apply_memory, written_rows
+from cdr.window.prompt import WORDS_PER_TOKEN, PlanSection, build_user_prompt, fit_plan
+from cdr.window.repeat_guard import GuardResult, RepeatGuard
+from cdr.window.stale import is_stale
+from cdr.window.telemetry import window_span
 from cdr.writers.base import Writer, WriterResult, pastes_facts
 
 DEFAULT_SUB_QUERIES = 6
@@ -95,7 +95,7 @@ def stale_envelope(envelope: Envelope) -> bool:
 
 
 def default_min_relevance(model_id: str, lexical: str = "off") -> float:
-    """The calibrated gate for the index's embedding identity (`cdr.gates`)."""
+    """The calibrated gate for the index's embedding identity (`cdr.retrieval.gates`)."""
     return calibrated_gate(model_id, lexical)
 
 
@@ -159,17 +159,18 @@ class GenerationConfig:
     memory: str | None = None  # "off" | "facts"
     envelope: str | None = None  # "budget" | "fit"
     queries: str | None = None  # "titles" | "expanded"
-    repeats: str | None = None  # "keep" | "drop" (cdr.repeat_guard)
-    subject: str | None = None  # "off" | "anchor" (cdr.subject)
-    lexical: str | None = None  # "off" | "bm25" (cdr.lexical)
-    stale: str | None = None  # "write" | "stop" (cdr.stale)
-    length: str | None = None  # "open" | "contract" (cdr.length)
+    repeats: str | None = None  # "keep" | "drop" (cdr.window.repeat_guard)
+    subject: str | None = None  # "off" | "anchor" (cdr.retrieval.subject)
+    lexical: str | None = None  # "off" | "bm25" (cdr.retrieval.lexical)
+    stale: str | None = None  # "write" | "stop" (cdr.window.stale)
+    length: str | None = None  # "open" | "contract" (cdr.window.length)
     # The rules' tunables (library and benchmark only; sessions use the defaults).
-    lexical_weight: float = LEXICAL_WEIGHT  # cdr.lexical: BM25's share of fused relevance
+    lexical_weight: float = LEXICAL_WEIGHT  # cdr.retrieval.lexical: BM25's share of fused relevance
     memory_rule: MemoryRule = DEFAULT_MEMORY_RULE
     fit_facts_per_word: float = FIT_FACTS_PER_WORD
     expansion_facts: int = EXPANSION_FACTS
-    expansion_widens: bool = True  # expanded sub-queries also widen Phase 1 (cdr.expansion)
+    # expanded sub-queries also widen Phase 1 (cdr.retrieval.expansion)
+    expansion_widens: bool = True
     expansion_widen_limit: int = EXPANSION_WIDEN_LIMIT  # facts each expansion may add
     expansion_top_up: bool = EXPANSION_TOP_UP  # ... only what its section lacks in the pool
     # Facts below the query's gate (widened in) scored × (relevance / gate)^power (0 = off).
@@ -267,7 +268,8 @@ class WindowEvent:
     seconds: float = 0.0
     # The writer's failure itself (`error` is its message), for callers that re-raise it.
     upstream: UpstreamError | None = field(default=None, repr=False, compare=False)
-    # `repeats: "drop"`: what `cdr.repeat_guard` took out of the writer's text (not in `output`).
+    # `repeats: "drop"`: what `cdr.window.repeat_guard` took out of the writer's text (not in
+    # `output`).
     dropped: list[str] = field(default_factory=list)
 
     @property
@@ -336,7 +338,8 @@ class Generator:
                 "document in; ingest documents first (cdr ingest PATH --ckf DIR)"
             )
         sqs = list(sub_queries) if sub_queries else self.decompose(task, outline)
-        # `subject: "anchor"` (cdr.subject): each line embedded as the task's subject + line
+        # `subject: "anchor"` (cdr.retrieval.subject): each line embedded as the task's subject +
+        # line
         texts = sub_query_texts(task, sqs, self.options.subject)
         vecs = self.embedder.encode([task_topic(task), *texts])
         topic, sq_emb = vecs[0], vecs[1:]
@@ -344,7 +347,7 @@ class Generator:
         # docs/design.md §3.11 "The query and the gate"
         query = normalize(topic + centroid, "query")
         expanded = None
-        if self.options.queries == "expanded":  # cdr.expansion: once, from Phase 1's pool
+        if self.options.queries == "expanded":  # cdr.retrieval.expansion: once, from Phase 1's pool
             index = self.phase1_index(self.options, task, sqs)
             pool = index.select(query, self.min_relevance, PHASE1_LIMIT)
             near = None
@@ -365,7 +368,8 @@ class Generator:
     # -- one window --------------------------------------------------------------------------
 
     def _plan_sub_queries(self, session: Session) -> list[SubQuery]:
-        if session.options.length == "contract":  # cdr.length: a section written whole is done
+        # cdr.window.length: a section written whole is done
+        if session.options.length == "contract":
             done = set(session.finished_ids)
             open_sqs = [sq for sq in session.sub_queries if sq.id not in done]
             if open_sqs:
@@ -379,8 +383,8 @@ class Generator:
 
     def phase1_index(self, options: SessionOptions, task: str,
                      sub_queries: Sequence[SubQuery]) -> Any:
-        """The index Phase 1 selects from: the CKF, or (`lexical: "bm25"`, cdr.lexical) the
-        CKF with relevance fused with BM25 of the task's subject and outline words."""
+        """The index Phase 1 selects from: the CKF, or (`lexical: "bm25"`, cdr.retrieval.lexical)
+        the CKF with relevance fused with BM25 of the task's subject and outline words."""
         if options.lexical == "off":
             return self.ckf
         words = session_terms(subject_of(task), [sq.text for sq in sub_queries])
@@ -413,7 +417,7 @@ class Generator:
         budget = make_budget(cfg.context_tokens, cfg.system_prompt, task_text,
                              cfg.generation_tokens)
         max_facts = cfg.max_envelope_facts
-        if opts.envelope == "fit":  # cdr.fit: as many facts as the planned words can use
+        if opts.envelope == "fit":  # cdr.window.fit: as many facts as the planned words can use
             n = fit_facts(planned_words(plan_sqs, session.cumulative_depth),
                           cfg.generation_tokens, cfg.fit_facts_per_word)
             max_facts = n if max_facts is None else min(n, max_facts)
@@ -428,7 +432,7 @@ class Generator:
         packed_rows = envelope.ranking.indices
         facts = self.ckf.facts(packed_rows)
         plan = self._plan(session, plan_sqs, packed_rows, envelope)
-        if opts.length == "contract":  # cdr.length: the owed words, what the window carries
+        if opts.length == "contract":  # cdr.window.length: the owed words, what the window carries
             budget_words = window_budget(session.words_asked, session.words_written,
                                          cfg.generation_tokens,
                                          writer_words_per_token(self.writer))
@@ -497,7 +501,7 @@ class Generator:
     def _target_words(self, session: Session, sq: SubQuery) -> int:
         """The words a window asks for `sq`: its remaining expected words; with the length
         contract, its share of the words still owed among the sections not written whole
-        (`cdr.length.section_shares`), so shortfalls of earlier sections are carried."""
+        (`cdr.window.length.section_shares`), so shortfalls of earlier sections are carried."""
         if session.options.length == "contract":
             done = set(session.finished_ids)
             open_sqs = [q for q in session.sub_queries if q.id not in done] or [sq]
@@ -537,7 +541,7 @@ class Generator:
                                     cfg.expansion_widened_power)
                 ranking.score = (ranking.score * w).astype(np.float32)
                 ranking = ranking.take(np.argsort(-ranking.score, kind="stable"))
-        if session.options.memory == "facts":  # cdr.memory
+        if session.options.memory == "facts":  # cdr.window.memory
             ranking = apply_memory(ranking, session.fact_memory, session.window_count + 1,
                                    self.ckf.fact_ids, cfg.memory_rule)
         return pack(ranking, self.ckf.fact_ids, self.ckf.token_counts[ranking.indices],
@@ -649,7 +653,7 @@ class Generator:
                                     finished=finished)
         if kept is not None:
             session.remember_written(kept.vectors)
-        if session.remembers_facts:  # cdr.memory: what was shown, what was written
+        if session.remembers_facts:  # cdr.window.memory: what was shown, what was written
             written = written_rows(prepared.rows, text, session.blacklist.index,
                                    self.config.memory_rule.written_share)
             session.fact_memory.migrate(self.ckf.fact_ids)
@@ -659,7 +663,7 @@ class Generator:
         env = prepared.envelope
         reason = session.exit_reason(env.mean_novelty_ratio)
         if reason is None and not text and self.stale_stop(session, prepared):
-            reason = CKF_EXHAUSTED  # cdr.stale: the envelope was what earlier windows got
+            reason = CKF_EXHAUSTED  # cdr.window.stale: the envelope was what earlier windows got
         if error is not None:
             reason = UPSTREAM_ERROR
         session.status = reason or IN_PROGRESS
@@ -671,7 +675,8 @@ class Generator:
             None if error is None else str(error), seconds, error,
             list(kept.dropped) if kept is not None else [],
         )
-        window_span(event)  # cdr.telemetry: an OpenTelemetry span where the extra is installed
+        # cdr.window.telemetry: an OpenTelemetry span where the extra is installed
+        window_span(event)
         return event
 
     def close_if_empty(self, session: Session, prepared: PreparedWindow,
@@ -685,7 +690,7 @@ class Generator:
 
     @staticmethod
     def stale_stop(session: Session, prepared: PreparedWindow) -> bool:
-        """`stale: "stop"` (cdr.stale): the envelope is mostly facts earlier windows got."""
+        """`stale: "stop"` (cdr.window.stale): the envelope is mostly facts earlier windows got."""
         return session.options.stale == "stop" and is_stale(
             prepared.envelope.fact_ids, session.fact_memory.shown)
 

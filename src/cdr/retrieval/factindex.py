@@ -15,8 +15,8 @@ coverage centroid and weight, residual matrix, gate, blacklisted 6-grams), ranki
 selection equals ranking the single-index selection.
 
 For a backend whose shards should also rank (to send back k candidates instead of `limit`),
-`cdr.shard_merge` holds the exact recipe: each shard ranks its own top-`limit` and returns its
-best with its (relevance, row) head; the caller finds the global cut-off (the `limit`-th
+`cdr.cluster.shard_merge` holds the exact recipe: each shard ranks its own top-`limit` and returns
+its best with its (relevance, row) head; the caller finds the global cut-off (the `limit`-th
 (relevance, row) pair) from the heads, merges, and asks a shard again with the cut-off only
 when its answer cannot prove the merge.
 The per-row arrays below (`importance`, `token_counts`, the 6-gram CSR) are whole-index
@@ -37,10 +37,10 @@ from cdr.errors import InvalidInputError
 
 if TYPE_CHECKING:
     from cdr.ckf.scan import QuantisedRows
-    from cdr.embed import Embedder
+    from cdr.cluster.shard_server import WindowQuery
     from cdr.ngrams import NgramIndex
     from cdr.ranking import Ranking
-    from cdr.shard_server import WindowQuery
+    from cdr.retrieval.embed import Embedder
 
 
 

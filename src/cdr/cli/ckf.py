@@ -1,7 +1,7 @@
 """`cdr ingest` and `cdr ckf ...`: the command-line face of the knowledge fabric.
 
 Mounted by `cdr.cli` (`app.command("ingest")(ingest_command)`, `app.add_typer(ckf_app,
-name="ckf")`); `app` here is the same pair, standalone, for tests and `python -m cdr.cli_ckf`.
+name="ckf")`); `app` here is the same pair, standalone, for tests and `python -m cdr.cli.ckf`.
 Progress goes to stderr, results to stdout, errors to stderr with a non-zero exit.
 """
 
@@ -64,7 +64,7 @@ def _errors() -> Iterator[None]:
 def _embedder(spec: str | None) -> Any:
     if spec is None:
         return None
-    from cdr.embed import get_embedder
+    from cdr.retrieval.embed import get_embedder
 
     return get_embedder(spec)
 
@@ -136,23 +136,23 @@ def ingest_command(
         if importance is not None:
             check_importance(importance)
         if recipe is not None:
-            from cdr.fact_recipe import check_recipe
+            from cdr.retrieval.fact_recipe import check_recipe
 
             check_recipe(recipe)
         for p in paths:
             if not p.exists():
                 raise NotFoundError(f"no such file or directory: {p}")
-        from cdr.shardset import is_shard_set, read_manifest
+        from cdr.cluster.shardset import is_shard_set, read_manifest
 
         if shards is None and is_shard_set(ckf):
             shards = read_manifest(ckf).n_shards
         model = _embedder(embedder)
         if ray_address is not None:
-            from cdr.ray_ingest import RayEmbedder
+            from cdr.cluster.ray_ingest import RayEmbedder
 
             model = RayEmbedder(ray_address, workers=ray_workers, spec=embedder)
         if shards is not None:
-            from cdr.shardset import ingest_sharded
+            from cdr.cluster.shardset import ingest_sharded
 
             with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                           TimeElapsedColumn(), TimeRemainingColumn(), console=err,
@@ -267,13 +267,13 @@ def reembed_command(
     Readers keep the old vectors until the new ones commit. A killed run resumes where it
     stopped when run again; sessions started under the old recipe are refused afterwards
     (their vectors are not comparable)."""
-    from cdr.fact_recipe import check_recipe, describe
-    from cdr.shardset import is_shard_set
+    from cdr.cluster.shardset import is_shard_set
+    from cdr.retrieval.fact_recipe import check_recipe, describe
 
     with _errors():
         check_recipe(recipe)
         if is_shard_set(ckf):
-            from cdr.shardset import reembed_shards
+            from cdr.cluster.shardset import reembed_shards
 
             run = lambda cb: reembed_shards(ckf, recipe, embedder=_embedder(embedder),  # noqa: E731
                                            progress=cb)
@@ -316,8 +316,8 @@ def search_command(
     as_json: JsonOption = False,
 ) -> None:
     """Top facts for QUERY by relevance (cosine, or fused with BM25), with section and source."""
-    from cdr.lexical import FusedIndex, lexical_index, session_terms
     from cdr.options import LEXICAL_MODES
+    from cdr.retrieval.lexical import FusedIndex, lexical_index, session_terms
 
     if lexical not in LEXICAL_MODES:
         err.print(f"[red]error:[/red] --lexical must be one of {', '.join(LEXICAL_MODES)}, "
@@ -328,7 +328,7 @@ def search_command(
         try:
             if lexical == "off":
                 hits = store.search(query, limit=limit, min_relevance=min_relevance)
-            else:  # cdr.lexical: the loop's own fused Phase 1
+            else:  # cdr.retrieval.lexical: the loop's own fused Phase 1
                 fused = FusedIndex(store, lexical_index(store), session_terms(query, []))
                 sel = fused.select(store.embedder.encode([query])[0], min_relevance, limit)
                 hits = list(zip(store.facts(sel.indices), sel.relevances.tolist(),
@@ -360,7 +360,7 @@ def rm_command(
     ckf: CkfOption,
 ) -> None:
     """Delete a document; its facts are never selected again."""
-    from cdr.shardset import delete_document, is_shard_set
+    from cdr.cluster.shardset import delete_document, is_shard_set
 
     if is_shard_set(ckf):
         with _errors():
@@ -382,7 +382,7 @@ def rm_command(
 @ckf_app.command("docs")
 def docs_command(ckf: CkfOption, as_json: JsonOption = False) -> None:
     """List the documents of a CKF (of a shard set: every shard's, with its shard)."""
-    from cdr.shardset import is_shard_set, list_documents
+    from cdr.cluster.shardset import is_shard_set, list_documents
 
     with _errors():
         if is_shard_set(ckf):

@@ -1,7 +1,7 @@
 """Phase 3 packing (SPEC-003) and the Residual Task Anchor (SPEC-024 §4).
 
 The envelope budget is E = C − S − T − G: context size minus system prompt, task and anchor,
-and the generation reserve, all counted in cl100k tokens (`cdr.tokens`). Facts go in greedily
+and the generation reserve, all counted in cl100k tokens (`cdr.text.tokens`). Facts go in greedily
 in ranking order; a fact that does not fit is skipped and packing continues with smaller ones.
 The packed facts are then laid out strongest-first-and-last (1st, 3rd, 5th… from the front,
 2nd, 4th… from the back), because models attend least to the middle of long contexts.
@@ -19,7 +19,7 @@ import numpy as np
 from cdr.coverage import SubQuery
 from cdr.errors import InvalidInputError
 from cdr.ranking import Ranking
-from cdr.tokens import count_tokens
+from cdr.text.tokens import count_tokens
 
 # A 4k-token window: about 2.8× the generation reserve of source material per window. Larger
 # contexts work (--context-tokens); a tighter envelope makes each window's facts count.

@@ -1,5 +1,5 @@
 """Open the knowledge base named by `--ckf` / `CDR_CKF`: a CKF directory (the default) or a
-shard set served by Ray, `ray://HOST:PORT/PATH` (`cdr.ray_index`). One place, so that every
+shard set served by Ray, `ray://HOST:PORT/PATH` (`cdr.cluster.ray_index`). One place, so that every
 command takes an index by address the same way."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from cdr.errors import InvalidInputError
 def check_index_address(spec: str | Path) -> None:
     """Refuse a malformed `ray://` address (`BadIndexAddressError`) before anything opens;
     a directory is checked when it is opened."""
-    from cdr.ray_index import is_ray_address, parse_address
+    from cdr.cluster.ray_index import is_ray_address, parse_address
 
     if is_ray_address(str(spec)):
         parse_address(str(spec))
@@ -22,8 +22,8 @@ def check_index_address(spec: str | Path) -> None:
 def open_fact_index(spec: str | Path, **ray_options: Any) -> Any:
     """A `FactIndex` for `spec`. A local shard-set directory is refused with the address to
     use instead: its shards are served by Ray actors, not mapped into this process."""
-    from cdr.ray_index import is_ray_address, open_index
-    from cdr.shardset import is_shard_set
+    from cdr.cluster.ray_index import is_ray_address, open_index
+    from cdr.cluster.shardset import is_shard_set
 
     text = str(spec)
     if is_ray_address(text):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from cdr.session import CKF_EXHAUSTED
 
 if TYPE_CHECKING:
-    from cdr.envelope import Envelope
+    from cdr.window.envelope import Envelope
 
 EXHAUSTED_HINT = "ingest-more-documents-for-continued-quality"
 EMPTY_HINT = "ingest-documents-for-context-grounding"

@@ -17,7 +17,7 @@ _WRITE_HEADER = "Write this part now:"
 # Words a model writes per generated token in English prose (cl100k / Qwen tokenisers, ~0.75),
 # less a margin for headings and Markdown: what a window's token reserve can hold.
 WORDS_PER_TOKEN = 0.7
-TRIM_SLACK_WORDS = 40  # the loop's smallest section target (`cdr.fit.MIN_SECTION_WORDS`)
+TRIM_SLACK_WORDS = 40  # the loop's smallest section target (`cdr.window.fit.MIN_SECTION_WORDS`)
 _PLAN_LINE = re.compile(r"^- (?P<title>.+) \(~(?P<words>\d+) words\): (?P<refs>F\d+(?:, F\d+)*)$")
 _FACT_LINE = re.compile(r"^\[(?P<ref>F\d+)\] \((?P<section>.*)\)$")
 

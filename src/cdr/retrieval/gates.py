@@ -2,8 +2,9 @@
 
 CRP-SPEC-024 writes 0.55 for large embedding models. A gate is calibrated for the distribution
 of relevances it cuts, and that depends on the model, on how the facts were embedded (their
-recipe, `cdr.fact_recipe`) and on whether relevance is the cosine or the cosine fused with BM25
-(`cdr.lexical`). Each value below was chosen on tuning tasks only and is reported on others:
+recipe, `cdr.retrieval.fact_recipe`) and on whether relevance is the cosine or the cosine fused with
+BM25 (`cdr.retrieval.lexical`). Each value below was chosen on tuning tasks only and is reported on
+others:
 
 - plain MiniLM facts, cosine: 0.40 — it keeps on-topic material and sits above the 99th
   percentile of off-topic similarity (bench/results/calibration.md, Python docs);

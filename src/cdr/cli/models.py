@@ -26,7 +26,7 @@ def list_models(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Installed models: where they are, their sizes and checksums."""
-    from cdr.models import model_statuses
+    from cdr.retrieval.models import model_statuses
 
     statuses = model_statuses()
     if as_json:
@@ -47,7 +47,7 @@ def install_model(
     name: Annotated[str, typer.Argument(help="embedder | llm")],
 ) -> None:
     """Install a model (idempotent: a second run only checks)."""
-    from cdr.models import MODEL_NAMES, install_embedder, install_llm
+    from cdr.retrieval.models import MODEL_NAMES, install_embedder, install_llm
 
     if name not in MODEL_NAMES:
         _err.print(f"[bold red]error:[/] unknown model {name!r}; choose one of "

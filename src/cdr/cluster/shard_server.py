@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from cdr.factindex import Selection, select_rows
+from cdr.cluster.shard_merge import ShardTop, ahead
 from cdr.ranking import cdr_components
-from cdr.shard_merge import ShardTop, ahead
+from cdr.retrieval.factindex import Selection, select_rows
 
 _F32 = np.float32
 KEEP_GENERATIONS = 4  # states kept mapped for requests still on an older index
@@ -141,7 +141,7 @@ class ShardServer:
     def rank(self, w: WindowQuery, cut: tuple[float, int] | None, offset: int,
              generation: int | None = None) -> tuple[int, ShardTop]:
         """(generation, this shard's best `w.top_k` candidates) ranked exactly as
-        `cdr.ranking.rank` ranks them in one index (`cdr.shard_merge` proves the merge).
+        `cdr.ranking.rank` ranks them in one index (`cdr.cluster.shard_merge` proves the merge).
 
         `cut` None: the first round — rank the shard's whole Phase 1 selection and send its
         (row, relevance) head along, so the caller can find the global cut-off. `cut` given

@@ -17,14 +17,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from cdr.assemble import assemble_document
 from cdr.ckf import CKF, ingest
-from cdr.loop import GenerationConfig, Generator
-from cdr.quality import cwr6, fact_reuse
+from cdr.cli.samples import cache_dir, pydoc_topics_dir
+from cdr.cli.tables import window_table
 from cdr.report import write_report
-from cdr.samples import cache_dir, pydoc_topics_dir
-from cdr.tables import window_table
+from cdr.report.quality import cwr6, fact_reuse
 from cdr.trace import build_trace
+from cdr.window.assemble import assemble_document
+from cdr.window.loop import GenerationConfig, Generator
 from cdr.writers import get_writer
 
 TASK = "Write a guide to Python's built-in types"

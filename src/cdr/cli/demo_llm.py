@@ -57,7 +57,7 @@ def run_windows(
 ) -> ArmRun:
     """Run up to `windows` windows of `task` with `writer`, exactly as `cdr generate` does
     (`generator_cls`: a `Generator` subclass, for experiments on the prompt)."""
-    from cdr.loop import GenerationConfig, Generator
+    from cdr.window.loop import GenerationConfig, Generator
 
     gen = (generator_cls or Generator)(store, writer, GenerationConfig(
         max_windows=windows, words=words, ranking=ranking, context_tokens=context_tokens,
@@ -74,11 +74,11 @@ def run_windows(
 
 def restated_shares(outputs: list[str], embedder: Any) -> list[float]:
     """Per window, the share of its sentences that restate an earlier window in other words
-    (`cdr.quality.semantic_repetition` at the threshold `make bench-llm` calibrated); NaN for a
-    window with no prose sentence."""
+    (`cdr.report.quality.semantic_repetition` at the threshold `make bench-llm` calibrated); NaN for
+    a window with no prose sentence."""
     import numpy as np
 
-    from cdr.quality import SEMANTIC_REPETITION_THRESHOLD, semantic_repetition, sentences
+    from cdr.report.quality import SEMANTIC_REPETITION_THRESHOLD, semantic_repetition, sentences
 
     vecs = []
     for text in outputs:
@@ -88,7 +88,7 @@ def restated_shares(outputs: list[str], embedder: Any) -> list[float]:
 
 
 def words_table(run: ArmRun, restated: list[float]) -> Table:
-    from cdr.dpe import word_count
+    from cdr.window.dpe import word_count
 
     t = Table(title=f"ranking = {run.ranking}: what the model wrote")
     for col in ("win", "words kept", "finish", "attributed", "chatter/off-plan", "restated",
@@ -115,11 +115,11 @@ def restated_table(restated: dict[str, list[float]], words: dict[str, int]) -> T
 
 
 def main(argv: list[str] | None = None) -> None:
-    from cdr.assemble import assemble_document
-    from cdr.demo import OUTLINE, TASK, build_ckf, summary_table
-    from cdr.samples import cache_dir
-    from cdr.tables import window_table
+    from cdr.cli.demo import OUTLINE, TASK, build_ckf, summary_table
+    from cdr.cli.samples import cache_dir
+    from cdr.cli.tables import window_table
     from cdr.trace import build_trace
+    from cdr.window.assemble import assemble_document
     from cdr.writers import get_writer
 
     parser = argparse.ArgumentParser(description=__doc__)
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cache", type=Path, default=cache_dir() / "demo")
     parser.add_argument("--repeats", choices=("keep", "drop"), default="keep",
                         help="drop: both rankings with the opt-in repeat guard "
-                             "(cdr.repeat_guard), as `cdr generate --repeats drop`")
+                             "(cdr.window.repeat_guard), as `cdr generate --repeats drop`")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     try:

@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from cdr.embed import EMBED_THREADS_ENV, Progress, validate_texts
 from cdr.errors import CdrError, InvalidInputError
+from cdr.retrieval.embed import EMBED_THREADS_ENV, Progress, validate_texts
 
 # A worker holds one Ray CPU, so everything in it runs on one thread: BLAS, the tokenizer's
 # pool, and the embedder's own batch threads (which default to every CPU of the machine:
@@ -48,7 +48,7 @@ class EmbedWorker:
     """A Ray actor's state: one loaded model (the constructor loads it)."""
 
     def __init__(self, spec: str | None) -> None:
-        from cdr.embed import get_embedder
+        from cdr.retrieval.embed import get_embedder
 
         self.model = get_embedder(spec)
 
@@ -71,7 +71,7 @@ class RayEmbedder:
                  start_seconds: float = 300.0) -> None:
         import ray
 
-        from cdr.ray_index import connect
+        from cdr.cluster.ray_index import connect
 
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise InvalidInputError(f"workers must be a positive integer, got {workers!r}")

@@ -1,5 +1,5 @@
 """The per-window table a run prints (the CLI's `generate`, the demo): what each window packed,
-its headers' numbers, and the repetition measures of `cdr.quality`."""
+its headers' numbers, and the repetition measures of `cdr.report.quality`."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 from rich.table import Table
 
-from cdr.loop import WindowEvent
-from cdr.quality import cwr6, fact_reuse
+from cdr.report.quality import cwr6, fact_reuse
+from cdr.window.loop import WindowEvent
 
 
 def window_table(events: Sequence[WindowEvent], title: str = "") -> Table:

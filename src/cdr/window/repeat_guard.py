@@ -23,7 +23,7 @@ if something under it is. When nothing is dropped the text comes back byte for b
 
 `filter` is a pure function of the text and the earlier windows, decided block by block in
 order, so what it keeps of a prefix of complete blocks is a prefix of what it keeps of the
-whole text: `cdr.kept_stream.KeptStream` streams its output block by block and the streamed
+whole text: `cdr.text.kept_stream.KeptStream` streams its output block by block and the streamed
 text equals the stored one.
 """
 
@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cdr.markdown import parse_blocks, split_sentences
 from cdr.ngrams import ngram_hashes
+from cdr.text.markdown import parse_blocks, split_sentences
 
 # Half of a unit's 6-grams already written: the unit is mostly a copy. Sentences of new
 # statements about the same API share a 6-gram or two ("the default value of the"), not half.

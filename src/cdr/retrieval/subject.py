@@ -7,9 +7,9 @@ Stage 8 all follow a generic topic. Anchored, the line is embedded as
 
     <subject> — <line>
 
-where the subject is the task without its instruction words (`cdr.dpe.task_topic`, bounded to
+where the subject is the task without its instruction words (`cdr.window.dpe.task_topic`, bounded to
 `SUBJECT_WORDS`). That is the shape the `title-section` fact recipe gives the facts
-(`cdr.fact_recipe`), so a section line meets its own document's section. Only the vectors
+(`cdr.retrieval.fact_recipe`), so a section line meets its own document's section. Only the vectors
 change: the sub-query's text, which the window writes under and the trace shows, stays the
 line. A line that already names the subject is embedded as written.
 """
@@ -19,8 +19,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from cdr.dpe import SubQuery, task_topic
-from cdr.fact_recipe import TITLE_WORDS, clean_context
+from cdr.retrieval.fact_recipe import TITLE_WORDS, clean_context
+from cdr.window.dpe import SubQuery, task_topic
 
 # About a title's length: enough to name a subject, too short to drown the line.
 SUBJECT_WORDS = TITLE_WORDS + 2

@@ -1,0 +1,121 @@
+"""Old module paths, kept working for one release: `import cdr.loop` is `cdr.window.loop`.
+
+The top-level modules of `cdr` were grouped into sub-packages by layer (`cdr.cli`,
+`cdr.cluster`, `cdr.retrieval`, `cdr.window`, `cdr.text`). Code written against the old paths
+keeps working: a finder on `sys.meta_path` (installed when `cdr` is imported) answers each old
+dotted name with the module object of its new home, so `cdr.loop is cdr.window.loop`,
+`isinstance` checks and pickles agree (classes keep their new `__module__`), and importing the
+old name emits one `DeprecationWarning` naming the new one. One table, no shim file per module.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import types
+import warnings
+
+REMOVED_IN = "0.2.0"
+
+# Old dotted name -> new dotted name.
+MOVED: dict[str, str] = {
+    "cdr.cli_ckf": "cdr.cli.ckf",
+    "cdr.cli_keys": "cdr.cli.keys",
+    "cdr.cli_models": "cdr.cli.models",
+    "cdr.demo": "cdr.cli.demo",
+    "cdr.demo_llm": "cdr.cli.demo_llm",
+    "cdr.samples": "cdr.cli.samples",
+    "cdr.tables": "cdr.cli.tables",
+    "cdr.ray_index": "cdr.cluster.ray_index",
+    "cdr.ray_ingest": "cdr.cluster.ray_ingest",
+    "cdr.shard_merge": "cdr.cluster.shard_merge",
+    "cdr.shard_server": "cdr.cluster.shard_server",
+    "cdr.shardset": "cdr.cluster.shardset",
+    "cdr.factindex": "cdr.retrieval.factindex",
+    "cdr.index_open": "cdr.retrieval.index_open",
+    "cdr.lexical": "cdr.retrieval.lexical",
+    "cdr.fact_recipe": "cdr.retrieval.fact_recipe",
+    "cdr.subject": "cdr.retrieval.subject",
+    "cdr.gates": "cdr.retrieval.gates",
+    "cdr.expansion": "cdr.retrieval.expansion",
+    "cdr.row_products": "cdr.retrieval.row_products",
+    "cdr.embed": "cdr.retrieval.embed",
+    "cdr.models": "cdr.retrieval.models",
+    "cdr.loop": "cdr.window.loop",
+    "cdr.envelope": "cdr.window.envelope",
+    "cdr.dpe": "cdr.window.dpe",
+    "cdr.repeat_guard": "cdr.window.repeat_guard",
+    "cdr.stale": "cdr.window.stale",
+    "cdr.memory": "cdr.window.memory",
+    "cdr.fit": "cdr.window.fit",
+    "cdr.length": "cdr.window.length",
+    "cdr.assemble": "cdr.window.assemble",
+    "cdr.prompt": "cdr.window.prompt",
+    "cdr.headers": "cdr.window.headers",
+    "cdr.telemetry": "cdr.window.telemetry",
+    "cdr.markdown": "cdr.text.markdown",
+    "cdr.tokens": "cdr.text.tokens",
+    "cdr.kept_stream": "cdr.text.kept_stream",
+    "cdr.quality": "cdr.report.quality",
+    "cdr.session_token": "cdr.gateway.session_token",
+}
+
+
+def _warn(old: str, new: str) -> None:
+    """Warn at the importing line: `warnings` skips importlib's own frames, so level 3 is the
+    line above `_warn` and the loader method that called it."""
+    warnings.warn(f"{old} moved to {new}; the old path stops working in cdr {REMOVED_IN}",
+                  DeprecationWarning, stacklevel=3)
+
+
+class _AliasLoader(importlib.abc.Loader):
+    """Loads an old name by importing the new one and handing back that same module."""
+
+    def __init__(self, new: str) -> None:
+        self.new = new
+        self.real_spec: importlib.machinery.ModuleSpec | None = None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        _warn(spec.name, self.new)
+        module = importlib.import_module(self.new)
+        self.real_spec = module.__spec__
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        # The import system stamped the alias's spec onto the shared module; give it back its
+        # own, so that its __spec__.name stays the new (real) name.
+        module.__spec__ = self.real_spec
+
+    def get_code(self, fullname: str) -> types.CodeType | None:
+        """`python -m cdr.demo` (runpy) runs the new module's code."""
+        _warn(fullname, self.new)
+        spec = importlib.util.find_spec(self.new)
+        loader = spec.loader if spec is not None else None
+        if not isinstance(loader, importlib.abc.InspectLoader):
+            return None
+        return loader.get_code(self.new)
+
+
+class MovedModuleFinder(importlib.abc.MetaPathFinder):
+    """Finds old module names of `cdr` (and only those) on `sys.meta_path`."""
+
+    def find_spec(self, fullname: str, path: object = None,
+                  target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        new = MOVED.get(fullname)
+        if new is None:
+            return None
+        real = importlib.util.find_spec(new)  # its origin: what `python -m OLD` puts in argv[0]
+        return importlib.util.spec_from_loader(fullname, _AliasLoader(new),
+                                               origin=real.origin if real else None)
+
+
+def install() -> None:
+    """Put the finder on `sys.meta_path` once (idempotent across reloads of `cdr`)."""
+    if not any(type(f).__name__ == MovedModuleFinder.__name__ for f in sys.meta_path):
+        sys.meta_path.append(MovedModuleFinder())
+
+
+install()
