@@ -144,6 +144,10 @@ def test_written_whole_keeps_cut_and_trimmed_sections_open():
     # cut by the token limit while writing Beta (its last attributed section)
     cut = _report(["sq-1", "sq-2", None], {"sq-1": 280, "sq-2": 120})
     assert written_whole(s, plan, cut, "length") == ["sq-1"]
+    # cut, but already past the words it was planned for: written (a small model that spends
+    # the window on its first section is not asked to go on with it)
+    long_cut = _report(["sq-1", "sq-1"], {"sq-1": 520})
+    assert written_whole(s, plan, long_cut, "length") == ["sq-1"]
     # a planned section the window never reached is not done
     short = _report(["sq-1"], {"sq-1": 280})
     assert written_whole(s, plan, short, "stop") == ["sq-1"]

@@ -768,8 +768,10 @@ def written_whole(session: Session, plan: Sequence[PlanSection], report: DpeRepo
     """The sub-queries a window wrote whole (the length contract): planned in full (not
     trimmed to the window's budget by `fit_plan`), given words by Stage 8, and not the
     section the window was writing when its token limit cut it (`finish_reason` "length":
-    the last section its text was attributed to). Those are not planned again; a trimmed
-    or cut section is continued where it stopped."""
+    the last section its text was attributed to) unless that one already has the words it
+    was planned for (a small model often spends a whole window on its first section: cut
+    at twice its target, it is written, not unfinished). Those are not planned again; a
+    trimmed or cut section is continued where it stopped."""
     by_title = {sq.text: sq.id for sq in session.sub_queries}
     cut = None
     if finish_reason == "length":
@@ -777,8 +779,9 @@ def written_whole(session: Session, plan: Sequence[PlanSection], report: DpeRepo
     out = []
     for p in plan:
         sq_id = by_title.get(p.title)
-        if (sq_id is not None and p.whole and report.words.get(sq_id, 0) > 0
-                and sq_id != cut):
+        words = report.words.get(sq_id, 0) if sq_id is not None else 0
+        if sq_id is not None and p.whole and words > 0 and (
+                sq_id != cut or words >= p.target_words):
             out.append(sq_id)
     return out
 
