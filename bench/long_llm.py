@@ -47,8 +47,8 @@ from typing import Any
 import numpy as np
 
 from _paths import BENCH, ROOT
-from cdr import quality
 from cdr.ngrams import NGRAM_SIZE, tokenize
+from cdr.report import quality
 from cdr.session import IN_PROGRESS, Session
 from cdr.window.length import length_score, within_tolerance
 from cdr.window.loop import GenerationConfig, Generator

@@ -4,9 +4,9 @@
 run at ~2-4k rows/s on a loaded 2-core machine (40+ min for 10M). This benchmark writes the
 same kind of rows straight into a raw float32 file (`bench/data/arrays-<rows>/emb.f32`,
 memory-mapped, written in chunks, resumable), builds the int8 copy with
-`cdr.ckf.scan.build_quantised` (timed), and times `cdr.ckf.scan.gated_rows` — the function
-`CKF.select` calls — on the map: exact float32 BLAS against the int8 copy + exact rescoring,
-interleaved, with recall. `select` adds only query checks, the limit and the sort on top.
+`cdr.retrieval.scan.build_quantised` (timed), and times `cdr.retrieval.scan.gated_rows` — the
+function `CKF.select` calls — on the map: exact float32 BLAS against the int8 copy + exact
+rescoring, interleaved, with recall. `select` adds only query checks, the limit and the sort on top.
 
 Usage: `python bench/scale_arrays.py [--rows 10000000] [--timed 8] [--clean] [--write]`
 """
@@ -25,7 +25,7 @@ import numpy as np
 
 from _machine import cpu_name
 from _paths import BENCH, ROOT  # noqa: F401  (first: makes `cdr` importable)
-from cdr.ckf import scan
+from cdr.retrieval import scan
 from scale_ckf import GATE, log, planted_rows, put_section
 
 D = 384
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     per_m = 1e6 / n
     qmb = quant.nbytes / MB
     lines = [
-        f"### The scan engine at {n / 1e6:g}M × {D} facts (`cdr.ckf.scan.gated_rows` on "
+        f"### The scan engine at {n / 1e6:g}M × {D} facts (`cdr.retrieval.scan.gated_rows` on "
         "memory maps)", "",
         "| path | p50 ms | p95 ms | CPU ms per query, all threads (median) | passing the gate "
         "(median) | recall vs exact float32 | max Δ relevance | peak heap, MB per 1M facts |",

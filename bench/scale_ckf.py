@@ -1,5 +1,5 @@
 """Ten million facts on one machine (issue 15, target 3): Phase 1 `select` over a 10M × 384 CKF,
-exact float32 against the int8 copy + exact rescoring (`cdr.ckf.scan`), with recall.
+exact float32 against the int8 copy + exact rescoring (`cdr.retrieval.scan`), with recall.
 
 The CKF is built once in `--work` (default `bench/data/scale-<rows>`, gitignored) and reused:
 a real-text slice first (the stdlib's pydoc topics, embedded by the default model), then
@@ -33,14 +33,14 @@ from pathlib import Path
 
 import numpy as np
 
-import cdr.ckf.scan as scan_mod
 import cdr.ckf.snapshot as store_mod
+import cdr.retrieval.scan as scan_mod
 from _machine import cpu_name
 from _paths import BENCH, ROOT  # noqa: F401  (first: makes `cdr` importable)
 from cdr.ckf import CKF, ingest
-from cdr.ckf.scan import QUANT_MIN_ROWS, build_quantised, covered_rows, quant_paths
 from cdr.cli.samples import pydoc_topics_dir
 from cdr.retrieval.embed import default_embedder
+from cdr.retrieval.scan import QUANT_MIN_ROWS, build_quantised, covered_rows, quant_paths
 
 GATE = 0.55
 LIMIT = 4000  # cdr.window.loop.PHASE1_LIMIT

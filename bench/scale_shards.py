@@ -44,11 +44,10 @@ from cdr.ckf.snapshot import CKFSnapshot
 from cdr.ckf.writer import CKFWriter, create_ckf
 from cdr.cluster.ray_index import RayShardedIndex, connect
 from cdr.cluster.shard_merge import global_cut, merge_window
-from cdr.cluster.shard_server import WindowQuery
 from cdr.cluster.shardset import create_shard_set, shard_of
 from cdr.coverage import CoverageSet, ResidualSet, SubQuery
 from cdr.ranking import rank
-from cdr.retrieval.factindex import check_query
+from cdr.retrieval.factindex import WindowQuery, check_query
 
 DIM = 384
 GATE = 0.55

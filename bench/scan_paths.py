@@ -1,4 +1,4 @@
-"""The Phase 1 scan paths of `cdr.ckf.scan` side by side on in-memory matrices (issue 15).
+"""The Phase 1 scan paths of `cdr.retrieval.scan` side by side on in-memory matrices (issue 15).
 
 For N rows of d = 384 unit vectors (2% planted near the query, gate 0.55), one run times:
 
@@ -26,7 +26,7 @@ import numpy as np
 
 from _machine import cpu_name
 from _paths import BENCH, ROOT  # noqa: F401  (first: makes `cdr` importable)
-from cdr.ckf import scan
+from cdr.retrieval import scan
 from scale_ckf import put_section
 
 D = 384
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     q = rng.standard_normal(D).astype(np.float32)
     q /= np.linalg.norm(q)
     lines = [
-        "### Phase 1 scan paths (`cdr.ckf.scan`), exact results on every path", "",
+        "### Phase 1 scan paths (`cdr.retrieval.scan`), exact results on every path", "",
         "| N | pass the gate | float32 BLAS, ms | float16 block conversion (before) | "
         "float16 kernel | int8 copy + exact rescoring | int8 copy, MB per 1M facts |",
         "|---:|---:|---:|---:|---:|---:|---:|",

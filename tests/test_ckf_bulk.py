@@ -18,13 +18,14 @@ import pytest
 
 import cdr
 import cdr.ckf.snapshot as snapshot_mod
-from cdr.ckf import CKF, scan
+from cdr.ckf import CKF
 from cdr.ckf.arrays import ArrayFiles
 from cdr.ckf.chunk import fact_id
-from cdr.ckf.scan import covered_rows, exact_relevance, quant_paths
 from cdr.errors import InvalidInputError
 from cdr.ngrams import ngram_hashes
+from cdr.retrieval import scan
 from cdr.retrieval.embed import default_embedder
+from cdr.retrieval.scan import covered_rows, exact_relevance, quant_paths
 
 needs_kernels = pytest.mark.skipif(
     not scan.HAVE_KERNELS, reason="numba (the `fast` extra) is not installed")
@@ -151,7 +152,8 @@ def test_copy_is_built_automatically_at_the_threshold(tmp_path, emb, monkeypatch
 CHILD = textwrap.dedent("""
     import os, signal, sys
     import numpy as np
-    from cdr.ckf import CKF, scan
+    from cdr.ckf import CKF
+    from cdr.retrieval import scan
     from cdr.ckf.arrays import ArrayFiles
 
     mode, path = sys.argv[1], sys.argv[2]

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdr.ckf import scan
-from cdr.ckf.scan import (
+from cdr.retrieval import scan
+from cdr.retrieval.scan import (
     QuantisedRows,
     build_quantised,
     covered_rows,

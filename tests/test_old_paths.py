@@ -23,7 +23,7 @@ def _import_fresh(name: str) -> tuple[object, list[warnings.WarningMessage]]:
     """Import `name` as if for the first time in this process, recording warnings."""
     sys.modules.pop(name, None)
     parent, _, attr = name.rpartition(".")
-    vars(sys.modules[parent]).pop(attr, None)
+    vars(importlib.import_module(parent)).pop(attr, None)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         module = importlib.import_module(name)

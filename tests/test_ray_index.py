@@ -32,11 +32,14 @@ ray = pytest.importorskip(
 from cdr.ckf.snapshot import CKFSnapshot  # noqa: E402
 from cdr.ckf.writer import CKFWriter, create_ckf  # noqa: E402
 from cdr.cluster.ray_index import RayShardedIndex, ShardUnavailableError, connect  # noqa: E402
-from cdr.cluster.shard_server import WindowQuery  # noqa: E402
 from cdr.cluster.shardset import create_shard_set, shard_of  # noqa: E402
 from cdr.coverage import CoverageSet, ResidualSet, SubQuery  # noqa: E402
 from cdr.ranking import rank  # noqa: E402
-from cdr.retrieval.factindex import FactIndex, RankingIndex  # noqa: E402
+from cdr.retrieval.factindex import (  # noqa: E402
+    FactIndex,
+    RankingIndex,
+    WindowQuery,
+)
 from cdr.window.loop import GenerationConfig, Generator  # noqa: E402
 from cdr.writers import get_writer  # noqa: E402
 from tests.conftest import BUILTIN_TYPES_OUTLINE, BUILTIN_TYPES_TASK  # noqa: E402

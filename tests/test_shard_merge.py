@@ -17,11 +17,11 @@ import pytest
 from cdr.ckf.snapshot import CKFSnapshot
 from cdr.ckf.writer import CKFWriter, create_ckf
 from cdr.cluster.shard_merge import ShardTop, merge_window
-from cdr.cluster.shard_server import ShardServer, WindowQuery
+from cdr.cluster.shard_server import ShardServer
 from cdr.cluster.shardset import create_shard_set, shard_of
 from cdr.coverage import CoverageSet, ResidualSet, SubQuery
 from cdr.ranking import rank
-from cdr.retrieval.factindex import check_query
+from cdr.retrieval.factindex import WindowQuery, check_query
 
 DIM = 384  # a real model's width: BLAS picks its blocked kernels at this size
 

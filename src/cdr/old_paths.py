@@ -61,6 +61,7 @@ MOVED: dict[str, str] = {
     "cdr.kept_stream": "cdr.text.kept_stream",
     "cdr.quality": "cdr.report.quality",
     "cdr.session_token": "cdr.gateway.session_token",
+    "cdr.ckf.scan": "cdr.retrieval.scan",
 }
 
 

@@ -16,8 +16,10 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -36,6 +38,9 @@ DEFAULT_RESIDUAL_EXIT_DEPTH = 0.70
 DEFAULT_MAX_WINDOWS = 5
 MAX_WINDOWS_LIMIT = 20
 SAFETY_BUDGET_FLOOR = 0.10
+# The length contract's tolerance (`length: "contract"`, cdr.window.length): a document within
+# ±15% of the words asked keeps it.
+LENGTH_TOLERANCE = 0.15
 EXHAUSTION_RATIO = 0.15
 SCHEMA_VERSION = 1
 
@@ -59,6 +64,17 @@ def depth_from_words(words: int, expected_words: int) -> float:
     if expected_words <= 0:
         raise InvalidInputError(f"expected_words must be positive, got {expected_words}")
     return min(max(words, 0) / expected_words, THOROUGH_DEPTH)
+
+
+
+def contract_met(asked: int, delivered: int, tolerance: float = LENGTH_TOLERANCE) -> bool:
+    """Whether a run under the length contract has delivered enough to stop: at least
+    (1 − tolerance) of the words asked (it cannot un-write a window that ran long, so above the
+    band also stops). Exact: ⌈asked · (1 − tolerance)⌉ in rationals, so 1,700 of 2,000 stops."""
+    if asked < 1:
+        raise InvalidInputError(f"words asked must be positive, got {asked}")
+    floor = math.ceil(asked * (1 - Fraction(tolerance).limit_denominator(10**6)))
+    return delivered >= floor
 
 
 def exit_reason(
@@ -305,15 +321,11 @@ class Session:
         return int(sum(sq.expected_words for sq in self.sub_queries))
 
     def exit_reason(self, mean_novelty_ratio: float | None) -> str | None:
-        """The spec's exits; with the length contract (`cdr.window.length.contract_met`) the run is
+        """The spec's exits; with the length contract (`contract_met`) the run is
         also complete once the words delivered reach the band of the words asked."""
-        if self.options.length == "contract":
-            from cdr.window.length import (
-                contract_met,  # cdr.window.length reads this module's limits
-            )
-
-            if contract_met(self.words_asked, self.words_written):
-                return TASK_COMPLETE
+        if self.options.length == "contract" and contract_met(self.words_asked,
+                                                                self.words_written):
+            return TASK_COMPLETE
         return exit_reason(
             completeness=self.completeness(),
             residual_empty=not self.residual_ids,

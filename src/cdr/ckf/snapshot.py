@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, Self
 import numpy as np
 
 from cdr.ckf.records import Fact, FactStatus, Selection
-from cdr.ckf.scan import open_quantised
 from cdr.ckf.schema import DB_NAME, SCHEMA_VERSION, connect, doc_id_for
 from cdr.ckf.state import (
     CommittedState,
@@ -32,6 +31,7 @@ from cdr.ckf.txn import chunks
 from cdr.errors import EmbeddingModelMismatchError, InvalidInputError, NotFoundError
 from cdr.retrieval.fact_recipe import bind, split_identity
 from cdr.retrieval.factindex import check_gate, check_query, select_rows
+from cdr.retrieval.scan import open_quantised
 
 if TYPE_CHECKING:
     from cdr.ngrams import NgramIndex

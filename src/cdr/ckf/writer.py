@@ -176,12 +176,12 @@ class CKFWriter:
                 self.extend_quantised()
 
     def extend_quantised(self) -> None:
-        """Extend the int8 copy (`cdr.ckf.scan`) over newly committed rows once the store
+        """Extend the int8 copy (`cdr.retrieval.scan`) over newly committed rows once the store
         has `QUANT_MIN_ROWS` facts; call under the file lock, after a COMMIT. Incremental, so
         each commit pays for its own rows only. The copy is an accelerator derived from the
         committed rows: if building it fails (disk full), the commit stands, `select` scans
         the uncovered rows exactly, and the next commit tries again."""
-        from cdr.ckf import scan
+        from cdr.retrieval import scan
 
         st = read_state(self._conn, self.path, self.layout)
         if not scan.wants_quantised(st.n_rows):

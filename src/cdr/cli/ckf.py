@@ -441,9 +441,9 @@ def compact_command(ckf: CkfOption) -> None:
 def index_command(ckf: CkfOption) -> None:
     """Build or extend the int8 copy that makes Phase 1 `select` scan a quarter of the bytes
     (exact results). Every commit that adds rows extends it already once a store holds
-    200,000 facts (`cdr.ckf.scan.QUANT_MIN_ROWS`); run this for a smaller store, or to
+    200,000 facts (`cdr.retrieval.scan.QUANT_MIN_ROWS`); run this for a smaller store, or to
     catch up at once. Incremental."""
-    from cdr.ckf.scan import HAVE_KERNELS, build_quantised
+    from cdr.retrieval.scan import HAVE_KERNELS, build_quantised
 
     with _errors():
         store = _open(ckf)

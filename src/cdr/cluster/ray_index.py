@@ -37,10 +37,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cdr.cluster.shard_merge import ShardTop, merge_window
-from cdr.cluster.shard_server import ShardRows, WindowQuery
+from cdr.cluster.shard_server import ShardRows
 from cdr.errors import CdrError, InvalidInputError
 from cdr.ranking import RANKING_MODES, Ranking
-from cdr.retrieval.factindex import Selection, check_gate, check_query, merge_selections
+from cdr.retrieval.factindex import (
+    Selection,
+    WindowQuery,
+    check_gate,
+    check_query,
+    merge_selections,
+)
 
 if TYPE_CHECKING:
     from cdr.ngrams import NgramIndex

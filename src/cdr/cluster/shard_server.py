@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from cdr.ckf.snapshot import CKFSnapshot
 from cdr.cluster.shard_merge import ShardTop, ahead
 from cdr.ranking import cdr_components
-from cdr.retrieval.factindex import Selection, select_rows
+from cdr.retrieval.factindex import Selection, WindowQuery, select_rows
 
 _F32 = np.float32
 KEEP_GENERATIONS = 4  # states kept mapped for requests still on an older index
@@ -48,31 +49,10 @@ class ShardRows:
         return len(self.active)
 
 
-@dataclass(frozen=True, slots=True)
-class WindowQuery:
-    """What ranking needs, broadcast to every shard once per window (a few KB): the query,
-    the gate and Phase 1 limit, the Coverage Set's weighted centroid (None: weight 0) and
-    whether it has entries, the residual sub-query matrix, the session's blacklisted 6-gram
-    hashes, the mode and how many ranked candidates each shard returns."""
-
-    query: np.ndarray  # float32 (d,) unit
-    gate: float
-    limit: int | None
-    centroid: np.ndarray | None
-    coverage_nonempty: bool
-    residual: np.ndarray  # float32 (R, d)
-    blacklist: np.ndarray  # uint64 (B,)
-    mode: str
-    top_k: int | None
-    vectors: bool = True  # send the ranked rows' vectors back (the window loop needs none)
-
-
 class ShardServer:
     """Serves one shard directory: Phase 1, Phase 2 over its candidates, fact reads."""
 
     def __init__(self, path: str, shard: int) -> None:
-        from cdr.ckf.snapshot import CKFSnapshot
-
         self.path = Path(path)
         self.shard = shard
         self.snap = CKFSnapshot.open(self.path)
@@ -98,8 +78,6 @@ class ShardServer:
     def refresh(self) -> int:
         """Map the shard's newest committed state if it changed (one meta-row read when it
         did not); returns the generation now served to new indexes."""
-        from cdr.ckf.snapshot import CKFSnapshot
-
         if self.snap.latest_generation() == self.snap.generation:
             return self.snap.generation
         fresh = CKFSnapshot.open(self.path)

@@ -34,10 +34,9 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from cdr.errors import InvalidInputError
+from cdr.retrieval.scan import QuantisedRows, gated_rows
 
 if TYPE_CHECKING:
-    from cdr.ckf.scan import QuantisedRows
-    from cdr.cluster.shard_server import WindowQuery
     from cdr.ngrams import NgramIndex
     from cdr.ranking import Ranking
     from cdr.retrieval.embed import Embedder
@@ -81,6 +80,27 @@ class FactView(Protocol):
     def tokens(self) -> int: ...
     @property
     def importance(self) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class WindowQuery:
+    """The request of `RankingIndex.rank_window`: what ranking needs, broadcast to every shard
+    once per window (a few KB): the query, the gate and Phase 1 limit, the Coverage Set's
+    weighted centroid (None: weight 0) and whether it has entries, the residual sub-query
+    matrix, the session's blacklisted 6-gram hashes, the mode and how many ranked candidates
+    each shard returns. It belongs to the interface, not to a backend: the window loop builds
+    it and every `RankingIndex` (local or sharded) answers it."""
+
+    query: np.ndarray  # float32 (d,) unit
+    gate: float
+    limit: int | None
+    centroid: np.ndarray | None
+    coverage_nonempty: bool
+    residual: np.ndarray  # float32 (R, d)
+    blacklist: np.ndarray  # uint64 (B,)
+    mode: str
+    top_k: int | None
+    vectors: bool = True  # send the ranked rows' vectors back (the window loop needs none)
 
 
 @runtime_checkable
@@ -243,9 +263,8 @@ def select_rows(emb: np.ndarray, active: np.ndarray, q: np.ndarray, gate: float,
     """Phase 1 over one matrix of unit rows (`q` a unit vector, checked by the caller).
 
     `row_offset` numbers the result's rows for a shard whose first row is not row 0.
-    The scan itself is `cdr.ckf.scan.gated_rows`: exact float32 BLAS, the float16 kernel, or
+    The scan itself is `cdr.retrieval.scan.gated_rows`: exact float32 BLAS, the float16 kernel, or
     `quantised` (an int8 copy of the first rows) + exact rescoring — the same gated set."""
-    from cdr.ckf.scan import gated_rows  # cdr.ckf imports this module: import at call time
 
     dim = int(q.shape[0])
     if len(emb) == 0 or limit == 0:

@@ -26,10 +26,12 @@ from fractions import Fraction
 from typing import Any
 
 from cdr.errors import InvalidInputError
-from cdr.session import MAX_WINDOWS_LIMIT
 
-# The length contract's tolerance: a document within ±15% of the words asked keeps it.
-LENGTH_TOLERANCE = 0.15
+# The stop rule is one of the session's exits, so it lives with them in `cdr.session`; it is
+# importable from here too, beside the rest of the length contract.
+from cdr.session import LENGTH_TOLERANCE, MAX_WINDOWS_LIMIT
+from cdr.session import contract_met as contract_met
+
 # Words per completion token the reference model wrote on the quality benchmark: 31,628 words
 # over 54,777 completion tokens in its 180 windows (bench/results/quality-llm-runs, Markdown
 # and code included). The planner's own figure is 0.70 (`cdr.window.fit.WORDS_PER_TOKEN`, measured
@@ -102,15 +104,6 @@ def section_shares(remaining: Sequence[int], owed: int) -> list[int]:
     for i in order[: owed - sum(shares)]:
         shares[i] += 1
     return shares
-
-
-def contract_met(asked: int, delivered: int, tolerance: float = LENGTH_TOLERANCE) -> bool:
-    """Whether the run has delivered enough to stop: at least (1 − tolerance) of the words
-    asked (it cannot un-write a window that ran long, so above the band also stops)."""
-    if asked < 1:
-        raise InvalidInputError(f"words asked must be positive, got {asked}")
-    floor = math.ceil(asked * (1 - Fraction(tolerance).limit_denominator(10**6)))
-    return delivered >= floor
 
 
 def length_score(asked: int, delivered: int) -> float:

@@ -19,7 +19,6 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from cdr.cluster.shard_server import WindowQuery
 from cdr.coverage import SubQuery
 from cdr.errors import CdrError, InvalidInputError, UpstreamError
 from cdr.options import OPTION_NAMES, SessionOptions, resolve_options
@@ -34,7 +33,7 @@ from cdr.retrieval.expansion import (
     widened_selection,
     widened_weights,
 )
-from cdr.retrieval.factindex import FactIndex, RankingIndex, Selection
+from cdr.retrieval.factindex import FactIndex, RankingIndex, Selection, WindowQuery
 from cdr.retrieval.gates import calibrated_gate
 from cdr.retrieval.lexical import LEXICAL_WEIGHT, FusedIndex, lexical_index, session_terms
 from cdr.retrieval.subject import sub_query_texts, subject_of
