@@ -128,3 +128,30 @@ def test_short_blocks_stay_as_lines_or_names_and_page_stamps_go(monkeypatch):
     kept, note = html_main.keep_main_blocks(PAGE, blocks)
     assert kept == [blocks[2], blocks[3], blocks[7]]
     assert note == html_main.MainContent(True, "trafilatura", 5)
+
+
+def test_the_lead_before_the_first_section_keeps_only_sentences_and_code(monkeypatch):
+    # A page of links (a list of diagrams) leaves the extractor nothing to tell apart: it
+    # returns the whole page, menu included. Before the first section only prose and code
+    # stay; in a section the usual rules apply.
+    import trafilatura
+
+    monkeypatch.delenv(html_main.ENV, raising=False)
+    menu = ["Small. Fast. Reliable. Choose any three.", "Home", "About", "Documentation"]
+    monkeypatch.setattr(trafilatura, "extract", lambda *a, **k: "\n".join(
+        [*menu, "Syntax Diagrams", "alter-table-stmt", "analyze-stmt"]))
+    sec = ("Syntax Diagrams",)
+    blocks = [*(Block(t) for t in menu),
+              Block("This page lists every syntax diagram of the SQL language, by name."),
+              Block("alter-table-stmt", section=sec), Block("analyze-stmt", section=sec),
+              Block("attach-stmt", section=sec), Block("begin-stmt", section=sec),
+              Block("commit-stmt", section=sec), Block("Home", section=sec)]
+    kept, _ = html_main.keep_main_blocks(PAGE, blocks)
+    assert [b.text for b in kept] == [
+        "This page lists every syntax diagram of the SQL language, by name.",
+        "alter-table-stmt", "analyze-stmt", "Home"]
+    # A lead longer than half the page is the page's content, not its header.
+    long_lead = [Block("Home"), Block("About"), Block("alter-table-stmt"),
+                 Block("analyze-stmt", section=sec)]
+    assert html_main._lead_length(long_lead) == 0
+    assert html_main._lead_length(blocks) == 5

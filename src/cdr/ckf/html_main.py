@@ -78,7 +78,7 @@ def extractor_id() -> str:
     from importlib.metadata import version
 
     return (f"trafilatura {version('trafilatura')} share {KEEP_SHARE} prose {PROSE_WORDS} "
-            "short-as-line-or-name stamp")
+            "short-as-line-or-name stamp lead")
 
 
 def nesting_depth(text: str, stop_at: int = MAX_DEPTH) -> int:
@@ -115,6 +115,16 @@ def _trigrams(words: Sequence[str]) -> set[tuple[str, ...]]:
     return {tuple(words[i:i + 3]) for i in range(len(words) - 2)}
 
 
+def _lead_length(blocks: Sequence[Block]) -> int:
+    """How many blocks come before the first one in a section (a heading's scope): 0 when
+    no block is in a section or the lead is more than half the page (then it is the page's
+    content, not its header)."""
+    first = next((i for i, b in enumerate(blocks) if b.section), None)
+    if first is None or first > len(blocks) // 2:
+        return 0
+    return first
+
+
 def extracted_text(html: str) -> str | None:
     """trafilatura's main text of the page, or None when it finds none or fails."""
     import trafilatura
@@ -146,12 +156,20 @@ def keep_main_blocks(html: str, blocks: list[Block]) -> tuple[list[Block], MainC
     grams = _trigrams(words)
     lines = {tuple(w.lower() for w in _WORD.findall(line)) for line in main.splitlines()}
     vocabulary = set(words)
+    lead = _lead_length(blocks)
     kept: list[Block] = []
-    for block in blocks:
+    for i, block in enumerate(blocks):
         bw = [w.lower() for w in _WORD.findall(block.text)]
+        prose = len(bw) >= PROSE_WORDS and _SENTENCE_END.search(block.text) is not None
         if not block.is_code and len(bw) <= STAMP_WORDS and _STAMP.search(block.text):
             keep = False
-        elif block.is_code or (len(bw) >= PROSE_WORDS and _SENTENCE_END.search(block.text)):
+        elif i < lead and not (block.is_code or prose):
+            # Before the first section: the site's header (menu, tagline, breadcrumbs, the
+            # table of contents). Dropped even when the extractor kept it: on a page with
+            # little prose (a list of links, a page of diagrams) it falls back to the whole
+            # page, menu included. The page's title survives as the document's title.
+            keep = False
+        elif block.is_code or prose:
             keep = True
         elif len(bw) < 3:
             # Too short for trigrams: kept when it is a line of the extracted text (a
