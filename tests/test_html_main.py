@@ -145,13 +145,20 @@ def test_the_lead_before_the_first_section_keeps_only_sentences_and_code(monkeyp
               Block("This page lists every syntax diagram of the SQL language, by name."),
               Block("alter-table-stmt", section=sec), Block("analyze-stmt", section=sec),
               Block("attach-stmt", section=sec), Block("begin-stmt", section=sec),
-              Block("commit-stmt", section=sec), Block("Home", section=sec)]
+              Block("commit-stmt", section=sec),
+              Block("Each diagram shows the grammar of one statement, with its optional "
+                    "clauses and keywords.", section=sec), Block("Home", section=sec)]
     kept, _ = html_main.keep_main_blocks(PAGE, blocks)
     assert [b.text for b in kept] == [
         "This page lists every syntax diagram of the SQL language, by name.",
-        "alter-table-stmt", "analyze-stmt", "Home"]
-    # A lead longer than half the page is the page's content, not its header.
+        "alter-table-stmt", "analyze-stmt", blocks[10].text, "Home"]
+    # A lead of more than half the page's words is the page's content, not its header;
+    # a dozen menu items before one big table are the header.
     long_lead = [Block("Home"), Block("About"), Block("alter-table-stmt"),
                  Block("analyze-stmt", section=sec)]
     assert html_main._lead_length(long_lead) == 0
     assert html_main._lead_length(blocks) == 5
+    menu_words = ["Home", "Menu", "About", "Download", "License", "Support", "Search"]
+    table = [*(Block(w) for w in menu_words),
+             Block("Date | Version\n" + "2022-12-28 | 3.40.1\n" * 5, section=("History",))]
+    assert html_main._lead_length(table) == 7

@@ -78,7 +78,7 @@ def extractor_id() -> str:
     from importlib.metadata import version
 
     return (f"trafilatura {version('trafilatura')} share {KEEP_SHARE} prose {PROSE_WORDS} "
-            "short-as-line-or-name stamp lead")
+            "short-as-line-or-name stamp lead-words")
 
 
 def nesting_depth(text: str, stop_at: int = MAX_DEPTH) -> int:
@@ -117,12 +117,15 @@ def _trigrams(words: Sequence[str]) -> set[tuple[str, ...]]:
 
 def _lead_length(blocks: Sequence[Block]) -> int:
     """How many blocks come before the first one in a section (a heading's scope): 0 when
-    no block is in a section or the lead is more than half the page (then it is the page's
-    content, not its header)."""
+    no block is in a section or the lead holds more than half the page's words (then it is
+    the page's content, not its header). Words, not blocks: a page whose content is one big
+    table is one block after a dozen menu items."""
     first = next((i for i, b in enumerate(blocks) if b.section), None)
-    if first is None or first > len(blocks) // 2:
+    if first is None:
         return 0
-    return first
+    lead = sum(len(_WORD.findall(b.text)) for b in blocks[:first])
+    rest = sum(len(_WORD.findall(b.text)) for b in blocks[first:])
+    return first if lead <= rest else 0
 
 
 def extracted_text(html: str) -> str | None:
