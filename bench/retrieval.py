@@ -45,7 +45,9 @@ from _paths import BENCH, ROOT
 from cdr.ckf import CKF, ingest
 from cdr.ckf.schema import DB_NAME
 from cdr.cli.samples import cache_dir
+from cdr.ranking import rank
 from cdr.retrieval.fact_recipe import fact_text
+from cdr.session import EXHAUSTION_RATIO
 from cdr.window.loop import Generator
 from cdr.writers import get_writer
 from quality_arms import CachingEmbedder
@@ -123,6 +125,7 @@ def _ingest(path: Path, recipe: str, docs: Path, include: Sequence[str],
 
 
 def man_corpus(recipes: Sequence[str] = RECIPES) -> CorpusData:
+    """The man-page corpus, its CKF built with each of `recipes` (only those are embedded)."""
     import corpus_man
 
     md, version, pages = corpus_man.corpus_dir()
@@ -141,6 +144,7 @@ def man_corpus(recipes: Sequence[str] = RECIPES) -> CorpusData:
 
 
 def pydocs_corpus(recipes: Sequence[str] = RECIPES) -> CorpusData:
+    """The Python-docs corpus, its CKF built with each of `recipes` (only those are embedded)."""
     from corpus import DEBIAN_PACKAGE, python_docs_dir
     from quality import EXCLUDE, RELATED
     from quality_tasks import make_task, page_of
@@ -180,11 +184,28 @@ def _deb_version(package: str) -> str:
     return "unknown version"
 
 
-def own_rows(ckf: CKF) -> dict[str, set[int]]:
-    """source → the active CKF rows of that document."""
+def own_rows(ckf: CKF, shared: bool = False) -> dict[str, set[int]]:
+    """source → the active CKF rows of that document.
+
+    A text several documents hold (man pages repeat "EFAULT buf points outside your accessible
+    address space." word for word) is stored once, under the first document that held it.
+    With `shared`, it counts as each holding document's own (from the CKF's occurrences): the
+    page a task was made from does contain it, and sending it is on-topic; without, it counts
+    only for the document it is stored under."""
     out: dict[str, set[int]] = {}
-    for f in ckf.facts(np.flatnonzero(ckf.active)):
+    active = np.asarray(ckf.active)
+    for f in ckf.facts(np.flatnonzero(active)):
         out.setdefault(f.source, set()).add(int(f.row))
+    if shared:
+        db = sqlite3.connect(f"file:{ckf.path / DB_NAME}?mode=ro", uri=True)
+        try:
+            pairs = db.execute("SELECT o.row, d.source FROM occurrences o JOIN documents d "
+                               "ON d.doc_id = o.doc_id").fetchall()
+        finally:
+            db.close()
+        for row, source in pairs:
+            if 0 <= row < len(active) and active[row]:
+                out.setdefault(source, set()).add(int(row))
     return out
 
 
@@ -210,6 +231,10 @@ def run_one(ckf: CKF, embedder: CachingEmbedder, own: set[int], task: RTask,
         statuses.append(ev.status)
     measures = window_measures(envelopes, written, own, pool)
     summary = summarise(measures, statuses)
+    sent = {r for env, w in zip(envelopes, written, strict=True) if w for r in env}
+    condemned = below_floor(gen, session, selection, sorted(pool - sent))
+    loop_pool = pool - condemned
+    loop_summary = summarise(window_measures(envelopes, written, own, loop_pool), statuses)
     return {
         "corpus": task.corpus, "task": task.name, "arm": arm.name, "recipe": arm.recipe,
         "config": arm.config, "group": arm.group,
@@ -220,8 +245,32 @@ def run_one(ckf: CKF, embedder: CachingEmbedder, own: set[int], task: RTask,
         "summary": {k: (round(v, 5) if isinstance(v, float) else v)
                     for k, v in dataclasses.asdict(summary).items()},
         "exit_timing": summary.exit_timing,
+        # The own pool as the loop sees it at its end: less the facts never sent whose
+        # novelty ratio has fallen below Exit 3's floor (their 6-grams were written, or their
+        # topic is covered), which the spec's loop would not send again.
+        "own_pool_loop": len(loop_pool), "below_floor": len(condemned),
+        "exit_timing_loop": loop_summary.exit_timing,
         "seconds": round(time.perf_counter() - t0, 2),
     }
+
+
+def below_floor(gen: Generator, session: Any, selection: Any, rows: list[int]) -> set[int]:
+    """Of `rows` (Phase 1 candidates), those whose novelty ratio (novelty × (1 − n-gram
+    penalty)), ranked as the loop ranks them at the session's current state, is below Exit 3's
+    floor: the loop would end a window made of them unwritten (`cdr.window.loop.stale_envelope`)."""
+    if not rows:
+        return set()
+    pos = {int(r): i for i, r in enumerate(selection.indices)}
+    at = np.array([pos[r] for r in rows], dtype=np.int64)
+    counts = session.blacklist.counts
+    ranking = rank(selection.embeddings[at], selection.relevances[at],
+                   importance=gen.ckf.importance[np.asarray(rows)],
+                   ngram_counts=counts[np.asarray(rows)] if len(counts) else None,
+                   coverage=session.coverage, residual=session.residual,
+                   mode=session.ranking, min_relevance=-1.0, rows=np.asarray(rows))
+    ratio = ranking.novelty * (1.0 - ranking.ngram_penalty)
+    return {int(r) for r, x in zip(ranking.indices, ratio, strict=True)
+            if x < EXHAUSTION_RATIO}
 
 
 # ------------------------------------------------------------------------------- checkpoint
@@ -284,9 +333,10 @@ def library_commit() -> str:
 
 def ingest_speed(ckf: CKF, rounds: int = 2, chunk: int = 128,
                  limit: int | None = 1200) -> dict[str, Any]:
-    """Facts/s embedding the same facts' texts as `plain` and as `title-section`, interleaved
-    chunk by chunk (A B, then B A) so a change in the machine's load hits both alike. This is
-    the part of ingest the recipe changes; parsing and storing are the same for both. At most
+    """Facts/s embedding the same facts' texts as each recipe makes them (`RECIPES`: plain,
+    title-section, title-section-short), interleaved chunk by chunk (A B C, then C B A) so a
+    change in the machine's load hits all alike. This is the part of ingest the recipe changes;
+    parsing and storing are the same for all; any one CKF of the corpus holds the texts. At most
     `limit` facts, evenly spaced over the CKF, so a large corpus is timed in minutes."""
     db = sqlite3.connect(f"file:{ckf.path / DB_NAME}?mode=ro", uri=True)
     try:
@@ -347,13 +397,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print(f"[yellow]skipped arm {a.name!r}: {why}[/]")
     console.print(f"building the {args.corpus} CKFs (once per recipe; unchanged pages are "
                   "not embedded again)…")
-    data = man_corpus() if args.corpus == "man" else pydocs_corpus()
+    # Only the recipes the chosen arms read are built (a corpus embeds in minutes to an hour).
+    need = tuple(r for r in RECIPES if any(a.recipe == r for a in arms))
+    build = man_corpus if args.corpus == "man" else pydocs_corpus
+    data = build(need or RECIPES)
     tasks = data.tasks[args.split][: args.tasks]
     code, commit = code_hash(), library_commit()
     done = {} if args.restart else load_runs(args.runs)
     if args.restart and args.runs.exists():
         args.runs.unlink()
-    owners = {r: own_rows(c) for r, c in data.ckfs.items()}
+    owners = {r: own_rows(c, shared=True) for r, c in data.ckfs.items()}
     embedders = {r: CachingEmbedder(c.embedder) for r, c in data.ckfs.items()}
     jobs = [(a, t) for a in arms for t in tasks]
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -382,7 +435,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print(f"{len(jobs)} runs ({fresh_runs} new, {len(jobs) - fresh_runs} from "
                   f"{args.runs}) in {time.perf_counter() - started:.0f} s")
     if args.ingest_speed:
-        speed = ingest_speed(data.ckfs[RECIPES[0]])
+        speed = ingest_speed(next(iter(data.ckfs.values())))
         speed.update(corpus=data.name, corpus_version=data.version,
                      ingest_seconds=data.ingest_seconds, ingest_embedded=data.embedded)
         every = json.loads(INGEST_SPEED.read_text(encoding="utf-8")) if INGEST_SPEED.exists() \

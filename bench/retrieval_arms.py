@@ -23,11 +23,13 @@ from typing import Any
 
 from cdr.errors import CdrError
 from cdr.options import PROFILES, SessionOptions
-from cdr.retrieval.fact_recipe import PLAIN, TITLE_SECTION
+from cdr.retrieval.fact_recipe import PLAIN, TITLE_SECTION, TITLE_SECTION_SHORT
 from cdr.window.loop import GenerationConfig
 
-RECIPES = (PLAIN, TITLE_SECTION)
-SHORT = {PLAIN: "plain", TITLE_SECTION: "ts"}
+RECIPES = (PLAIN, TITLE_SECTION, TITLE_SECTION_SHORT)
+# The ablation grid varies the recipe between facts alone and facts with their context.
+ABLATION_RECIPES = (PLAIN, TITLE_SECTION)
+SHORT = {PLAIN: "plain", TITLE_SECTION: "ts", TITLE_SECTION_SHORT: "short"}
 RECOMMENDED = "focused"
 # Option values meaning "on" and "off" for the ablation (issue 21 §2, §3).
 SUBJECT = {"on": "anchor", "off": "off"}
@@ -125,7 +127,7 @@ def core_arms() -> list[RetrievalArm]:
 def ablation_arms() -> list[RetrievalArm]:
     base = base_profile()
     arms = []
-    for recipe, subj, lex in itertools.product(RECIPES, ("on", "off"), ("on", "off")):
+    for recipe, subj, lex in itertools.product(ABLATION_RECIPES, ("on", "off"), ("on", "off")):
         name = f"{base} {SHORT[recipe]} subject-{subj} bm25-{lex}"
         arms.append(RetrievalArm(
             name, f"CDR, --profile {base}, recipe {recipe}, subject={SUBJECT[subj]}, "

@@ -27,7 +27,8 @@ RESULTS = BENCH / "results"
 SPLITS = ("report", "tune")
 CORPORA = ("man", "pydocs")
 CORPUS_TITLE = {"man": "Linux system-call man pages", "pydocs": "Python 3.11 docs"}
-TARGET_ARMS = ("focused ts", "fresh ts")  # the recommended profile, or fresh until it exists
+# The recommended profile on the default recipe, then on the longer one, or fresh before it.
+TARGET_ARMS = ("focused short", "focused ts", "fresh ts")
 # What `--profile focused` bundled on the library commits these runs were made on (the profile
 # was being tuned while the benchmark ran; later runs record it themselves).
 FOCUSED_AT = {
@@ -98,6 +99,8 @@ def arm_row(rs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     s = [r["summary"] for r in rs]
     stale = [x["stale_windows"] for x in s]
     timing = Counter(r["exit_timing"] for r in rs)
+    # runs made before the loop-pool measure existed have no entry: counted as unknown
+    timing_loop = Counter(r.get("exit_timing_loop", "unmeasured") for r in rs)
     reasons = Counter(x["exit_reason"] for x in s)
     return {
         "runs": len(rs),
@@ -110,7 +113,9 @@ def arm_row(rs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "past_gate": _nanmean([r["own_pool"] / r["own"] if r["own"] else math.nan for r in rs]),
         "stale": float(np.mean(stale)), "stale_runs": sum(1 for v in stale if v),
         "written": float(np.mean([x["written_windows"] for x in s])),
-        "timing": timing, "reasons": reasons,
+        "timing": timing, "timing_loop": timing_loop, "reasons": reasons,
+        "below_floor": _nanmean([r["below_floor"] / r["own_pool"] if r.get("own_pool")
+                                 and "below_floor" in r else math.nan for r in rs]),
         "slope": _nanmean([x["on_topic_slope"] for x in s]),
         "seconds": float(np.mean([r["seconds"] for r in rs])),
     }
@@ -124,8 +129,8 @@ def summary_table(runs: Sequence[dict[str, Any]], arms: Sequence[str]) -> list[s
     lines = ["| arm | runs | W1 on-topic | W2+ on-topic (runs) | W2+ fresh | own recall at end | "
              "own facts past the gate | gated own recall at end | stale windows / run (runs "
              "with any) | windows written | on-topic slope W2+ / window | exit | exit vs own "
-             "pool running out |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+             "pool running out | exit vs the pool the loop can still send |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
     for a in arms:
         rs = [r for r in runs if r["arm"] == a]
         if not rs:
@@ -138,12 +143,13 @@ def summary_table(runs: Sequence[dict[str, Any]], arms: Sequence[str]) -> list[s
             shown += f" (runs on {', '.join(other)})"
         reasons = ", ".join(f"{k} {v}" for k, v in x["reasons"].most_common())
         timing = ", ".join(f"{k} {x['timing'][k]}" for k in TIMINGS if x["timing"][k])
+        timing_loop = ", ".join(f"{k} {v}" for k, v in x["timing_loop"].most_common())
         slope = "–" if math.isnan(x["slope"]) else f"{100 * x['slope']:+.1f} pt"
         lines.append(
             f"| {shown} | {x['runs']} | {pct(x['w1'])} | {pct(x['later_on'])} ({x['later_n']}) | "
             f"{pct(x['later_fresh'])} | {pct(x['recall'])} | {pct(x['past_gate'])} | "
             f"{pct(x['pool_recall'])} | {x['stale']:.1f} ({x['stale_runs']}) | "
-            f"{x['written']:.1f} | {slope} | {reasons} | {timing} |")
+            f"{x['written']:.1f} | {slope} | {reasons} | {timing} | {timing_loop} |")
     return lines
 
 
@@ -184,6 +190,10 @@ def target_lines(runs: Sequence[dict[str, Any]]) -> list[str]:
         f"{v(x['stale_runs'] == 0)}",
         f"- exit within one window after the own pool runs out: {on_time} of {x['runs']} runs — "
         f"{v(on_time == x['runs'])}",
+        f"- the same against the pool the loop can still send (the own pool less the facts never "
+        f"sent whose novelty ratio fell below Exit 3's floor, {pct(x['below_floor'])} of the "
+        f"pool): {x['timing_loop']['on time']} of {x['runs']} runs — "
+        f"{v(x['timing_loop']['on time'] == x['runs'])}",
         "",
     ]
 
@@ -195,13 +205,15 @@ def task_table(runs: Sequence[dict[str, Any]]) -> list[str]:
         return []
     lines = [f"Per task, `{arm}`:", "",
              "| task | own facts | past the gate | windows written | W1 on-topic | own recall "
-             "at end | exit | exit vs pool |", "|---|---:|---:|---:|---:|---:|---|---|"]
+             "at end | exit | exit vs pool | below Exit 3's floor | exit vs the pool the loop "
+             "can send |", "|---|---:|---:|---:|---:|---:|---|---|---:|---|"]
     for r in sorted((r for r in runs if r["arm"] == arm), key=lambda r: r["task"]):
         s = r["summary"]
         lines.append(f"| {r['task']} | {r['own']} | {r['own_pool']} | {s['written_windows']} | "
                      f"{pct(s['w1_on_topic'])} | {pct(s['own_recall_end'])} | "
                      f"{s['exit_reason']} at W{s['exit_window'] or len(r['windows'])} | "
-                     f"{r['exit_timing']} |")
+                     f"{r['exit_timing']} | {r.get('below_floor', '–')} | "
+                     f"{r.get('exit_timing_loop', '–')} |")
     return [*lines, ""]
 
 

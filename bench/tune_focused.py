@@ -1,10 +1,12 @@
 """Choose what the `focused` profile bundles, on the TUNE split of both retrieval corpora only.
 
-Every variant runs subject anchoring, BM25 fusion and the stale stop on `title-section` CKFs;
-they differ in the options inherited from `fresh` (fact memory, fitted envelopes, expanded
-sub-queries), which were chosen on the Python-docs quality benchmark, not on a knowledge base of
-similar documents. The report split is never read here; `bench/retrieval.py` reports the
-chosen profile on it.
+Rounds 1–2 ran subject anchoring, BM25 fusion and the stale stop on `title-section` CKFs, and
+varied the options inherited from `fresh` (fact memory, fitted envelopes, expanded sub-queries),
+which were chosen on the Python-docs quality benchmark, not on a knowledge base of similar
+documents. Round 3 runs the profile as it then was (fact memory, BM25, stale stop) on
+`title-section-short` CKFs, with and without document support (`cdr.retrieval.doc_support`) at two
+powers. The report split is never read here; `bench/retrieval.py` reports the chosen profile
+on it.
 
 Usage: python bench/tune_focused.py [--round N] — writes bench/results/tune_focused_roundN.md.
 """
@@ -44,7 +46,18 @@ ROUNDS = {
                                        "envelope": "budget"},
         "no anchor, titles + fit": {"subject": "off", "queries": "titles", "envelope": "fit"},
     },
+    # Each at its gate from bench/results/calibration_lexical_title-section-short.md.
+    3: {
+        "no document support (gate 0.40)": {"min_relevance": 0.40},
+        "document support, power 1 (gate 0.35)": {"documents": "support", "support_power": 1.0,
+                                                  "min_relevance": 0.35},
+        "document support, power 2 (gate 0.325)": {"documents": "support",
+                                                   "support_power": 2.0,
+                                                   "min_relevance": 0.325},
+    },
 }
+# The CKF recipe each round ran on.
+ROUND_RECIPE = {1: "title-section", 2: "title-section", 3: "title-section-short"}
 OUT = Path(__file__).parent / "results" / "tune_focused.md"
 MAX_WINDOWS, WORDS = 12, 9000
 
@@ -59,17 +72,18 @@ def main() -> None:
     ap.add_argument("--round", type=int, choices=sorted(ROUNDS), default=max(ROUNDS))
     round_no = ap.parse_args().round
     VARIANTS = ROUNDS[round_no]
-    corpora = [man_corpus(), pydocs_corpus()]
+    recipe = ROUND_RECIPE[round_no]
+    corpora = [man_corpus((recipe,)), pydocs_corpus((recipe,))]
     rows = []
     with Progress() as progress:
         total = sum(len(c.tasks["tune"]) for c in corpora) * len(VARIANTS)
         bar = progress.add_task("tune runs", total=total)
         for corpus in corpora:
-            ckf = corpus.ckfs["title-section"]
+            ckf = corpus.ckfs[recipe]
             emb = CachingEmbedder(ckf.embedder)
-            own = own_rows(ckf)
+            own = own_rows(ckf, shared=True)
             for name, extra in VARIANTS.items():
-                arm = RetrievalArm(name, name, "title-section", {**BASE, **extra})
+                arm = RetrievalArm(name, name, recipe, {**BASE, **extra})
                 runs = []
                 for task in corpus.tasks["tune"]:
                     runs.append(run_one(ckf, emb, own.get(task.source, set()), task, arm,
@@ -81,17 +95,20 @@ def main() -> None:
                              mean([x["later_on_topic"] for x in s]),
                              mean([x["own_recall_end"] for x in s]),
                              mean([float(x["stale_windows"]) for x in s]),
-                             sum(r["exit_timing"] == "on time" for r in runs)))
+                             sum(r["exit_timing"] == "on time" for r in runs),
+                             sum(r.get("exit_timing_loop") == "on time" for r in runs)))
     lines = [f"## Round {round_no}", "",
              f"Command: `python bench/tune_focused.py --round {round_no}`; machine "
              f"{platform.machine()}, Python "
              f"{platform.python_version()}; extractive writer, at most {MAX_WINDOWS} windows, "
-             f"{WORDS} words; every variant has {BASE}.", "",
+             f"{WORDS} words; recipe `{recipe}`; every variant has {BASE}; TUNE split only.",
+             "",
              "| corpus | variant | runs | W1 on-topic | W2+ on-topic | own recall at end | "
-             "stale windows / run | exit on time |", "|---|---|---:|---:|---:|---:|---:|---:|"]
-    for c, n, k, w1, w2, rec, stale, on_time in rows:
+             "stale windows / run | exit on time | exit on time (pool the loop can send) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for c, n, k, w1, w2, rec, stale, on_time, on_time_loop in rows:
         lines.append(f"| {c} | {n} | {k} | {w1:.1%} | {w2:.1%} | {rec:.1%} | {stale:.2f} | "
-                     f"{on_time} of {k} |")
+                     f"{on_time} of {k} | {on_time_loop} of {k} |")
     out = OUT.with_name(f"tune_focused_round{round_no}.md")
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))

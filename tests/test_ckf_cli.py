@@ -55,8 +55,8 @@ def test_stats_and_docs(built):
     _, ckf, _ = built
     st = _json(runner.invoke(app, ["ckf", "stats", "--ckf", str(ckf), "--json"]))
     assert st["documents"] == 2
-    assert st["model_id"] == "sentence-transformers/all-MiniLM-L6-v2#title-section"
-    assert st["recipe"] == "title-section"
+    assert st["model_id"] == "sentence-transformers/all-MiniLM-L6-v2#title-section-short"
+    assert st["recipe"] == "title-section-short"
     assert st["active_facts"] == st["rows"] > 0
     assert st["documents_by_source_type"] == {"internal": 1, "official": 1}
     table = runner.invoke(app, ["ckf", "stats", "--ckf", str(ckf)])

@@ -89,7 +89,7 @@ def test_round_trip_on_real_corpus(base, corpus):
     assert report.skipped == [] and report.stale == []
     with CKF.open(path) as ckf:
         assert ckf.check() == []
-        assert ckf.model_id == "sentence-transformers/all-MiniLM-L6-v2#title-section"
+        assert ckf.model_id == "sentence-transformers/all-MiniLM-L6-v2#title-section-short"
         assert ckf.dim == 384
         assert isinstance(ckf.embeddings, np.memmap)  # mapped, not loaded
         # every document holds exactly the facts the chunker makes of it, in order
@@ -380,7 +380,7 @@ def test_model_mismatch_names_both_models(small):
     other = RemoteEmbedder("text-embedding-3-small", "http://127.0.0.1:9/v1")
     with pytest.raises(EmbeddingModelMismatchError) as exc:
         CKF.open(small, other)
-    assert exc.value.expected == "sentence-transformers/all-MiniLM-L6-v2#title-section"
+    assert exc.value.expected == "sentence-transformers/all-MiniLM-L6-v2#title-section-short"
     assert exc.value.got == "text-embedding-3-small"
     assert "all-MiniLM-L6-v2" in str(exc.value) and "text-embedding-3-small" in str(exc.value)
 

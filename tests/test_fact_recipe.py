@@ -19,16 +19,21 @@ from cdr.cli import app
 from cdr.errors import EmbeddingModelMismatchError, InvalidInputError
 from cdr.retrieval.embed import default_embedder
 from cdr.retrieval.fact_recipe import (
+    CONTEXT_TOKENS,
     CONTEXT_WORDS,
+    DEFAULT_RECIPE,
     PLAIN,
     TITLE_SECTION,
+    TITLE_SECTION_SHORT,
     RecipeEmbedder,
     bind,
     context_of,
     fact_text,
     identity,
+    short_context_of,
     split_identity,
 )
+from cdr.text.tokens import count_tokens
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 DOCS = [
@@ -75,6 +80,41 @@ def test_hostile_titles_are_cleaned_and_bounded():
     assert len([w for w in huge.split() if w not in "—>"]) <= CONTEXT_WORDS
     # the deepest headings are kept when the path is long
     assert huge.endswith("s4999")
+
+
+def test_short_recipe_keeps_the_name_and_the_deepest_heading_within_its_tokens():
+    assert DEFAULT_RECIPE == TITLE_SECTION_SHORT
+    assert identity(MODEL, TITLE_SECTION_SHORT) == f"{MODEL}#title-section-short"
+    assert split_identity(f"{MODEL}#title-section-short") == (MODEL, TITLE_SECTION_SHORT)
+    assert fact_text(TITLE_SECTION_SHORT, "It rained.", "Cup final", "Cup final > Weather") == \
+        "Cup final — Weather: It rained."
+    # a long title gives up its tail first; the heading stays while the title keeps 2 words
+    ctx = short_context_of("io_destroy - destroy an asynchronous I/O context",
+                           "io_destroy - destroy an asynchronous I/O context > Return value")
+    assert ctx.startswith("io_destroy - ") and ctx.endswith(" — Return value")
+    assert count_tokens(ctx + ": ") <= CONTEXT_TOKENS
+    assert short_context_of(None, "A > B > Weather") == "Weather"
+    assert short_context_of("", "  >  > ") == ""
+    assert fact_text(TITLE_SECTION_SHORT, "It rained.", "", "") == "It rained."
+
+
+def test_hostile_input_to_the_short_recipe_is_cleaned_and_cut():
+    ctx = short_context_of("Evil\x00\x1b[31m\u2028title", "A\x07 > B\r\nC")
+    assert all(ord(c) >= 32 and c not in "\u2028\u2029\x7f" for c in ctx)
+    huge = short_context_of(" ".join(["word"] * 10_000), " > ".join(f"s{i}" for i in range(5000)))
+    assert count_tokens(huge + ": ") <= CONTEXT_TOKENS and huge.startswith("word word")
+    # one unbreakable word longer than the bound leaves no prefix rather than a cut word
+    assert short_context_of("x" * 5000, "") == ""
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=400), st.text(max_size=400), st.text(min_size=1, max_size=80))
+def test_short_context_is_always_within_its_tokens(title, section, content):
+    text = fact_text(TITLE_SECTION_SHORT, content, title, section)
+    assert text.endswith(content)
+    ctx = short_context_of(title, section)
+    assert ctx == "" or count_tokens(ctx + ": ") <= CONTEXT_TOKENS
+    assert "\n" not in ctx and "\x00" not in ctx
 
 
 @settings(max_examples=200, deadline=None)

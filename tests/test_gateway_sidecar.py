@@ -31,7 +31,7 @@ from tests.gateway_server import (
 
 pytest_plugins = ["tests.gateway_server"]
 
-MODEL = "sentence-transformers/all-MiniLM-L6-v2#title-section"  # the default fact recipe
+MODEL = "sentence-transformers/all-MiniLM-L6-v2#title-section-short"  # the default recipe
 START = {"task": TASK, **CRP}
 
 
@@ -238,6 +238,7 @@ def test_bad_requests_get_named_4xx_errors_and_change_nothing(client):
     check(client.post("/v1/sessions", json={**START, "subject": "title"}), 422, "subject")
     check(client.post("/v1/sessions", json={**START, "lexical": "tfidf"}), 422, "lexical")
     check(client.post("/v1/sessions", json={**START, "stale": "skip"}), 422, "stale")
+    check(client.post("/v1/sessions", json={**START, "documents": "all"}), 422, "documents")
     check(client.post("/v1/sessions", json={**START, "outline": ["ok", " "]}), 422, "outline")
     check(client.post("/v1/sessions", json={**START, "task": "   "}), 422, "task")
     check(client.post("/v1/sessions", json=[1, 2]), 422)

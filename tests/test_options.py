@@ -427,7 +427,8 @@ def test_cli_profile_and_flags_reach_the_trace(types_ckf_path, tmp_path):
 @pytest.mark.parametrize(("flag", "value"), [("--memory", "topics"), ("--envelope", "all"),
                                              ("--queries", "bm25"), ("--profile", "stale"),
                                              ("--repeats", "hide"), ("--subject", "title"),
-                                             ("--lexical", "tfidf"), ("--stale", "skip")])
+                                             ("--lexical", "tfidf"), ("--stale", "skip"),
+                                             ("--documents", "all")])
 def test_cli_refuses_bad_option_values_with_one_line(flag, value, tmp_path):
     r = runner.invoke(app, ["generate", "t", "--ckf", str(tmp_path), flag, value])
     assert r.exit_code == 2

@@ -14,7 +14,7 @@ from cdr.ckf import CKF
 from cdr.options import PROFILES, resolve_options
 from cdr.retrieval.embed import default_embedder
 from cdr.retrieval.subject import SUBJECT_WORDS, anchored, sub_query_texts, subject_of
-from cdr.session import CKF_EXHAUSTED, LIMIT_REACHED, TASK_COMPLETE
+from cdr.session import CKF_EXHAUSTED, EXHAUSTION_RATIO, LIMIT_REACHED, TASK_COMPLETE
 from cdr.trace import TRACE_SCHEMA, build_trace
 from cdr.window.dpe import parse_outline
 from cdr.window.loop import GenerationConfig, Generator
@@ -28,7 +28,7 @@ def types_ckf(types_ckf_path) -> CKF:
     return CKF.open(types_ckf_path)
 
 
-def run(ckf: CKF, **options: str):
+def run(ckf: CKF, **options: str | float):
     gen = Generator(ckf, get_writer("extractive"),
                     GenerationConfig(max_windows=8, words=3000, **options))
     session = gen.start(BUILTIN_TYPES_TASK, BUILTIN_TYPES_OUTLINE)
@@ -109,8 +109,13 @@ def test_sent_before_is_a_share_and_window_one_is_all_new(envelopes):
         seen.update(ids)
 
 
+# Gates above the calibrated one, so the knowledge base's material runs out within 8 windows.
+SPEC_RUN_GATE = 0.5
+STOP_RUN_GATE = 0.55
+
+
 def test_the_spec_loop_writes_stale_windows_and_the_trace_shows_it(types_ckf):
-    session, events, trace = run(types_ckf)
+    session, events, trace = run(types_ckf, min_relevance=SPEC_RUN_GATE)
     jsonschema.validate(trace, TRACE_SCHEMA)
     shares = [w["sent_before"] for w in trace["windows"]]
     assert shares[0] == 0.0
@@ -122,25 +127,58 @@ def test_the_spec_loop_writes_stale_windows_and_the_trace_shows_it(types_ckf):
     assert "stale" not in trace.get("options", {})
 
 
-def test_stale_stop_ends_the_run_at_the_first_stale_envelope_unwritten(types_ckf):
-    _, spec_events, spec_trace = run(types_ckf)
+def test_stale_stop_sends_what_is_left_then_ends_unwritten(types_ckf):
+    _, spec_events, spec_trace = run(types_ckf, min_relevance=STOP_RUN_GATE)
     first_stale = next(i for i, w in enumerate(spec_trace["windows"])
                        if w["sent_before"] is not None and w["sent_before"] >= STALE_SHARE)
-    session, events, trace = run(types_ckf, stale="stop")
+    gen = Generator(types_ckf, get_writer("extractive"),
+                    GenerationConfig(max_windows=8, words=3000, stale="stop",
+                                     min_relevance=STOP_RUN_GATE))
+    session = gen.start(BUILTIN_TYPES_TASK, BUILTIN_TYPES_OUTLINE)
+    events = list(gen.run(BUILTIN_TYPES_TASK, session=session))
+    trace = build_trace(session, events)
     jsonschema.validate(trace, TRACE_SCHEMA)
-    assert session.status == CKF_EXHAUSTED and len(events) == first_stale + 1
+    assert session.status == CKF_EXHAUSTED
     last = events[-1]
-    assert last.output == "" and trace["windows"][-1]["sent_before"] >= STALE_SHARE
+    assert last.output == ""
     assert last.headers["CRP-Context-Mode"] == CKF_EXHAUSTED
     assert "CRP-Onboarding-Hint" in last.headers
-    # the windows before it are the spec's own (the option only stops, it does not re-rank)
-    assert [e.output for e in events[:-1]] == [e.output for e in spec_events[:first_stale]]
+    # the windows before the first stale envelope are the spec's own ...
+    assert [e.output for e in events[:first_stale]] == \
+        [e.output for e in spec_events[:first_stale]]
+    # ... no stale window is written: where the spec's envelope went stale, the candidates
+    # never sent went out alone instead (sent before: 0)
+    shares = [w["sent_before"] for w in trace["windows"]]
+    written = [s for s, e in zip(shares, events, strict=True) if e.output]
+    assert all(s < STALE_SHARE for s in written), shares
+    assert len(events) > first_stale + 1 and shares[first_stale] == 0.0, shares
+    # it ends when nothing past the gate is left unsent, or what is left is below Exit 3's
+    # floor (the spec's loop would not write from it either)
+    cand = gen.ckf.fact_ids(gen.candidates(session).indices)
+    unsent = [f for f in cand if f not in session.fact_memory.shown]
+    ratio = last.prepared.envelope.mean_novelty_ratio
+    assert not unsent or (ratio is not None and ratio < EXHAUSTION_RATIO)
     assert trace["options"] == {"stale": "stop"}
+
+
+def test_stale_stop_without_anything_unsent_ends_at_the_stale_envelope(tiny_ckf_path):
+    """A knowledge base the first window sends whole: the second envelope is all repeats and
+    nothing is left unsent, so the run ends there, unwritten."""
+    with CKF.open(tiny_ckf_path) as ckf:
+        gen = Generator(ckf, get_writer("extractive"),
+                        GenerationConfig(max_windows=6, words=3000, stale="stop",
+                                         min_relevance=-1.0))
+        session = gen.start("Write about truth values and pass", "Truth\nPass")
+        events = list(gen.run("Write about truth values and pass", session=session))
+    assert events[0].output and session.status == CKF_EXHAUSTED
+    assert events[-1].output == "" and len(events) == 2
+    assert set(events[-1].prepared.envelope.fact_ids) <= set(events[0].prepared.envelope.fact_ids)
 
 
 def test_the_focused_profile_bundles_the_options():
     focused = resolve_options("focused")
     assert focused == PROFILES["focused"]
-    assert (focused.memory, focused.lexical, focused.stale) == ("facts", "bm25", "stop")
+    assert (focused.memory, focused.lexical, focused.stale, focused.documents) == (
+        "facts", "bm25", "stop", "support")
     assert (focused.subject, focused.envelope, focused.queries) == ("off", "budget", "titles")
     assert resolve_options("focused", stale="write").stale == "write"

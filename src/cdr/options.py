@@ -28,12 +28,15 @@ existed loads with the defaults. Each option is a rule in its own module:
   spec's four exits) or ``"contract"`` (`cdr.window.length`: each window is planned for the words
   still owed, as many as its generation budget carries at the writer's words per token; a section
   written whole is not planned again, only one cut off is continued; and the run ends with
-  `task-complete` once the words delivered reach the ±15% band of the words asked).
+  `task-complete` once the words delivered reach the ±15% band of the words asked);
+- `documents`: ``"off"`` (spec: each fact's relevance is its own) or ``"support"``
+  (`cdr.retrieval.doc_support`: a fact's relevance is weighed by how well its document's best fact
+  matches the task, against the best-matching document's).
 
 A profile names a set of options: ``"spec"`` is the defaults, ``"fresh"`` turns on what the
 quality benchmark measured to win on the Python-docs corpus, ``"focused"`` is fact memory plus
 what the retrieval benchmark measured to keep a run on its task's own material in a knowledge
-base of many similar documents: BM25 fusion and the stale stop
+base of many similar documents: BM25 fusion, document support and the stale stop
 (docs/retrieval.md, "Relevance means the task's own material"), and the length contract
 (docs/length.md).
 """
@@ -54,6 +57,7 @@ SubjectMode = Literal["off", "anchor"]
 LexicalMode = Literal["off", "bm25"]
 StaleMode = Literal["write", "stop"]
 LengthMode = Literal["open", "contract"]
+DocumentsMode = Literal["off", "support"]
 ProfileName = Literal["spec", "fresh", "focused"]
 
 MEMORY_MODES: tuple[str, ...] = get_args(MemoryMode)
@@ -64,6 +68,7 @@ SUBJECT_MODES: tuple[str, ...] = get_args(SubjectMode)
 LEXICAL_MODES: tuple[str, ...] = get_args(LexicalMode)
 STALE_MODES: tuple[str, ...] = get_args(StaleMode)
 LENGTH_MODES: tuple[str, ...] = get_args(LengthMode)
+DOCUMENTS_MODES: tuple[str, ...] = get_args(DocumentsMode)
 PROFILE_NAMES: tuple[str, ...] = get_args(ProfileName)
 
 # Every option and its values, the first being the spec's: the CLI, the gateway schema and
@@ -71,7 +76,7 @@ PROFILE_NAMES: tuple[str, ...] = get_args(ProfileName)
 OPTION_CHOICES: dict[str, tuple[str, ...]] = {
     "memory": MEMORY_MODES, "envelope": ENVELOPE_MODES, "queries": QUERIES_MODES,
     "repeats": REPEATS_MODES, "subject": SUBJECT_MODES, "lexical": LEXICAL_MODES,
-    "stale": STALE_MODES, "length": LENGTH_MODES,
+    "stale": STALE_MODES, "length": LENGTH_MODES, "documents": DOCUMENTS_MODES,
 }
 OPTION_NAMES: tuple[str, ...] = tuple(OPTION_CHOICES)
 _CHOICES = OPTION_CHOICES
@@ -89,6 +94,7 @@ class SessionOptions:
     lexical: str = "off"
     stale: str = "write"
     length: str = "open"
+    documents: str = "off"
 
     def __post_init__(self) -> None:
         for name, choices in _CHOICES.items():
@@ -125,11 +131,13 @@ PROFILES: dict[str, SessionOptions] = {
     "spec": SessionOptions(),
     "fresh": SessionOptions(memory="facts", envelope="fit", queries="expanded"),
     # Chosen on the TUNE split of both retrieval corpora: fresh's fitted envelopes and expanded
-    # sub-queries lost to the spec's (bench/results/tune_focused_round1.md), and anchoring
-    # the subject added nothing once BM25 carries the subject's words (..._round2.md).
+    # sub-queries lost to the spec's (bench/results/tune_focused_round1.md), anchoring the
+    # subject added nothing once BM25 carries the subject's words (..._round2.md), and
+    # document support lifted every measure on both corpora (..._round3.md).
     # The length contract (issue 22) keeps a long run to the words asked: without it a run
     # goes on to its window limit or its stale stop (bench/results/long.md).
-    "focused": SessionOptions(memory="facts", lexical="bm25", stale="stop", length="contract"),
+    "focused": SessionOptions(memory="facts", lexical="bm25", stale="stop", length="contract",
+                              documents="support"),
 }
 
 

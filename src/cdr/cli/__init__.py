@@ -106,9 +106,9 @@ def generate(
     llm_model: Annotated[str | None, typer.Option(help="Model name for LLM writers.")] = None,
     profile: Annotated[str | None, typer.Option(
         help="Preset of options beyond the spec: spec | fresh (fact memory, fitted "
-             "envelopes, expanded sub-queries) | focused (fact memory, BM25 fused relevance, a "
-             "stop on stale envelopes, the length contract). Single options below override "
-             "it.")] = None,
+             "envelopes, expanded sub-queries) | focused (fact memory, BM25 fused relevance, "
+             "document support, a stop on stale envelopes, the length contract). Single "
+             "options below override it.")] = None,
     memory: Annotated[str | None, typer.Option(
         help="off (spec) | facts: facts already shown or written lose score later.")] = None,
     envelope: Annotated[str | None, typer.Option(
@@ -131,6 +131,9 @@ def generate(
         help="open (spec) | contract: plan each window for the words still owed, write a "
              "section once (continue only one cut off), end task-complete once --words is "
              "delivered within ±15%.")] = None,
+    documents: Annotated[str | None, typer.Option(
+        help="off (spec) | support: weigh each fact's relevance by how well its document "
+             "matches the task against the best-matching document.")] = None,
     trace: Annotated[Path | None, typer.Option(help="Write the trace JSON here.")] = None,
     report: Annotated[Path | None, typer.Option(help="Write an HTML run report here.")] = None,
     out_file: Annotated[Path | None, typer.Option("--out", help="Write the Markdown here "
@@ -163,10 +166,10 @@ def generate(
     try:
         resolve_options(profile, memory=memory, envelope=envelope, queries=queries,
                         repeats=repeats, subject=subject, lexical=lexical, stale=stale,
-                        length=length)
+                        length=length, documents=documents)
     except CdrError as exc:
         raise fail(f"{exc} (--profile/--memory/--envelope/--queries/--repeats/--subject/"
-                   "--lexical/--stale/--length)", 2) from None
+                   "--lexical/--stale/--length/--documents)", 2) from None
     outline_text = None
     if outline is not None:
         try:
@@ -189,7 +192,7 @@ def generate(
             min_relevance=min_relevance, mmr_lambda=mmr_lambda, context_tokens=context_tokens,
             generation_tokens=generation_tokens, profile=profile, memory=memory,
             envelope=envelope, queries=queries, repeats=repeats, subject=subject,
-            lexical=lexical, stale=stale, length=length,
+            lexical=lexical, stale=stale, length=length, documents=documents,
         )
         gen = Generator(store, _writer(writer, llm_base_url, llm_model), config)
         session = gen.start(task, outline_text)

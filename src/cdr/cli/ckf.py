@@ -40,9 +40,10 @@ EmbedderOption = Annotated[str | None, typer.Option(
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 RecipeOption = Annotated[str | None, typer.Option(
     "--recipe",
-    help="How facts are embedded: 'title-section' (with their document title and section; "
-         "the default for a new CKF) or 'plain' (the fact alone). An existing CKF keeps its "
-         "own; change it with `cdr ckf reembed`.")]
+    help="How facts are embedded: 'title-section-short' (with their document title and "
+         "deepest heading, at most 10 tokens of them; the default for a new CKF), "
+         "'title-section' (title and section path, at most 16 words) or 'plain' (the fact "
+         "alone). An existing CKF keeps its own; change it with `cdr ckf reembed`.")]
 # `cdr ingest` finished but left files out (each listed with its reason): distinct from 1
 # (the ingest itself failed) and 2 (usage), so a script can tell "partly done" from "broken".
 EXIT_SOME_SKIPPED = 3
@@ -257,8 +258,9 @@ def stats_command(ckf: CkfOption, as_json: JsonOption = False) -> None:
 def reembed_command(
     ckf: CkfOption,
     recipe: Annotated[str, typer.Option(
-        "--recipe", help="The recipe to embed facts with: 'title-section' or 'plain'.")
-    ] = "title-section",
+        "--recipe", help="The recipe to embed facts with: 'title-section-short', "
+                         "'title-section' or 'plain'.")
+    ] = "title-section-short",
     embedder: EmbedderOption = None,
     as_json: JsonOption = False,
 ) -> None:

@@ -13,6 +13,7 @@ from pydantic_core import PydanticCustomError
 
 from cdr.gateway.limits import check_text
 from cdr.options import (
+    DocumentsMode,
     EnvelopeMode,
     LengthMode,
     LexicalMode,
@@ -80,8 +81,8 @@ class GenerationOptions(_Strict):
     profile: ProfileName | None = Field(None, description="Preset: 'spec' (default), "
                                         "'fresh' (fact memory, fitted envelopes, expanded "
                                         "sub-queries) or 'focused' (fact memory, BM25 "
-                                        "fused relevance, a stop on stale envelopes and the "
-                                        "length contract); "
+                                        "fused relevance, document support, a stop on "
+                                        "stale envelopes and the length contract); "
                                         "single options override it.")
     memory: MemoryMode | None = Field(None, description="'facts': facts already shown or "
                                       "written lose score in later windows.")
@@ -103,6 +104,10 @@ class GenerationOptions(_Strict):
                                       "for the words still owed, a section is written once "
                                       "(continued only where it was cut), and the run ends "
                                       "task-complete once `words` is delivered within ±15%.")
+    documents: DocumentsMode | None = Field(None, description="'support': each fact's "
+                                            "relevance is weighed by how well its document "
+                                            "matches the task against the best-matching "
+                                            "document.")
 
     @field_validator("outline")
     @classmethod

@@ -7,9 +7,17 @@ subject and the relevance gate drops it while other documents' facts pass (docs/
 
     <document title> — <section path>: <fact>
 
-with the title and path cleaned and bounded (`CONTEXT_WORDS`), so the extra tokens per fact stay
-small. The fact's stored text, its id and its 6-grams stay the fact alone: only the vector
-changes.
+with the title and path cleaned and bounded, so the extra tokens per fact stay small. Two
+bounds exist, each its own recipe because vectors made with one are not those of the other:
+
+- `title-section-short` (the default for new CKFs): the title's leading words and the deepest
+  heading, at most `CONTEXT_TOKENS` tokens of prefix in all. Embedding time grows with the
+  tokens a text holds, and this bound keeps ingest at 80% or more of the plain recipe's speed
+  (docs/retrieval.md, "Relevance means the task's own material");
+- `title-section`: the title (`TITLE_WORDS`) and as much of the section path as fits in
+  `CONTEXT_WORDS` words — what CKFs built before the short recipe hold.
+
+The fact's stored text, its id and its 6-grams stay the fact alone: only the vector changes.
 
 A recipe is part of the embedding identity of SPEC-024 §2.5: vectors made one way are not
 comparable with vectors made the other way, so the identity recorded in a CKF (and in every
@@ -22,6 +30,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -30,13 +39,21 @@ from cdr.errors import EmbeddingModelMismatchError, InvalidInputError
 
 PLAIN = "plain"
 TITLE_SECTION = "title-section"
-RECIPES: tuple[str, ...] = (PLAIN, TITLE_SECTION)
-# New CKFs: measured best on the retrieval benchmark's tuning corpus (docs/results/retrieval.md).
-DEFAULT_RECIPE = TITLE_SECTION
+TITLE_SECTION_SHORT = "title-section-short"
+RECIPES: tuple[str, ...] = (PLAIN, TITLE_SECTION, TITLE_SECTION_SHORT)
+# New CKFs: the context lifts the task's own material on the retrieval benchmark, and the short
+# bound keeps ingest within 80% of the plain recipe's speed (docs/results/retrieval.md).
+DEFAULT_RECIPE = TITLE_SECTION_SHORT
 SEPARATOR = "#"
-# Words of context (title + section path) at most: about a fifth of a typical fact's tokens.
+# `title-section`: words of context (title + section path) at most.
 CONTEXT_WORDS = 16
 TITLE_WORDS = 10
+# `title-section-short`: tokens (cl100k, `cdr.text.tokens`) of the whole prefix at most, separators
+# included — about a fifth of a typical fact's tokens, so embedding a fact with its context
+# costs about 1.2 times embedding it alone; the title keeps at least `SHORT_TITLE_MIN_WORDS`
+# words (a page's name comes first in its title) before the heading gives up any.
+CONTEXT_TOKENS = 10
+SHORT_TITLE_MIN_WORDS = 2
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
 _SPACE = re.compile(r"\s+")
 
@@ -97,12 +114,44 @@ def context_of(title: str | None, section: str | None) -> str:
     return t or path_text
 
 
+def _join(title_words: Sequence[str], heading_words: Sequence[str]) -> str:
+    t, h = " ".join(title_words), " ".join(heading_words)
+    return f"{t} — {h}" if t and h else t or h
+
+
+@lru_cache(maxsize=8192)
+def short_context_of(title: str | None, section: str | None,
+                     max_tokens: int = CONTEXT_TOKENS) -> str:
+    """The `title-section-short` prefix (without its ": "): the title's leading words and the
+    deepest heading, cut word by word until the prefix and its separators are at most
+    `max_tokens` tokens. Cut first from the end of whichever part is longer, the title keeping
+    its first `SHORT_TITLE_MIN_WORDS` words longest: its name says whose fact it is, the
+    deepest heading what the fact is about. Cached: the facts of one section share it."""
+    from cdr.text.tokens import count_tokens
+
+    tw = clean_context(title, TITLE_WORDS).split()
+    parts = [p.strip() for p in (section or "").split(">")]
+    parts = [p for p in parts if clean_context(p, 1)]
+    if tw and parts and clean_context(parts[0], TITLE_WORDS).casefold() == " ".join(tw).casefold():
+        parts = parts[1:]
+    hw = clean_context(parts[-1], CONTEXT_WORDS).split() if parts else []
+    while (tw or hw) and count_tokens(_join(tw, hw) + ": ") > max_tokens:
+        t_cost = count_tokens(" ".join(tw)) if tw else 0
+        h_cost = count_tokens(" ".join(hw)) if hw else 0
+        if hw and (len(tw) <= SHORT_TITLE_MIN_WORDS or h_cost > t_cost):
+            hw.pop()
+        else:
+            tw.pop()
+    return _join(tw, hw)
+
+
 def fact_text(recipe: str, content: str, title: str | None, section: str | None) -> str:
     """What the embedding model reads for one fact under `recipe`."""
     if recipe == PLAIN:
         return content
     check_recipe(recipe)
-    ctx = context_of(title, section)
+    ctx = short_context_of(title, section) if recipe == TITLE_SECTION_SHORT \
+        else context_of(title, section)
     return f"{ctx}: {content}" if ctx else content
 
 

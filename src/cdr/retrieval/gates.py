@@ -10,10 +10,16 @@ others:
   percentile of off-topic similarity (bench/results/calibration.md, Python docs);
 - `title-section` facts, cosine: 0.45, and fused relevance (weight 0.6): 0.40 — the best mean
   F1 of own-fact recall and precision over the TUNE tasks of the man-page and Python-docs
-  corpora (bench/results/calibration_lexical.md).
+  corpora (bench/results/calibration_lexical.md);
+- `title-section-short` facts, cosine: 0.425; fused relevance: 0.40; fused relevance weighed
+  by document support (`cdr.retrieval.doc_support`, power 2): 0.325 — the same rule
+  (bench/results/calibration_lexical_title-section-short.md). Document support only takes
+  away, so the gate it is paired with is lower: its weighing cuts a sibling document's facts
+  that the plain fused gate cut with many of the task's own.
 
 An identity without an entry gets the spec's 0.55; fused relevance without its own entry gets
-the identity's cosine gate.
+the identity's cosine gate; document support without its own entry gets the gate of the
+relevance it weighs.
 """
 
 from __future__ import annotations
@@ -26,12 +32,22 @@ GATES: dict[tuple[str, str], float] = {
     (MINILM, "off"): 0.40,
     (f"{MINILM}#title-section", "off"): 0.45,
     (f"{MINILM}#title-section", "bm25"): 0.40,
+    (f"{MINILM}#title-section-short", "off"): 0.425,
+    (f"{MINILM}#title-section-short", "bm25"): 0.40,
+}
+# (embedding identity, lexical mode) -> gate, when relevance is weighed by document support
+SUPPORT_GATES: dict[tuple[str, str], float] = {
+    (f"{MINILM}#title-section-short", "bm25"): 0.325,
 }
 
 
-def calibrated_gate(identity: str, lexical: str = "off") -> float:
+def calibrated_gate(identity: str, lexical: str = "off", documents: str = "off") -> float:
     """The gate for relevances of `identity`'s vectors (fused with BM25 when `lexical` is
-    "bm25")."""
+    "bm25", weighed by document support when `documents` is "support")."""
+    if documents != "off":
+        gate = SUPPORT_GATES.get((identity, lexical))
+        if gate is not None:
+            return gate
     gate = GATES.get((identity, lexical))
     if gate is None and lexical != "off":
         gate = GATES.get((identity, "off"))

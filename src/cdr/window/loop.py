@@ -23,6 +23,8 @@ from cdr.coverage import SubQuery
 from cdr.errors import CdrError, InvalidInputError, UpstreamError
 from cdr.options import OPTION_NAMES, SessionOptions, resolve_options
 from cdr.ranking import DEFAULT_MMR_LAMBDA, DEFAULT_RANKING, Ranking, rank
+from cdr.retrieval.doc_support import POWER as SUPPORT_POWER
+from cdr.retrieval.doc_support import SupportedIndex, document_codes
 from cdr.retrieval.expansion import (
     EXPANSION_FACTS,
     EXPANSION_TOP_UP,
@@ -93,9 +95,10 @@ def stale_envelope(envelope: Envelope) -> bool:
     return ratio is not None and ratio < EXHAUSTION_RATIO
 
 
-def default_min_relevance(model_id: str, lexical: str = "off") -> float:
+def default_min_relevance(model_id: str, lexical: str = "off", documents: str = "off"
+                          ) -> float:
     """The calibrated gate for the index's embedding identity (`cdr.retrieval.gates`)."""
-    return calibrated_gate(model_id, lexical)
+    return calibrated_gate(model_id, lexical, documents)
 
 
 class EmptyKnowledgeBaseError(CdrError):
@@ -165,6 +168,8 @@ class GenerationConfig:
     length: str | None = None  # "open" | "contract" (cdr.window.length)
     # The rules' tunables (library and benchmark only; sessions use the defaults).
     lexical_weight: float = LEXICAL_WEIGHT  # cdr.retrieval.lexical: BM25's share of fused relevance
+    documents: str | None = None  # "off" | "support" (cdr.retrieval.doc_support)
+    support_power: float = SUPPORT_POWER  # cdr.retrieval.doc_support: how hard to cut
     memory_rule: MemoryRule = DEFAULT_MEMORY_RULE
     fit_facts_per_word: float = FIT_FACTS_PER_WORD
     expansion_facts: int = EXPANSION_FACTS
@@ -299,7 +304,8 @@ class Generator:
         mr = self.config.min_relevance
         if mr is not None:
             return float(mr)
-        return default_min_relevance(self.ckf.model_id, self.options.lexical)
+        return default_min_relevance(self.ckf.model_id, self.options.lexical,
+                                     self.options.documents)
 
     # -- start -----------------------------------------------------------------------------
 
@@ -382,12 +388,17 @@ class Generator:
 
     def phase1_index(self, options: SessionOptions, task: str,
                      sub_queries: Sequence[SubQuery]) -> Any:
-        """The index Phase 1 selects from: the CKF, or (`lexical: "bm25"`, cdr.retrieval.lexical)
-        the CKF with relevance fused with BM25 of the task's subject and outline words."""
-        if options.lexical == "off":
-            return self.ckf
-        words = session_terms(subject_of(task), [sq.text for sq in sub_queries])
-        return FusedIndex(self.ckf, lexical_index(self.ckf), words, self.config.lexical_weight)
+        """The index Phase 1 selects from: the CKF, with (`lexical: "bm25"`, cdr.retrieval.lexical)
+        relevance fused with BM25 of the task's subject and outline words, and with
+        (`documents: "support"`, cdr.retrieval.doc_support) each relevance weighed by its document's
+        support."""
+        index: Any = self.ckf
+        if options.lexical != "off":
+            words = session_terms(subject_of(task), [sq.text for sq in sub_queries])
+            index = FusedIndex(index, lexical_index(self.ckf), words, self.config.lexical_weight)
+        if options.documents != "off":
+            index = SupportedIndex(index, document_codes(self.ckf), self.config.support_power)
+        return index
 
     def candidates(self, session: Session) -> Any:
         """Phase 1: the facts past the gate (widened by expanded sub-queries when on)."""
@@ -424,6 +435,7 @@ class Generator:
         if (section_vecs is None and cfg.ranker is None
                 and session.ranking in SHARD_RANKED_MODES and not widened
                 and opts.memory != "facts" and opts.lexical == "off"
+                and opts.documents == "off"
                 and isinstance(self.ckf, RankingIndex)):
             envelope = self._pack_ranked_on_index(session, budget, anchor, max_facts)
         else:
@@ -543,8 +555,33 @@ class Generator:
         if session.options.memory == "facts":  # cdr.window.memory
             ranking = apply_memory(ranking, session.fact_memory, session.window_count + 1,
                                    self.ckf.fact_ids, cfg.memory_rule)
-        return pack(ranking, self.ckf.fact_ids, self.ckf.token_counts[ranking.indices],
-                    budget, anchor, max_facts)
+        envelope = pack(ranking, self.ckf.fact_ids, self.ckf.token_counts[ranking.indices],
+                        budget, anchor, max_facts)
+        if session.options.stale == "stop":
+            envelope = self._unsent_tail(session, ranking, envelope, budget, anchor, max_facts)
+        return envelope
+
+    def _unsent_tail(self, session: Session, ranking: Ranking, envelope: Envelope,
+                     budget: Budget, anchor: str, max_facts: int | None) -> Envelope:
+        """`stale: "stop"` (cdr.stale): an envelope that is mostly facts sent before, while
+        candidates never sent remain, is packed from those candidates alone.
+
+        They rank below facts already sent because their sections are covered (low novelty),
+        so a budget envelope fills with repeats and the stale stop would end the run with
+        part of the task's material never sent. Packed alone, the rest goes out in the next
+        window(s), and the stop comes in the window after the last of it: when the material
+        has run out, not before. None left (or none that fits): the stale envelope stands."""
+        shown = session.fact_memory.shown
+        if not is_stale(envelope.fact_ids, shown) or not len(ranking):
+            return envelope
+        ids = self.ckf.fact_ids(ranking.indices)
+        unsent = np.flatnonzero([f not in shown for f in ids])
+        if not len(unsent):
+            return envelope
+        rest = ranking.take(unsent)
+        tail = pack(rest, self.ckf.fact_ids, self.ckf.token_counts[rest.indices], budget,
+                    anchor, max_facts)
+        return tail if len(tail) else envelope
 
     def _pack_ranked_on_index(self, session: Session, budget: Budget, anchor: str,
                               max_facts: int | None) -> Envelope:

@@ -1,0 +1,131 @@
+"""Document support (`documents: "support"`, not in CRP-SPEC-024): a fact's relevance weighed by
+how well its document matches the task.
+
+On a knowledge base of many documents of one kind, a task's sibling documents share its words
+and its sections: for a task about `io_destroy(2)`, the pages of `io_setup`, `io_cancel` and
+`io_submit` name the same context, the same library and each other in "See also", and their
+facts pass the relevance gate one by one beside the task's own (the retrieval benchmark
+measured a third of Window 1 from such pages). Fact by fact nothing tells them apart; document
+by document the task's own page holds the best-matching facts. So, over Phase 1's candidates
+(the facts past the gate):
+
+    support(d)  = the best relevance of document d's candidates
+    relevance'  = relevance · (support(d) / max over documents of support) ^ POWER
+
+and the gate is applied again to relevance'. The best-supported document's facts keep their
+relevance; a document that matches the task nearly as well (a task drawing on several pages)
+loses little; a sibling that matches it clearly less loses its weakest facts. Facts below the
+gate were never candidates, so the weighing only removes; the §7.1 score multiplies the
+weighed relevance (docs/retrieval.md, "Relevance means the task's own material").
+
+A fact whose text several documents share is stored once, under the first document that held it
+(`cdr.ckf`), and is weighed by that document.
+
+The row → document map is built once per committed state of a knowledge base and cached, over
+the whole row space, so a sharded index weighs exactly as one CKF holding all the rows.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from cdr.retrieval.factindex import Selection, check_gate
+
+# (support ratio) ** POWER: chosen on the TUNE split of the retrieval benchmark's two corpora
+# (bench/results/tune_focused_round3.md).
+POWER = 2.0
+CACHE_STATES = 4
+FACT_READ_CHUNK = 20_000
+
+_CACHE: OrderedDict[tuple[str, str, int, int], np.ndarray] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+
+
+def document_codes(index: Any) -> np.ndarray:
+    """int64 (n_rows,): a code per row naming its document (the same code for the rows of one
+    source), built on first use for `index`'s state and shared by every session on it."""
+    key = (str(index.path), str(index.model_id), int(index.generation), int(index.n_rows))
+    with _CACHE_LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None:
+            _CACHE.move_to_end(key)
+            return hit
+    codes = np.zeros(int(index.n_rows), dtype=np.int64)
+    names: dict[str, int] = {}
+    for lo in range(0, int(index.n_rows), FACT_READ_CHUNK):
+        hi = min(lo + FACT_READ_CHUNK, int(index.n_rows))
+        for row, f in zip(range(lo, hi), index.facts(np.arange(lo, hi)), strict=True):
+            codes[row] = names.setdefault(str(f.source), len(names))
+    with _CACHE_LOCK:
+        _CACHE[key] = codes
+        while len(_CACHE) > CACHE_STATES:
+            _CACHE.popitem(last=False)
+    return codes
+
+
+def support_weights(rows: np.ndarray, relevances: np.ndarray, codes: np.ndarray,
+                    power: float = POWER) -> np.ndarray:
+    """float32 multiplier per candidate: (its document's best relevance among the candidates
+    / the best document's) ** power. Empty input gives an empty array."""
+    rows = np.asarray(rows, dtype=np.int64)
+    rel = np.asarray(relevances, dtype=np.float64)
+    if not len(rows):
+        return np.zeros(0, np.float32)
+    if not np.isfinite(power) or power < 0:
+        raise ValueError(f"document support power must be finite and >= 0, got {power!r}")
+    doc = codes[rows]
+    uniq, inv = np.unique(doc, return_inverse=True)
+    best = np.full(len(uniq), -np.inf)
+    np.maximum.at(best, inv, rel)
+    top = best.max()
+    if top <= 0:  # a gate at or below zero: nothing to weigh against
+        return np.ones(len(rows), np.float32)
+    ratio = np.clip(best / top, 0.0, 1.0)
+    return (ratio[inv] ** power).astype(np.float32)
+
+
+def supported_select(index: Any, codes: np.ndarray, query_vector: Any, min_relevance: float,
+                     limit: int | None, power: float = POWER) -> Selection:
+    """Phase 1 with document support: `index`'s candidates past the gate, each relevance
+    weighed by its document's support, gated again, best first (ties by row), at most
+    `limit`. The weights need every candidate, so the inner select is unlimited."""
+    gate, limit = check_gate(min_relevance, limit)
+    base = index.select(query_vector, gate, None)
+    if not len(base.indices):
+        return base
+    w = support_weights(base.indices, base.relevances, codes, power)
+    rel = (np.asarray(base.relevances, np.float32) * w).astype(np.float32)
+    keep = rel >= np.float32(gate)
+    rows, rel, emb = base.indices[keep], rel[keep], base.embeddings[keep]
+    order = np.lexsort((rows, -rel))[:limit]
+    return Selection(rows[order], rel[order], emb[order])
+
+
+class SupportedIndex:
+    """A fact index whose `select` weighs relevance by document support; every other
+    attribute is the wrapped index's (which may itself fuse BM25,
+    `cdr.retrieval.lexical.FusedIndex`).
+    The window loop wraps its Phase 1 index in one when `documents: "support"` is on."""
+
+    def __init__(self, index: Any, codes: np.ndarray, power: float = POWER) -> None:
+        if len(codes) != int(index.n_rows):
+            raise ValueError("the document map is of another state of the knowledge base")
+        self._index = index
+        self._codes = codes
+        self._power = float(power)
+
+    @property
+    def wrapped(self) -> Any:
+        return self._index
+
+    def select(self, query_vector: Any, min_relevance: float,
+               limit: int | None = None) -> Selection:
+        return supported_select(self._index, self._codes, query_vector, min_relevance, limit,
+                                self._power)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._index, name)
