@@ -1,8 +1,15 @@
 """Every `CDR_*` environment variable cdr reads: its name, type, default and meaning, in one
 place.
 
-The values are read where they are used (the gateway's `GatewaySettings`, the CLI's options,
-the embedder and the writers); this table documents them. `docs/reference/settings.md` is
+This module is also the one place cdr touches the process environment: code asks `env(NAME)`
+(or `cache_dir()`), which reads the variable at call time — never cached at import, so a
+variable set after import (a test's `monkeypatch.setenv`, a gateway worker's completed
+environment) is what the next call sees — and refuses a `CDR_*` name this table does not list.
+`export` is the one writer, for what the process starts next (the gateway's worker processes,
+Ray's client). The gateway's `GatewaySettings` reads its `CDR_*` fields through pydantic-settings
+and the CLI's `--ckf`/`--writer`/`--embedder` options through click's `envvar`, both declared
+against the names here; `tests/test_settings_env.py` checks that no other module of cdr reads
+or writes `os.environ`. `docs/reference/settings.md` is
 generated from it by `docs/gen_reference.py`, and `tests/test_docs_pages.py` checks that the
 page is current, that every `CDR_*` name in the code has an entry here, and that each gateway
 setting's default is the one `GatewaySettings` declares, so a new variable cannot go
@@ -11,9 +18,13 @@ undocumented. Text is Markdown, as the reference shows it.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
-__all__ = ["GROUPS", "SETTINGS", "Setting", "setting"]
+__all__ = ["GROUPS", "SETTINGS", "Setting", "cache_dir", "env", "environment", "export",
+           "setting"]
 
 # Where a variable is read: the reference's sections, in order.
 GROUPS: dict[str, str] = {
@@ -289,3 +300,44 @@ def setting(name: str) -> Setting:
         if entry.name == name:
             return entry
     raise KeyError(f"{name} is not a documented setting: add it to cdr.settings")
+
+
+def env(name: str, default: str | None = None) -> str | None:
+    """The variable's value now, or `default` when it is unset.
+
+    Read at each call, not at import: tests set variables after cdr is imported, and a gateway
+    worker's environment is completed by its parent before the app is built. A `CDR_*` name
+    must be listed above (KeyError otherwise), so a new variable cannot go undocumented; other
+    names (`XDG_CACHE_HOME`, a provider's `OPENAI_API_KEY`) are conventions cdr follows."""
+    if name.startswith("CDR_"):
+        setting(name)
+    return os.environ.get(name, default)
+
+
+def environment() -> dict[str, str]:
+    """A copy of the whole environment, for a parser that takes a mapping (and can be given
+    another one in tests) or a child process."""
+    return dict(os.environ)
+
+
+def export(values: Mapping[str, str], *, overwrite: bool = True) -> None:
+    """Set variables in this process's environment for what it starts or imports next: the
+    gateway's worker processes (each builds the app from the environment) and Ray's client
+    (which reads its own `RAY_*` settings). `overwrite=False` keeps a value the user set."""
+    for name, value in values.items():
+        if name.startswith("CDR_"):
+            setting(name)
+        if overwrite:
+            os.environ[name] = value
+        else:
+            os.environ.setdefault(name, value)
+
+
+def cache_dir() -> Path:
+    """`$CDR_CACHE_DIR`, else `$XDG_CACHE_HOME/cdr`, else `~/.cache/cdr`: installed models,
+    sample corpora and built CKFs survive between runs instead of costing minutes each time."""
+    base = env("CDR_CACHE_DIR")
+    if base:
+        return Path(base).expanduser()
+    xdg = env("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "cdr"

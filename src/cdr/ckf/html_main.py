@@ -24,11 +24,11 @@ cannot classify, such as short or mostly-tabular ones).
 from __future__ import annotations
 
 import logging
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cdr import settings
 from cdr.ckf.records import Block
 
 log = logging.getLogger("cdr.ckf")
@@ -64,7 +64,7 @@ _VOID = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "
 
 def extractor_enabled() -> bool:
     """False when `CDR_HTML_EXTRACTOR` is off/0/false/no, or trafilatura is not installed."""
-    if os.environ.get(ENV, "on").strip().lower() in ("off", "0", "false", "no"):
+    if settings.env(ENV, "on").strip().lower() in ("off", "0", "false", "no"):
         return False
     import importlib.util
 

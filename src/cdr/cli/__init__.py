@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -11,6 +10,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from cdr import settings
 from cdr.cli.ckf import ckf_app, ingest_command
 from cdr.cli.keys import keygen_command
 from cdr.cli.models import models_app
@@ -69,11 +69,11 @@ app.add_typer(models_app, name="models", help="List and install the models cdr r
 
 def _writer(name: str, base_url: str | None, model: str | None) -> Writer:
     """The `--writer` with its upstream from the options or the `CDR_LLM_*` environment."""
-    model = model or os.environ.get("CDR_LLM_MODEL")
+    model = model or settings.env("CDR_LLM_MODEL")
     if name in WRITER_NAMES and needs_model(name) and not model:
         raise CdrError(f"the {name} writer needs a model: --llm-model or CDR_LLM_MODEL")
     return build_writer(name, model=model,
-                        base_url=base_url or os.environ.get("CDR_LLM_BASE_URL"))
+                        base_url=base_url or settings.env("CDR_LLM_BASE_URL"))
 
 
 @app.command()

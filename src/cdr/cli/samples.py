@@ -12,16 +12,7 @@ import re
 from pathlib import Path
 
 from cdr.errors import NotFoundError
-
-
-def cache_dir() -> Path:
-    """`$CDR_CACHE_DIR`, else `$XDG_CACHE_HOME/cdr`, else `~/.cache/cdr`: built CKFs and
-    downloaded corpora survive between runs instead of costing minutes each time."""
-    base = os.environ.get("CDR_CACHE_DIR")
-    if base:
-        return Path(base).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "cdr"
+from cdr.settings import cache_dir as cache_dir  # where the demo and benchmarks keep data
 
 
 def pydoc_topics_dir(dest: str | os.PathLike[str], *, topics: list[str] | None = None,

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -36,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cdr import settings
 from cdr.cluster.shard_merge import ShardTop, merge_window
 from cdr.cluster.shard_server import ShardRows
 from cdr.errors import CdrError, InvalidInputError
@@ -133,12 +133,11 @@ def parse_address(value: str) -> RayAddress:
 def connect(address: str | None = None, **init_kwargs: Any) -> None:
     """Join the Ray cluster at `address` (GCS HOST:PORT; None: `RAY_ADDRESS`), once per
     process, on loopback-safe settings."""
-    for k, v in RAY_ENV.items():
-        os.environ.setdefault(k, v)
+    settings.export(RAY_ENV, overwrite=False)
     if address:
         # Ray turns token auth on by itself only for a cluster it finds automatically; an
         # explicit address must ask for it (the token is read from ~/.ray/auth_token).
-        os.environ.setdefault("RAY_AUTH_MODE", "token")
+        settings.export({"RAY_AUTH_MODE": "token"}, overwrite=False)
     try:
         import ray
     except ImportError:

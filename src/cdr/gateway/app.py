@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import logging
 import logging.config
-import os
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -35,6 +34,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from cdr import settings as cdr_settings
 from cdr.errors import CdrError
 from cdr.gateway import routes_chat, routes_ckf, routes_models, routes_sessions, routes_ui
 from cdr.gateway.access_log import install_access_log_filter
@@ -240,7 +240,7 @@ def _blas_threads() -> int:
     its spinning worker threads wait on each other: measured on 2 cores with 32 concurrent
     envelope clients on a 100k-fact CKF, 6.6 req/s with OpenBLAS's default threads against
     36 req/s with one thread per call (bench/gateway.py)."""
-    raw = os.environ.get("CDR_BLAS_THREADS", "").strip() or "1"
+    raw = cdr_settings.env("CDR_BLAS_THREADS", "").strip() or "1"
     try:
         value = int(raw)
     except ValueError:
@@ -336,7 +336,7 @@ def serve(ckf: Path | str | None, host: str = "127.0.0.1", port: int = 8088,
     if workers > 1:  # each worker builds the app from the environment the parent completes
         settings.validate_for_serving()
         load_rate_limits()
-        os.environ.update(worker_environment(settings, overrides))
+        cdr_settings.export(worker_environment(settings, overrides))
         log.info("cdr gateway on http://%s:%d: %d workers (knowledge bases %s, writer %s)",
                  host, port, workers, ", ".join(settings.named_kbs()) or "none",
                  settings.writer)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import time
 import uuid
@@ -31,6 +30,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from cdr import settings as cdr_settings
 from cdr.gateway.redact import redact
 from cdr.gateway.settings import GatewayConfigError
 
@@ -198,7 +198,7 @@ def __getattr__(name: str) -> Any:
     if name == "WorkerH11Protocol":
         from cdr.gateway.protocol import guarded_h11
 
-        return guarded_h11(float(os.environ.get("CDR_READ_TIMEOUT_SECONDS", "15")))
+        return guarded_h11(float(cdr_settings.env("CDR_READ_TIMEOUT_SECONDS", "15")))
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -233,7 +233,7 @@ def load_rate_limits(env: dict[str, str] | None = None) -> RateLimits | None:
 
     from cdr.gateway.auth import SCOPES
 
-    env = os.environ if env is None else env
+    env = cdr_settings.environment() if env is None else env
     raw = env.get("CDR_RATE_LIMITS", "").strip()
     if not raw:
         return None

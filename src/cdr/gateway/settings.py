@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, PlainValidator, PrivateAttr, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from cdr import settings as cdr_settings
 from cdr.errors import InvalidInputError
 from cdr.gateway.auth import KeyConfigError, KeyRing, parse_api_keys, weak_secret_reason
 from cdr.gateway.session_store import SessionStore, SQLiteSessionStore
@@ -131,7 +132,7 @@ class GatewaySettings(BaseSettings):
     def __init__(self, **values: Any) -> None:
         """`CDR_CONFIG` names the env file; a named file that does not exist is an error
         rather than silently ignored (a typo would otherwise serve with defaults)."""
-        if "_env_file" not in values and (config := os.environ.get("CDR_CONFIG")):
+        if "_env_file" not in values and (config := cdr_settings.env("CDR_CONFIG")):
             if not Path(config).is_file():
                 raise GatewayConfigError(f"CDR_CONFIG names {config!r}, which is not a file")
             values["_env_file"] = config
@@ -329,7 +330,7 @@ def load_settings(**overrides: Any) -> GatewaySettings:
         first = exc.errors()[0]
         field = str(first["loc"][0]) if first.get("loc") else ""
         name = f"CDR_{field.upper()}" if field else "configuration"
-        value = os.environ.get(name)
+        value = cdr_settings.env(name) if field else None
         # Never echo a value that may hold a credential (keys, secrets, a database URL).
         # CDR_CKF too: its parser names the problem, and an address may hold one by mistake.
         private = any(w in field for w in ("secret", "key", "db", "url", "ckf"))

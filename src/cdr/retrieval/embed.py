@@ -24,6 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from cdr import settings
 from cdr.errors import InvalidInputError, UpstreamError
 from cdr.vectors import unit_rows
 
@@ -227,7 +228,7 @@ def _report(done: Iterable[int], progress: Progress | None) -> None:
 def _available_cpus() -> int:
     """Worker threads for the numpy model: $CDR_EMBED_THREADS, else the CPUs this process may
     use (at most 8: past that, batches are too few to share)."""
-    env = os.environ.get(EMBED_THREADS_ENV, "").strip()
+    env = settings.env(EMBED_THREADS_ENV, "").strip()
     if env:
         if not env.isdigit() or int(env) < 1:
             raise InvalidInputError(f"{EMBED_THREADS_ENV} must be a positive integer, got {env!r}")
@@ -474,7 +475,7 @@ class RemoteEmbedder(_CheckedEncoder):
         self.base_url = base_url.rstrip("/")
         self._dim = dim
         self.max_retries = max_retries
-        key = api_key if api_key is not None else os.environ.get(EMBED_API_KEY_ENV)
+        key = api_key if api_key is not None else settings.env(EMBED_API_KEY_ENV)
         # The SDK wants a key; a server that needs none gets no Authorization header (the
         # placeholder is never sent).
         self._headers: dict[str, Any] = {} if key else {"Authorization": openai.omit}
@@ -589,7 +590,7 @@ def get_embedder(spec: str | None = None) -> Embedder:
     if spec.startswith("openai:"):
         model, sep, base_url = spec[len("openai:") :].partition("@")
         if not sep:
-            base_url = os.environ.get(EMBED_BASE_URL_ENV, DEFAULT_OPENAI_BASE_URL)
+            base_url = settings.env(EMBED_BASE_URL_ENV, DEFAULT_OPENAI_BASE_URL)
         if not model or not base_url:
             raise InvalidInputError(
                 f"embedder spec {spec!r}: expected 'openai:<model>@<base_url>'"

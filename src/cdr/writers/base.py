@@ -10,11 +10,11 @@ provider's official SDK (`cdr.writers.sdk_chat`).
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from cdr import settings
 from cdr.errors import InvalidInputError, UpstreamError
 from cdr.text.tokens import count_tokens
 
@@ -204,4 +204,4 @@ def error_excerpt(body: str, limit: int = 300) -> str:
 
 def api_key_from(api_key: str | None, env: tuple[str, ...]) -> str | None:
     """`api_key`, else the first of the `env` variables that is set and not empty."""
-    return api_key or next((os.environ[v] for v in env if os.environ.get(v)), None)
+    return api_key or next(filter(None, map(settings.env, env)), None)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cdr import settings
 from cdr.errors import InvalidInputError, UpstreamError
 from cdr.window.length import LLM_WORDS_PER_TOKEN
 from cdr.writers.base import (
@@ -43,7 +44,7 @@ def default_threads() -> int:
     the machine is already busy (1-minute load ≥ cores): llama.cpp's threads spin at barriers
     waiting for each other, and a descheduled peer stalls them all. Measured on 2 cores at load
     ~15: 1 thread generated 30 tokens in 19 s, 2 threads took 87 s."""
-    env = os.environ.get("CDR_LOCAL_THREADS")
+    env = settings.env("CDR_LOCAL_THREADS")
     if env:
         return max(1, int(env))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
@@ -163,7 +164,7 @@ class LocalWriter(WriterBase):
                 raise InvalidInputError(f"local writer: model file {path} does not exist")
         else:
             path = require_local_llm()
-        env_ctx = os.environ.get("CDR_LOCAL_N_CTX")
+        env_ctx = settings.env("CDR_LOCAL_N_CTX")
         self.n_ctx = int(n_ctx or (int(env_ctx) if env_ctx else DEFAULT_N_CTX))
         if self.n_ctx < 256:
             raise InvalidInputError(f"local writer: n_ctx must be >= 256, got {self.n_ctx}")
