@@ -61,8 +61,10 @@ class LongArm:
 
 
 ARMS = (
-    LongArm("focused", "recommended profile (`--profile focused`)", {"profile": "focused"}),
-    LongArm("relevance", "relevance-only ranking, spec options", {"ranking": "relevance"}),
+    LongArm("focused", "recommended profile (`--profile focused`, length contract included)",
+            {"profile": "focused"}),
+    LongArm("relevance", "relevance-only ranking, spec options plus the length contract",
+            {"ranking": "relevance", "length": "contract"}),
 )
 
 
@@ -152,8 +154,8 @@ def render(runs: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"**Writer: {', '.join(writers)}.** "
         + ("The extractive writer pastes the envelope's facts under the plan's headings: "
            "these figures measure the loop's planning, retrieval and exits at length, not a "
-           "language model's writing. The reference-model runs (`--writer local`) are left "
-           "for a quiet machine; this one's 2 cores were saturated when this ran."
+           "language model's writing. The reference model's runs, with the text measures, "
+           "plots and verdicts, are in `bench/results/long.md` (`--writer local`)."
            if writers == ["extractive"] else ""),
         "",
         f"- Tasks: {meta['tasks']}.",
@@ -218,11 +220,8 @@ def render(runs: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
                 f"{_pct(_mean([w['fresh'] for w in ws]))} | "
                 f"{_pct(_mean([w['cwr6'] for w in ws]))} |")
     lines += ["", "## Not measured here", "",
-              "- The reference model (`--writer local`): semantic repetition against earlier "
-              "windows, the lexical restating measure and grounding need generated text; the "
-              "runs are left for a quiet machine (`python bench/long.py --writer local`).",
-              "- The plots, the last-third-vs-Window-1 verdicts with bootstrap intervals over "
-              "tasks, and tokens/s for prompt and generation (issue 22 §3–§4).", ""]
+              "- Semantic repetition, restating, grounding, tokens/s, the plots and the "
+              "verdicts need generated text: `bench/results/long.md` (`--writer local`).", ""]
     return "\n".join(lines)
 
 
