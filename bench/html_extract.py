@@ -1,6 +1,6 @@
 """Main-content extraction for HTML, measured on two real documentation sites (issue 25 §7).
 
-    python bench/html_extract.py [--pages 20] [--phase 0.5] [--seed 25]
+    python bench/html_extract.py [--pages 20] [--phase 0.5] [--seed 25] [--parse-only]
                                  [--out bench/results/html_extract.md]
 
 The sites are Debian's documentation packages, fetched once with `apt-get download` and
@@ -163,6 +163,8 @@ def main() -> None:
     ap.add_argument("--phase", type=float, default=0.0,
                     help="where in each step of k pages the sample starts (0 <= phase < 1)")
     ap.add_argument("--seed", type=int, default=25, help="seed of the 50-fact sample")
+    ap.add_argument("--parse-only", action="store_true",
+                    help="facts and chrome only: no ingest, so no search figures")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" /
                     "html_extract.md")
     ap.add_argument("--reuse-off", action="store_true",
@@ -189,7 +191,9 @@ def main() -> None:
                 per_mode[mode] = facts
                 work = Path(tmp) / site
                 work.mkdir(exist_ok=True)
-                if mode == "off" and site in previous:
+                if args.parse_only:
+                    first_hits[site][mode] = []
+                elif mode == "off" and site in previous:
                     old = previous[site]["off"]
                     assert (old["pages"], old["facts"]) == (res.pages, res.facts), old
                     res.recall_hits, res.queries = old["recall_hits"], old["queries"]
@@ -225,7 +229,8 @@ def write_report(out: Path, args: argparse.Namespace,
     lines = [
         "# HTML main-content extraction: before (streaming parser) and after (trafilatura)",
         "",
-        f"`python bench/html_extract.py --pages {n} --phase {args.phase:g} --seed {args.seed}` "
+        f"`python bench/html_extract.py --pages {n} --phase {args.phase:g} --seed {args.seed}"
+        f"{' --parse-only' if args.parse_only else ''}` "
         f"on {time.strftime('%Y-%m-%d')}; trafilatura {version('trafilatura')}. "
         f"Pages: every k-th of the sorted list from {args.phase:g}·k on "
         f"(SQLite: top-level `*.html` of `sqlite3-doc`; Python: `library/*.html` of "
@@ -240,7 +245,8 @@ def write_report(out: Path, args: argparse.Namespace,
         for mode, r in modes.items():
             lines.append(
                 f"| {site} | {mode} | {r.pages} | {r.facts} | {r.facts / max(r.pages, 1):.1f} "
-                f"| {r.chrome_facts} | {r.purchase_facts} | {r.recall_hits}/{r.queries} "
+                f"| {r.chrome_facts} | {r.purchase_facts} "
+                f"| {f'{r.recall_hits}/{r.queries}' if r.queries else '–'} "
                 f"| {r.chrome_in_top} | {r.parse_seconds:.1f} |")
     lines += ["", "Pages: " + "; ".join(f"{site}: {', '.join(names)}"
                                         for site, names in pages.items()) + ".", "",

@@ -162,3 +162,25 @@ def test_the_lead_before_the_first_section_keeps_only_sentences_and_code(monkeyp
     table = [*(Block(w) for w in menu_words),
              Block("Date | Version\n" + "2022-12-28 | 3.40.1\n" * 5, section=("History",))]
     assert html_main._lead_length(table) == 7
+
+
+def test_a_page_that_is_only_its_menu_has_no_content(monkeypatch):
+    # No section, the extractor returns the menu (there is nothing else), the blocks are the
+    # menu's links and a tagline: no main content, so no blocks (the ingest skips the page).
+    import trafilatura
+
+    monkeypatch.delenv(html_main.ENV, raising=False)
+    words = ["Home", "Menu", "About", "Documentation", "Download"]
+    page = "<div>" + "".join(f"<div><a href='/{w}'>{w}</a></div>" for w in words) + "</div>"
+    monkeypatch.setattr(trafilatura, "extract",
+                        lambda *a, **k: "Small. Fast. Reliable.\n" + "\n".join(words))
+    blocks = [Block("Small. Fast. Reliable."), *(Block(w) for w in words)]
+    assert html_main.keep_main_blocks(page, blocks) == (
+        [], html_main.MainContent(True, "only navigation links", 6))
+    # With content besides the menu, the content stays and the menu goes.
+    text = "The keyword index lists every keyword of the SQL language with its pages."
+    monkeypatch.setattr(trafilatura, "extract", lambda *a, **k: "\n".join([*words, text]))
+    kept, _ = html_main.keep_main_blocks(page, [*blocks[1:], Block(text)])
+    assert [b.text for b in kept] == [text]
+    # A hostile page of unclosed links is scanned in linear time (no backtracking blow-up).
+    assert html_main._link_texts("<a href=x>" * 200_000) == set()

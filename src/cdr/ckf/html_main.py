@@ -51,6 +51,10 @@ _SENTENCE_END = re.compile(r"[.!?:;)\]]\s*$")
 _STAMP = re.compile(r"^\W*(?:this\s+)?(?:page|document|file|site)?\s*(?:was\s+|has\s+been\s+)?"
                     r"(?:last\s+)(?:modified|updated|edited|changed|revised|generated)\b", re.I)
 STAMP_WORDS = 16
+# Links dropped from a page without sections that make it a menu.
+MENU_ITEMS = 3
+# A link with plain text: its words (bounded, so the scan stays linear).
+_LINK = re.compile(r"<a\b[^<>]{0,2000}>([^<>]{1,200})</a>", re.I)
 # What marks a short block as a name rather than plain words: an underscore, a digit, a dot or
 # parenthesis inside a token, or an inner capital (camelCase).
 _NAMING = re.compile(r"\w_|_\w|\d|\w[.(]\w|[a-z][A-Z]")
@@ -78,7 +82,7 @@ def extractor_id() -> str:
     from importlib.metadata import version
 
     return (f"trafilatura {version('trafilatura')} share {KEEP_SHARE} prose {PROSE_WORDS} "
-            "short-as-line-or-name stamp lead-words")
+            "short-as-line-or-name stamp lead-words links")
 
 
 def nesting_depth(text: str, stop_at: int = MAX_DEPTH) -> int:
@@ -115,6 +119,11 @@ def _trigrams(words: Sequence[str]) -> set[tuple[str, ...]]:
     return {tuple(words[i:i + 3]) for i in range(len(words) - 2)}
 
 
+def _is_prose(text: str) -> bool:
+    """A sentence of at least PROSE_WORDS words."""
+    return len(_WORD.findall(text)) >= PROSE_WORDS and _SENTENCE_END.search(text) is not None
+
+
 def _lead_length(blocks: Sequence[Block]) -> int:
     """How many blocks come before the first one in a section (a heading's scope): 0 when
     no block is in a section or the lead holds more than half the page's words (then it is
@@ -126,6 +135,13 @@ def _lead_length(blocks: Sequence[Block]) -> int:
     lead = sum(len(_WORD.findall(b.text)) for b in blocks[:first])
     rest = sum(len(_WORD.findall(b.text)) for b in blocks[first:])
     return first if lead <= rest else 0
+
+
+def _link_texts(html: str) -> set[tuple[str, ...]]:
+    """The words of every link whose text is plain (`<a …>Download</a>`), lower-cased. The
+    pattern's bounded repeats keep the scan linear on a hostile page."""
+    return {tuple(w.lower() for w in _WORD.findall(m.group(1)))
+            for m in _LINK.finditer(html)}
 
 
 def extracted_text(html: str) -> str | None:
@@ -160,10 +176,14 @@ def keep_main_blocks(html: str, blocks: list[Block]) -> tuple[list[Block], MainC
     lines = {tuple(w.lower() for w in _WORD.findall(line)) for line in main.splitlines()}
     vocabulary = set(words)
     lead = _lead_length(blocks)
+    # A page with no section at all has no header to tell by position; there, a block of one
+    # or two plain words that is the whole text of a link is navigation.
+    links = set() if any(b.section for b in blocks) else _link_texts(html)
+    menu_items = 0
     kept: list[Block] = []
     for i, block in enumerate(blocks):
         bw = [w.lower() for w in _WORD.findall(block.text)]
-        prose = len(bw) >= PROSE_WORDS and _SENTENCE_END.search(block.text) is not None
+        prose = _is_prose(block.text)
         if not block.is_code and len(bw) <= STAMP_WORDS and _STAMP.search(block.text):
             keep = False
         elif i < lead and not (block.is_code or prose):
@@ -174,6 +194,9 @@ def keep_main_blocks(html: str, blocks: list[Block]) -> tuple[list[Block], MainC
             keep = False
         elif block.is_code or prose:
             keep = True
+        elif len(bw) < 3 and tuple(bw) in links and not _NAMING.search(block.text):
+            keep = False
+            menu_items += 1
         elif len(bw) < 3:
             # Too short for trigrams: kept when it is a line of the extracted text (a
             # heading, a list item), or when it names something (an identifier such as
@@ -187,6 +210,11 @@ def keep_main_blocks(html: str, blocks: list[Block]) -> tuple[list[Block], MainC
             keep = len(own & grams) >= KEEP_SHARE * len(own)
         if keep:
             kept.append(block)
+    if menu_items >= MENU_ITEMS and not any(b.is_code or _is_prose(b.text) for b in kept) \
+            and sum(len(_WORD.findall(b.text)) for b in kept) < PROSE_WORDS:
+        # A menu dropped and nothing left that reads as content (a tagline at most): the
+        # page is its site's menu, its real content built by a script or absent.
+        return [], MainContent(True, "only navigation links", len(blocks))
     if not kept:  # the extractor's text matched nothing we parsed: trust the parser
         return blocks, MainContent(False, "extracted text matched no block")
     return kept, MainContent(True, "trafilatura", len(blocks) - len(kept))
