@@ -161,3 +161,27 @@ def test_no_module_imports_another_modules_privates() -> None:
                 if private:
                     found.append(f"{module} imports {private} from {node.module}")
     assert not found, found
+
+
+FACES = ("cdr.gateway", "cdr.cli", "cdr.integrations")
+BACKENDS = ("cdr.ckf", "cdr.cluster")
+
+
+def _inside(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def test_layers_import_downwards() -> None:
+    """The faces (gateway, CLI, integrations) import the layers below them and no layer imports
+    a face (`python -m cdr` is itself the CLI face); the window step, the spec's core and the
+    fact-index interface import no backend: a backend is handed to them as a `FactIndex`."""
+    graph = import_graph()
+    upward = {m: sorted(n for n in graph[m] if _inside(n, FACES)) for m in graph
+              if not _inside(m, FACES) and m != "cdr.__main__"}
+    assert not {m: n for m, n in upward.items() if n}
+    core = [m for m in graph if _inside(m, ("cdr.window",)) or m in (
+        "cdr.ranking", "cdr.session", "cdr.spec", "cdr.coverage", "cdr.ngrams", "cdr.vectors",
+        "cdr.trace", "cdr.options", "cdr.retrieval.factindex")]
+    assert len(core) > 15
+    on_backend = {m: sorted(n for n in graph[m] if _inside(n, BACKENDS)) for m in core}
+    assert not {m: n for m, n in on_backend.items() if n}

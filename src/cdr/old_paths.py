@@ -18,7 +18,7 @@ import sys
 import types
 import warnings
 
-REMOVED_IN = "0.2.0"
+REMOVED_IN = "0.3.0"  # the release after the one that moved them (0.2.0)
 
 # Old dotted name -> new dotted name.
 MOVED: dict[str, str] = {

@@ -1,7 +1,8 @@
 """`cdr ingest` and `cdr ckf ...`: the command-line face of the knowledge fabric.
 
 Mounted by `cdr.cli` (`app.command("ingest")(ingest_command)`, `app.add_typer(ckf_app,
-name="ckf")`); `app` here is the same pair, standalone, for tests and `python -m cdr.cli.ckf`.
+name="ckf")`); `app` here is the same pair, standalone, for tests (from a shell: `cdr ingest`,
+`cdr ckf ...`).
 Progress goes to stderr, results to stdout, errors to stderr with a non-zero exit.
 """
 
@@ -462,6 +463,3 @@ def index_command(ckf: CkfOption) -> None:
 app = typer.Typer(no_args_is_help=True, help="cdr knowledge fabric commands.")
 app.command("ingest")(ingest_command)
 app.add_typer(ckf_app, name="ckf")
-
-if __name__ == "__main__":
-    app()
