@@ -227,6 +227,37 @@ def finish_record(ckf: Any, own: set[int], task: Any, arm: LlmArm, words: int,
             "replanned": _r(again), "written_twice": _r(twice), "windows": rows}
 
 
+def page_floor(ckf: Any, own: set[int], n_windows: int) -> list[float]:
+    """Semantic repetition of text no model wrote: the task document's own facts, in document
+    order, cut into `n_windows` windows of equal words. The page repeats nothing on purpose,
+    so what it scores is the measure's floor on this topic (sentences about one module
+    resemble each other at the threshold): the model's restating is what lies above it."""
+    if n_windows < 2 or not own:
+        return []
+    facts = ckf.facts(np.asarray(sorted(own), dtype=np.int64))
+    words = " ".join(f.content for f in facts).split()
+    size = math.ceil(len(words) / n_windows)
+    chunks = [" ".join(words[i * size:(i + 1) * size]) for i in range(n_windows)]
+    sents = [quality.sentences(c) for c in chunks]
+    vecs = [ckf.embedder.encode(s) if s else np.zeros((0, ckf.dim), np.float32)
+            for s in sents]
+    return quality.semantic_repetition(vecs, REP_THRESHOLD)
+
+
+def words_per_token(runs: Sequence[dict[str, Any]], arm: str) -> tuple[float, int]:
+    """(words kept / completion tokens generated, windows counted) over an arm's windows."""
+    words = tokens = n = 0
+    for r in runs:
+        if r["arm"] != arm:
+            continue
+        for w in r["windows"]:
+            if w.get("completion_tokens"):
+                words += w["words"]
+                tokens += w["completion_tokens"]
+                n += 1
+    return (words / tokens if tokens else math.nan), n
+
+
 # ---------------------------------------------------------------------------------- verdicts
 
 # measure → baseline windows (1-based, inclusive): repetition measures are 0 at Window 1
@@ -446,6 +477,27 @@ def render(runs: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
             lines.append(f"| {label} | {arm.name} | {n} | "
                          f"{_f(mean * scale, fmt)}{' pts' if pct else '×' if fmt == '.2f' else ''}"
                          f" | {_f(lo * scale, fmt)} to {_f(hi * scale, fmt)} |")
+    lines += ["", "## Words per completion token", "",
+              "What the length contract plans a window's words with (`cdr.length`: 0.577 for "
+              "the reference model, measured on the quality benchmark's windows): words kept "
+              "over tokens generated, per arm (a window cut at its limit drops its unfinished "
+              "tail, so this is below the model's raw rate).", ""]
+    for arm in ARMS:
+        wpt, n = words_per_token(runs, arm.name)
+        lines.append(f"- `{arm.name}`: {_f(wpt, '.3f')} over {n} windows.")
+    floors = meta.get("floors") or {}
+    if floors:
+        lines += ["", "## The semantic-repetition floor of the task's own page", "",
+                  "The same measure on text no model wrote: each task document's own facts in "
+                  "document order, cut into as many windows as its longest run here, windows 2+ "
+                  "against the earlier ones. The page repeats nothing on purpose; what it scores "
+                  "is how alike one topic's sentences are at the 0.607 threshold.", "",
+                  "| task | windows | floor, windows 2+ (mean) | floor, last third |",
+                  "|---|---:|---:|---:|"]
+        for name, reps in floors.items():
+            k = max(1, len(reps) // 3)
+            lines.append(f"| {name} | {len(reps)} | {_f(_mean(reps[1:]), '.1f', True)} | "
+                         f"{_f(_mean(reps[-k:]), '.1f', True)} |")
     if meta.get("plot"):
         lines += ["", "## Curves", "", "![per-window measures, both arms](long-windows.png)", ""]
     return "\n".join(lines) + "\n"
@@ -519,6 +571,11 @@ def main(words: Sequence[int], max_runs: int | None, report_only: bool,
             "matrix": len(plan),
             "matrix_desc": f"{len(tasks)} tasks × {len(ARMS)} arms × "
                            f"{', '.join(f'{w:,}' for w in words)} words"}
+    deepest: dict[str, int] = {}
+    for r in kept:
+        deepest[r["task"]] = max(deepest.get(r["task"], 0), len(r["windows"]))
+    meta["floors"] = {t.name: page_floor(ckf, own, deepest[t.name]) for ckf, own, t in tasks
+                      if deepest.get(t.name, 0) >= 2}
     meta["plot"] = plot(kept)
     REPORT.write_text(render(kept, meta), encoding="utf-8")
     print(f"report: {REPORT.relative_to(ROOT)}")

@@ -172,3 +172,22 @@ def test_a_run_resumes_from_its_window_checkpoint(types_ckf_path: Path, tmp_path
     assert rec["delivered"] == sum(w["words"] for w in rest)
     assert len(rec["windows"]) == len(rest) and rec["windows"][0]["semrep"] == 0.0
     assert all(w["prompt_tps"] is None for w in rec["windows"])  # no timing recorded
+
+
+def test_words_per_token_counts_only_windows_with_tokens():
+    runs = [{"arm": "focused", "windows": [{"words": 500, "completion_tokens": 1000},
+                                           {"words": 0, "completion_tokens": None}]},
+            {"arm": "focused", "windows": [{"words": 300, "completion_tokens": 600}]},
+            {"arm": "relevance", "windows": [{"words": 1, "completion_tokens": 1}]}]
+    assert long_llm.words_per_token(runs, "focused") == (800 / 1600, 2)
+    wpt, n = long_llm.words_per_token(runs, "other")
+    assert math.isnan(wpt) and n == 0
+
+
+def test_page_floor_measures_the_own_document(types_ckf_path: Path):
+    ckf = CKF.open(types_ckf_path)
+    own = set(range(min(ckf.n_rows, 60)))
+    reps = long_llm.page_floor(ckf, own, 3)
+    assert len(reps) == 3 and reps[0] == 0.0
+    assert all(0.0 <= x <= 1.0 for x in reps[1:] if not math.isnan(x))
+    assert long_llm.page_floor(ckf, own, 1) == [] and long_llm.page_floor(ckf, set(), 3) == []
