@@ -351,6 +351,16 @@ def _f(x: float, fmt: str = ".1f", pct: bool = False) -> str:
     return format(100 * x, fmt) + "%" if pct else format(x, fmt)
 
 
+def _options(run: dict[str, Any]) -> str:
+    """The options the run resolved (`focused` gained document support while the matrix ran:
+    a run recorded before options were recorded says so)."""
+    opts = run.get("options")
+    if opts is None:
+        return "not recorded (focused then: memory, bm25, stale stop, length contract)" \
+            if run["arm"] == "focused" else "not recorded (length contract)"
+    return ", ".join(f"{k} {v}" for k, v in sorted(opts.items())) or "spec"
+
+
 def _nan(x: float | None) -> float:
     return math.nan if x is None else float(x)
 
@@ -424,15 +434,16 @@ def render(runs: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
         "## Words delivered against words asked",
         "",
         "| corpus | task | arm | asked | delivered | ratio | length score | windows | exit | "
-        "planned again W2+ | written twice W2+ |",
-        "|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|",
+        "planned again W2+ | written twice W2+ | commit | options |",
+        "|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|---|",
     ]
     for r in sorted(runs, key=lambda r: (r["words"], r["corpus"], r["task"], r["arm"])):
         lines.append(
             f"| {r['corpus']} | {r['task']} | {r['arm']} | {r['words']:,} | {r['delivered']:,}"
             f" | {r['ratio']:.2f} | {r['length_score']:.1f} | {len(r['windows'])} | "
             f"{r['status']} | {_f(_nan(r['replanned']), '.1f', True)} | "
-            f"{_f(_nan(r['written_twice']), '.1f', True)} |")
+            f"{_f(_nan(r['written_twice']), '.1f', True)} | {r.get('commit', '?')} | "
+            f"{_options(r)} |")
     lines += ["", "## Per window", "",
               "Means over the runs (all lengths) that reached the window (n). Semantic "
               "repetition, restating and CWR6 compare a window with the earlier windows of its "
@@ -548,7 +559,8 @@ def main(words: Sequence[int], max_runs: int | None, report_only: bool,
         started = time.perf_counter()
         session, windows = run_windows(ckf, writer, task, arm, w, key, context, generation)
         rec = finish_record(ckf, own, task, arm, w, session, windows)
-        rec.update(key=key, commit=library_commit(),
+        options = GenerationConfig(**arm.config).session_options().to_dict()
+        rec.update(key=key, commit=library_commit(), options=options,
                    seconds=round(time.perf_counter() - started, 1),
                    load=[round(x, 2) for x in os.getloadavg()])
         append_run(RUNS, rec)
