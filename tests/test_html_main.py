@@ -182,5 +182,12 @@ def test_a_page_that_is_only_its_menu_has_no_content(monkeypatch):
     monkeypatch.setattr(trafilatura, "extract", lambda *a, **k: "\n".join([*words, text]))
     kept, _ = html_main.keep_main_blocks(page, [*blocks[1:], Block(text)])
     assert [b.text for b in kept] == [text]
+    # After the first sentence, linked one- or two-word blocks are list items, not a menu.
+    items = ["Partial indexes", "UPSERT", "Window functions"]
+    listing = page + "".join(f"<li><a href='/{i}'>{i}</a></li>" for i in items)
+    monkeypatch.setattr(trafilatura, "extract", lambda *a, **k: "\n".join([text, *items]))
+    kept, _ = html_main.keep_main_blocks(
+        listing, [*blocks[1:], Block(text), *(Block(i) for i in items)])
+    assert [b.text for b in kept] == [text, *items]
     # A hostile page of unclosed links is scanned in linear time (no backtracking blow-up).
     assert html_main._link_texts("<a href=x>" * 200_000) == set()

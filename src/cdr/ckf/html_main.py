@@ -82,7 +82,7 @@ def extractor_id() -> str:
     from importlib.metadata import version
 
     return (f"trafilatura {version('trafilatura')} share {KEEP_SHARE} prose {PROSE_WORDS} "
-            "short-as-line-or-name stamp lead-words links")
+            "short-as-line-or-name stamp lead-words header-links")
 
 
 def nesting_depth(text: str, stop_at: int = MAX_DEPTH) -> int:
@@ -176,9 +176,12 @@ def keep_main_blocks(html: str, blocks: list[Block]) -> tuple[list[Block], MainC
     lines = {tuple(w.lower() for w in _WORD.findall(line)) for line in main.splitlines()}
     vocabulary = set(words)
     lead = _lead_length(blocks)
-    # A page with no section at all has no header to tell by position; there, a block of one
-    # or two plain words that is the whole text of a link is navigation.
+    # A page with no section at all: its header is what comes before its first sentence or
+    # code, and there a block of one or two plain words that is the whole text of a link is
+    # navigation (after it, such a block is a list item: "Partial indexes", linked).
     links = set() if any(b.section for b in blocks) else _link_texts(html)
+    header = next((i for i, b in enumerate(blocks) if b.is_code or _is_prose(b.text)),
+                  len(blocks)) if links else 0
     menu_items = 0
     kept: list[Block] = []
     for i, block in enumerate(blocks):
@@ -194,7 +197,8 @@ def keep_main_blocks(html: str, blocks: list[Block]) -> tuple[list[Block], MainC
             keep = False
         elif block.is_code or prose:
             keep = True
-        elif len(bw) < 3 and tuple(bw) in links and not _NAMING.search(block.text):
+        elif i < header and len(bw) < 3 and tuple(bw) in links \
+                and not _NAMING.search(block.text):
             keep = False
             menu_items += 1
         elif len(bw) < 3:
