@@ -570,12 +570,17 @@ class Generator:
         so a budget envelope fills with repeats and the stale stop would end the run with
         part of the task's material never sent. Packed alone, the rest goes out in the next
         window(s), and the stop comes in the window after the last of it: when the material
-        has run out, not before. None left (or none that fits): the stale envelope stands."""
+        has run out, not before. Candidates below Exit 3's novelty floor are not packed (their
+        6-grams were written, or their topic is covered): with them the envelope's mean would
+        condemn the few still worth sending. None left (or none that fits): the stale envelope
+        stands."""
         shown = session.fact_memory.shown
         if not is_stale(envelope.fact_ids, shown) or not len(ranking):
             return envelope
         ids = self.ckf.fact_ids(ranking.indices)
-        unsent = np.flatnonzero([f not in shown for f in ids])
+        sendable = ranking.novelty_ratio() >= EXHAUSTION_RATIO
+        unsent = np.flatnonzero([f not in shown and ok for f, ok in zip(ids, sendable,
+                                                                          strict=True)])
         if not len(unsent):
             return envelope
         rest = ranking.take(unsent)
