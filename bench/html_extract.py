@@ -247,7 +247,7 @@ def write_report(out: Path, args: argparse.Namespace,
                 f"| {site} | {mode} | {r.pages} | {r.facts} | {r.facts / max(r.pages, 1):.1f} "
                 f"| {r.chrome_facts} | {r.purchase_facts} "
                 f"| {f'{r.recall_hits}/{r.queries}' if r.queries else '–'} "
-                f"| {r.chrome_in_top} | {r.parse_seconds:.1f} |")
+                f"| {r.chrome_in_top if r.queries else '–'} | {r.parse_seconds:.1f} |")
     lines += ["", "Pages: " + "; ".join(f"{site}: {', '.join(names)}"
                                         for site, names in pages.items()) + ".", "",
               "## Chrome facts left (examples)", ""]
