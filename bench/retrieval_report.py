@@ -36,6 +36,15 @@ FOCUSED_AT = {
                "sub-queries); the current profile is the `focused ts subject-off bm25-on` row",
     "8ad0c0f": "memory=facts, lexical=bm25, stale=stop (subject anchoring dropped)",
 }
+# Commits of a branch later rebased onto main: the same library change under another hash.
+COMMIT_NOTES = {
+    "edb7cef": "document support, the short recipe and the stale stop's tail, before its rebase "
+               "onto main (landed as f058a8c)",
+    "3ebd866": "the same library as `edb7cef` (a documentation commit on top; landed as c03d14c)",
+    "4559920": "`3ebd866` plus the tail's novelty floor (landed as 629cccc on a main whose HTML "
+               "extractor changed, which would have re-chunked the Python-docs CKF the other "
+               "runs used: these runs were made on the earlier checkout)",
+}
 TIMINGS = ("on time", "late", "before pool ran out", "window limit after pool ran out",
            "window limit")
 
@@ -320,8 +329,12 @@ def write(runs_path: Path = RESULTS / "retrieval-runs.jsonl",
          f"- Machine: {machine()}",
          "- Library commits the runs were made on: "
          + ", ".join(f"`{c}` ({n} runs)" for c, n in commits.most_common()),
+         *[f"- `{c}`: {COMMIT_NOTES[c]}" for c, _ in commits.most_common()
+           if c in COMMIT_NOTES],
          "- Writer: extractive (no language model); each run goes to the arm's own exit, at "
-         "most 12 windows, 9,000 words; model all-MiniLM-L6-v2, gate 0.40."]
+         "most 12 windows, 9,000 words; model all-MiniLM-L6-v2; each arm at its calibrated "
+         "gate (`cdr.retrieval.gates`: 0.40 for plain facts, 0.325 for `focused` on short "
+         "facts, …) unless it sets one."]
     for c in CORPORA:
         if c in meta:
             m = meta[c]
