@@ -272,8 +272,12 @@ LABELS = {"semrep": "semantic repetition", "lexrep": "lexical restating", "cwr6"
 
 
 def _vals(run: dict[str, Any], measure: str, lo: int, hi: int) -> list[float]:
+    """The measure over windows lo..hi that were written: a window closed unwritten (the
+    stale stop's, an empty envelope's) ends the run and is no window of the document."""
     out = []
     for w in run["windows"][lo - 1:hi]:
+        if not w.get("words"):
+            continue
         v = w.get(measure)
         if v is not None and not (isinstance(v, float) and math.isnan(v)):
             out.append(float(v))

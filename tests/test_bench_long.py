@@ -128,6 +128,10 @@ def test_last_third_delta_against_the_baseline_windows():
     assert long_llm.last_third_delta(_run_of([0.0, 0.1, 0.2]), "semrep") is None
     assert long_llm.last_third_delta(_run_of([0.5, None, 0.2]), "grounding") == pytest.approx(
         -0.3)
+    # a last window closed unwritten (the stale stop's) is not part of the document
+    unwritten = _run_of([0.5, 0.4, 0.0])
+    unwritten["windows"][-1]["words"] = 0
+    assert long_llm.last_third_delta(unwritten, "grounding") is None
 
 
 def test_seconds_ratio_and_bootstrap():
