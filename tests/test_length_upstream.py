@@ -82,8 +82,12 @@ def test_the_length_contract_delivers_the_words_and_writes_each_section_once(
     assert run["status"] == "task-complete"
     assert run["length"]["within_tolerance"], run["length"]
     assert len(run["windows"]) < 20
-    plans = [parse_prompt(r.body["messages"][-1]["content"])[0] for r in server.requests
-             if r.path.endswith("/chat/completions")]
+    prompts = [parse_prompt(r.body["messages"][-1]["content"]) for r in server.requests
+               if r.path.endswith("/chat/completions")]
+    plans = [plan for plan, _ in prompts]
+    # every packed fact is shown to the writer: none is spent on a section left for later
+    for (_, facts), window in zip(prompts, run["windows"], strict=True):
+        assert len(facts) == len(window["envelope"]) > 0
     assert len(plans) == len(run["windows"])
     carry = int(TOKENS * 0.577)  # the openai writer's words a token: a language model's
     seen: set[str] = set()

@@ -448,7 +448,13 @@ class Generator:
                                          cfg.generation_tokens,
                                          writer_words_per_token(self.writer))
             if not pastes_facts(self.writer):
-                plan = fit_plan(plan, budget_words)
+                # The packed facts go to the sections this window can write: assigned over
+                # every open section, those nearest a section left for later were packed,
+                # counted as sent (fact memory, the stale stop) and never shown to the writer
+                # (a 5,000-word window planned one section and listed 2 of its 36 facts).
+                writing = self._sections_to_write(session, plan_sqs, budget_words)
+                plan = fit_plan(self._plan(session, writing, packed_rows, envelope),
+                                budget_words)
         elif not pastes_facts(self.writer):  # a paster's budget is the facts', not words
             plan = fit_plan(plan, round(cfg.generation_tokens * WORDS_PER_TOKEN))
         refs = [(f"F{i + 1}", f.section or f.source, f.content) for i, f in enumerate(facts)]
@@ -476,14 +482,17 @@ class Generator:
                 out[s.title] = session.section_ends.get(sq_id, "") if shown else ""
         return out
 
-    def _sections_to_write(self, session: Session, plan_sqs: list[SubQuery]) -> list[SubQuery]:
+    def _sections_to_write(self, session: Session, plan_sqs: list[SubQuery],
+                           budget_words: int | None = None) -> list[SubQuery]:
         """The sections this window will write: for a model writer, the leading ones its word
-        budget covers in depth (`fit_plan`), so per-section retrieval queries only those."""
+        budget covers in depth (`fit_plan`; `budget_words`, else ⌊0.7 · G⌋), so per-section
+        retrieval queries only those and the plan gives them the packed facts."""
         if pastes_facts(self.writer):
             return plan_sqs
         drafts = [PlanSection(sq.text, self._target_words(session, sq), ()) for sq in plan_sqs]
-        kept = {p.title for p in
-                fit_plan(drafts, round(self.config.generation_tokens * WORDS_PER_TOKEN))}
+        budget = (budget_words if budget_words is not None
+                  else round(self.config.generation_tokens * WORDS_PER_TOKEN))
+        kept = {p.title for p in fit_plan(drafts, budget)}
         return [sq for sq in plan_sqs if sq.text in kept] or plan_sqs[:1]
 
     @staticmethod
