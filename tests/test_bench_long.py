@@ -72,7 +72,7 @@ def test_report_means_and_labels():
     meta = {"generated": "now", "commit": "abc", "words": (2000,), "max_windows": 20,
             "tasks": "pydocs `t`"}
     md = bench_long.render(runs, meta)
-    assert "**Writer: extractive.**" in md and "quiet machine" in md
+    assert "**Writer: extractive.**" in md and "`bench/results/long.md`" in md
     # focused at 2,000: mean 2,450 words; ratios 1.15–1.30; scores 95.0 and 90.0
     assert ("| focused | 2,000 | 2 | 2,450 | 1.15–1.30 | 92.5, 90.0 | 1/2 | 2.0 | "
             "ckf-exhausted 1, task-complete 1 |") in md
