@@ -36,7 +36,8 @@ from cdr.session import EXIT_REASONS, Session, depth_from_words, exit_reason
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers only
-    from cdr.ckf import CKF, ingest
+    from cdr.ckf.handle import CKF
+    from cdr.ckf.ingest import ingest
     from cdr.retrieval.embed import default_embedder
     from cdr.retrieval.factindex import FactIndex
     from cdr.trace import build_trace
