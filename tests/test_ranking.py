@@ -390,3 +390,43 @@ def test_rank_all_and_cdr_scores_give_a_fact_the_same_score_in_any_matrix():
     assert len(r_sub) > 100
     by_row = dict(zip(r_full.indices.tolist(), r_full.score.tolist(), strict=True))
     assert [by_row[int(sub[i])] for i in r_sub.indices] == r_sub.score.tolist()
+
+
+def test_the_mode_table_is_the_one_dispatch_of_every_ranking_mode():
+    """`MODE_RULES` lists exactly the modes; the one-pass ones are those a shard ranks, and the
+    window loop ships exactly those to a ranking index."""
+    from cdr.ranking import MODE_RULES, ONE_PASS_MODES, RANKING_MODES
+    from cdr.window.loop import SHARD_RANKED_MODES
+
+    assert tuple(MODE_RULES) == RANKING_MODES
+    assert ONE_PASS_MODES == ("cdr", "relevance") == SHARD_RANKED_MODES
+    assert [m for m, r in MODE_RULES.items() if r.uses_ngrams] == ["cdr"]
+
+
+@pytest.mark.parametrize("mode", ["mmr", "sections", "bogus"])
+def test_score_terms_refuses_a_mode_that_is_not_one_pass(mode):
+    from cdr.ranking import score_terms
+
+    one = np.ones(1, np.float32)
+    with pytest.raises(InvalidInputError, match=repr(mode)):
+        score_terms(mode, np.ones((1, 2), np.float32), one, one, None, None,
+                    np.zeros((0, 2), np.float32), False)
+
+
+def test_score_terms_gives_rank_its_scores_in_both_one_pass_modes():
+    """`rank` orders by exactly the scores `score_terms` computes (what a shard computes)."""
+    from cdr.ranking import score_terms
+
+    rng = np.random.default_rng(3)
+    emb = rng.normal(size=(12, 8)).astype(np.float32)
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    rel = rng.uniform(0.6, 0.9, 12).astype(np.float32)
+    imp = rng.uniform(0.5, 1.0, 12).astype(np.float32)
+    for mode in ("cdr", "relevance"):
+        score = score_terms(mode, emb, rel, imp, None, None, np.zeros((0, 8), np.float32),
+                            False)[0]
+        r = rank(emb, rel, importance=imp, mode=mode, min_relevance=0.0)
+        assert r.indices.tolist() == np.argsort(-score, kind="stable").tolist()
+        assert np.array_equal(r.score, score[r.indices])
+    assert np.array_equal(score_terms("relevance", emb, rel, imp, None, None,
+                                      np.zeros((0, 8), np.float32), False)[0], imp * rel)

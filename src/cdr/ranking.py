@@ -21,7 +21,7 @@ any shard of a shard set ranks it, and near-tied facts keep one order (issue 12)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -261,6 +261,63 @@ def check_mode(mode: str) -> str:
     return mode
 
 
+# The per-candidate terms of a one-pass mode: (embeddings, relevance, importance, n-gram counts
+# or None, coverage centroid or None, residual embeddings, coverage non-empty) ->
+# (score, novelty, residual_pull, ngram_penalty, coverage_score).
+ScoreTerms = Callable[
+    [np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray, bool],
+    tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+
+
+def _relevance_terms(
+    embeddings: np.ndarray, relevance: np.ndarray, importance: np.ndarray,
+    ngram_counts: np.ndarray | None, centroid: np.ndarray | None, residual: np.ndarray,
+    coverage_nonempty: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """SPEC-003 Phase 2: importance × relevance, no coverage terms."""
+    zeros = np.zeros(relevance.shape[0], dtype=relevance.dtype)
+    return importance * relevance, zeros + 1, zeros, zeros, zeros
+
+
+@dataclass(frozen=True)
+class ModeRule:
+    """How one ranking mode scores. A one-pass mode has `terms`: each candidate's score comes
+    from its own row, so one index and every shard of a shard set rank with the same function
+    (`cdr.cluster.shard_server`) and the shards' lists merge exactly. A sequential mode (mmr
+    picks against what it already picked; sections merges per-section lists) has none and is
+    ranked only where all candidates are (`rank`). `uses_ngrams`: the terms read the n-gram
+    counts (a shard counts them only then)."""
+
+    terms: ScoreTerms | None
+    uses_ngrams: bool = False
+
+
+# The one dispatch table of the ranking modes (its keys are `RANKING_MODES`).
+MODE_RULES: dict[str, ModeRule] = {
+    "cdr": ModeRule(cdr_components, uses_ngrams=True),
+    "relevance": ModeRule(_relevance_terms),
+    "mmr": ModeRule(None),
+    "sections": ModeRule(None),
+}
+# The modes a shard (or any index that ranks its own rows) can rank in one pass.
+ONE_PASS_MODES: tuple[str, ...] = tuple(m for m, r in MODE_RULES.items() if r.terms is not None)
+
+
+def score_terms(
+    mode: str, embeddings: np.ndarray, relevance: np.ndarray, importance: np.ndarray,
+    ngram_counts: np.ndarray | None, centroid: np.ndarray | None, residual: np.ndarray,
+    coverage_nonempty: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(score, novelty, residual_pull, ngram_penalty, coverage_score) of gated candidates under
+    the one-pass `mode`; a sequential or unknown mode is refused by name."""
+    rule = MODE_RULES.get(check_mode(mode))
+    if rule is None or rule.terms is None:
+        raise InvalidInputError(
+            f"ranking mode {mode!r} is not one-pass; one-pass modes: {ONE_PASS_MODES}")
+    return rule.terms(embeddings, relevance, importance, ngram_counts, centroid, residual,
+                      coverage_nonempty)
+
+
 def rank(
     embeddings: np.ndarray,
     relevance: np.ndarray,
@@ -305,17 +362,13 @@ def rank(
     m = len(gate)
     zeros = np.zeros(m, dtype=_F32)
     extra: dict[str, float] = {}
-    if mode == "cdr":
+    if MODE_RULES[mode].terms is not None:
         centroid = coverage.centroid() if coverage is not None else None
         res = residual.embeddings if residual is not None else np.zeros((0, emb.shape[1]), _F32)
-        score, novelty, pull, penalty, cov = cdr_components(
-            emb, rel, imp, counts, centroid, res, bool(coverage)
-        )
+        score, novelty, pull, penalty, cov = score_terms(
+            mode, emb, rel, imp, counts, centroid, res, bool(coverage))
         order = _top(score, top_k)
-    elif mode == "relevance":
-        score, novelty, pull, penalty, cov = imp * rel, zeros + 1, zeros, zeros, zeros
-        order = _top(score, top_k)
-    else:
+    else:  # mmr (sections was ranked above)
         if not 0.0 <= mmr_lambda <= 1.0:
             raise InvalidInputError(f"mmr_lambda must be within [0, 1], got {mmr_lambda}")
         base = imp * rel

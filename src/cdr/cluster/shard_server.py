@@ -23,7 +23,7 @@ import numpy as np
 
 from cdr.ckf.snapshot import CKFSnapshot
 from cdr.cluster.shard_merge import ShardTop, ahead
-from cdr.ranking import cdr_components
+from cdr.ranking import MODE_RULES, check_mode, score_terms
 from cdr.retrieval.factindex import Selection, WindowQuery, select_rows
 
 _F32 = np.float32
@@ -134,17 +134,12 @@ class ShardServer:
         local = rows - offset
         imp = np.asarray(snap.importance, _F32)[local]
         m = len(rows)
-        zeros = np.zeros(m, _F32)
-        if w.mode == "cdr":
-            counts = None
-            if len(w.blacklist):
-                counts = snap.ngram_index.count_in(w.blacklist)[local]
-            score, novelty, pull, penalty, cov = cdr_components(
-                emb, rel, imp, counts, w.centroid, w.residual, w.coverage_nonempty)
-        elif w.mode == "relevance":
-            score, novelty, pull, penalty, cov = imp * rel, zeros + 1, zeros, zeros, zeros
-        else:
-            raise ValueError(f"shards rank modes 'cdr' and 'relevance', not {w.mode!r}")
+        counts = None
+        if MODE_RULES[check_mode(w.mode)].uses_ngrams and len(w.blacklist):
+            counts = snap.ngram_index.count_in(w.blacklist)[local]
+        # The same terms `cdr.ranking.rank` computes in one index (one dispatch table).
+        score, novelty, pull, penalty, cov = score_terms(
+            w.mode, emb, rel, imp, counts, w.centroid, w.residual, w.coverage_nonempty)
         # The single index orders by score, ties by selection position, i.e. by (-rel, row).
         order = np.lexsort((rows, -rel, -score))[: w.top_k]
         lo = local[order]

@@ -22,7 +22,7 @@ import numpy as np
 from cdr.coverage import SubQuery
 from cdr.errors import CdrError, InvalidInputError, UpstreamError
 from cdr.options import OPTION_NAMES, SessionOptions, resolve_options
-from cdr.ranking import DEFAULT_MMR_LAMBDA, DEFAULT_RANKING, Ranking, rank
+from cdr.ranking import DEFAULT_MMR_LAMBDA, DEFAULT_RANKING, ONE_PASS_MODES, Ranking, rank
 from cdr.retrieval.doc_support import POWER as SUPPORT_POWER
 from cdr.retrieval.doc_support import SupportedIndex, document_codes
 from cdr.retrieval.expansion import (
@@ -84,7 +84,7 @@ from cdr.writers.base import Writer, WriterResult, pastes_facts
 DEFAULT_SUB_QUERIES = 6
 DECOMPOSITION_POOL = 300
 PHASE1_LIMIT = 4000
-SHARD_RANKED_MODES = ("cdr", "relevance")  # one-pass scores; mmr picks sequentially
+SHARD_RANKED_MODES = ONE_PASS_MODES  # a shard ranks these itself (cdr.ranking.MODE_RULES)
 SHARD_TOP_K = 64  # candidates a ranking index ships per window before packing settles
 
 
