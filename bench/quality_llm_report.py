@@ -236,7 +236,12 @@ def _replanned(run: dict[str, Any]) -> float:
 
 
 def write_report(ckf: Any, corpus: Corpus, tasks: Sequence[Task], arms: Sequence[str],
-                 settings: Any, key: str, runs_dir: Path, out: Path, seconds: float) -> None:
+                 settings: Any, key: str, runs_dir: Path, out: Path, seconds: float,
+                 corpus_name: str = "pydocs",
+                 thresholds: tuple[float, float] | None = None) -> None:
+    """The report of the runs checkpointed in `runs_dir`. With `thresholds` (repetition,
+    grounding) the measures use those, fixed before the runs, and the calibration on these
+    outputs is shown beside them as a check; without, the calibration on these outputs."""
     pairs = [(t.page, a) for t in tasks for a in arms]
     # Interrupted runs count with the windows they wrote (each window is whole): the
     # deadline cuts runs, and what they wrote is still measured; the report says which.
@@ -273,9 +278,15 @@ def write_report(ckf: Any, corpus: Corpus, tasks: Sequence[Task], arms: Sequence
                             if u.page != t.page and len(page_cache[u.page][0])] for t in tasks}
     rep_cal, ground_cal, rep_bar, ground_bar = calibrations(runs, sents, emb, fvec, dim,
                                                             other_pages)
+    rep_t, ground_t = thresholds or (rep_cal.threshold, ground_cal.threshold)
     series = {(r["task"], r["arm"]): run_series(
         r, sents[(r["task"], r["arm"])], emb, fvec, dim, page_cache[r["task"]],
-        rep_cal.threshold, ground_cal.threshold) for r in runs}
+        rep_t, ground_t) for r in runs}
+    own_cal = None
+    if thresholds:  # the same runs at the thresholds these outputs calibrate, as a check
+        own_cal = {(r["task"], r["arm"]): run_series(
+            r, sents[(r["task"], r["arm"])], emb, fvec, dim, page_cache[r["task"]],
+            rep_cal.threshold, ground_cal.threshold) for r in runs}
     n_win = settings.windows
 
     def per_window(arm: str, name: str) -> list[float]:
@@ -297,12 +308,15 @@ def write_report(ckf: Any, corpus: Corpus, tasks: Sequence[Task], arms: Sequence
         return float(np.mean(xs)) if xs else math.nan
 
     total_windows = sum(len(r["windows"]) for r in runs)
+    cli_args = " --corpus man" if corpus_name == "man" else ""
+    make_args = ' ARGS="--corpus man"' if corpus_name == "man" else ""
     win_seconds = [w["seconds"] for r in runs for w in r["windows"]]
     lines += [
         "# Quality on generated text: what the reference model writes, per arm",
         "",
-        f"Generated {datetime.now(UTC).isoformat(timespec='minutes')} by `make bench-llm` "
-        f"(`python bench/quality_llm.py --resume`), from the checkpoints in "
+        f"Generated {datetime.now(UTC).isoformat(timespec='minutes')} by `make bench-llm"
+        f"{make_args}` (`python bench/quality_llm.py --resume{cli_args}`), from the "
+        "checkpoints in "
         f"`{_shown_path(runs_dir)}` on {platform.machine()} ({_cpus()}).",
         "",
         "## What ran",
@@ -317,8 +331,13 @@ def write_report(ckf: Any, corpus: Corpus, tasks: Sequence[Task], arms: Sequence
         f"{settings.words} words, at most {n_win} windows; every window goes through "
         "`Generator.step` — the envelopes, prompts, Stage 8 and exit rules of `cdr generate`. "
         "A run ends where its own exit rule ends it.",
-        f"- CKF: `{ckf.path}` — {ckf.n_rows:,} facts of the task pages and their "
-        "neighbours in the Python 3.11 docs (the distractors a real knowledge base holds).",
+        (f"- CKF: `{ckf.path}` — {ckf.n_rows:,} facts of the task pages and their "
+         "neighbours in the Python 3.11 docs (the distractors a real knowledge base holds)."
+         if corpus_name == "pydocs" else
+         f"- CKF: `{ckf.path}` — {ckf.n_rows:,} facts of 60 system-call man pages (Debian "
+         "manpages-dev, the retrieval benchmark's corpus, default fact recipe "
+         f"`{getattr(ckf, 'recipe', '?')}`): every other page is a distractor of the same "
+         "kind. A task is a page's NAME line, its outline the page's sections."),
         f"- Tasks planned: {len(tasks)} ({', '.join(t.page for t in tasks)}); arms: "
         f"{', '.join(arms)}.",
         f"- Ran: {len(runs) - len(partial)} of {len(pairs)} runs to their end, "
@@ -327,6 +346,10 @@ def write_report(ckf: Any, corpus: Corpus, tasks: Sequence[Task], arms: Sequence
         f"per window). Tasks every arm ran on (the headline's): "
         f"{', '.join(t.page for t in common) or 'none'}.",
     ]
+    if corpus_name == "man":
+        from quality_llm_man import WHY_TASKS
+
+        lines.append(f"- Why these tasks: {WHY_TASKS}.")
     lines.append(f"- Window prompt version {settings.prompt} (`bench/quality_llm.py` "
                  "PROMPT_VERSION: 1 told a continued section only \"add new material\"; 2 "
                  "quotes where its text stopped and asks for code only where a fact shows "
@@ -362,7 +385,14 @@ def write_report(ckf: Any, corpus: Corpus, tasks: Sequence[Task], arms: Sequence
     lines += [f"- This report: {seconds / 60:.1f} min in this invocation (embedding and "
               "scoring take seconds; the rest is writing).", ""]
 
-    lines += ["## Thresholds, calibrated on the outputs", ""]
+    if thresholds:
+        lines += ["## Thresholds: fixed before the runs", "",
+                  f"The measures below use the thresholds the Python-docs outputs calibrated "
+                  f"(`bench/results/quality-llm.md`): semantic repetition {thresholds[0]:.3f}, "
+                  f"grounding {thresholds[1]:.3f}, fixed before these runs and not tuned on "
+                  "them. The same calibration on these runs' own outputs, as a check:", ""]
+    else:
+        lines += ["## Thresholds, calibrated on the outputs", ""]
     lines += _cal_lines(rep_cal, ground_cal, rep_bar, ground_bar)
 
     if common:
@@ -371,9 +401,19 @@ def write_report(ckf: Any, corpus: Corpus, tasks: Sequence[Task], arms: Sequence
                   "a run's windows 2–5 (those it wrote), then over tasks; \"end\" is a run's "
                   "last window (W5 unless it was interrupted or exited earlier).", ""]
         taken = {a: _dropped_grounding(a, common, by_key, emb, fvec, dim,
-                                       ground_cal.threshold) for a in arms}
+                                       ground_t) for a in arms}
         lines += _headline(arms, w25, at_end, per_window, series, common, by_key, taken)
-        lines += _restating(arms, common, by_key, emb, dim, rep_cal.threshold, corpus, n_win)
+        if own_cal is not None:
+            lines += ["", "At the thresholds calibrated on these outputs "
+                      f"({rep_cal.threshold:.3f}, {ground_cal.threshold:.3f}) instead, the check:",
+                      "", "| arm | semantic rep. W2–5 | grounding (all windows) |",
+                      "|---|---:|---:|"]
+            for a in arms:
+                sr = [mean_over(own_cal[(t.page, a)]["semrep"], 1) for t in common]
+                gr = [mean_over(own_cal[(t.page, a)]["grounding"], 0) for t in common]
+                lines.append(f"| {a} | {_fmt(float(np.nanmean(sr)))} | "
+                             f"{_fmt(float(np.nanmean(gr)))} |")
+        lines += _restating(arms, common, by_key, emb, dim, rep_t, corpus, n_win)
         lines += ["", "## Per window (mean over the same tasks)", ""]
         for name in SERIES:
             lines += [f"**{SERIES_LABELS[name]}**", "",
@@ -453,7 +493,7 @@ def _cal_lines(rep: Calibration, gr: Calibration, rep_bar: float, ground_bar: fl
 
 # The arms whose targets are judged against relevance-only: CDR as the spec defines it, and
 # CDR with the opt-in repeat guard where that arm ran.
-TARGET_ARMS = ("cdr", "cdr-guard")
+TARGET_ARMS = ("cdr", "cdr-guard", "focused")
 
 
 def _dropped_grounding(arm: str, common: Sequence[Task], by_key: dict[Any, Any],

@@ -227,3 +227,20 @@ def test_lexical_restating_counts_sentences_sharing_content_words_with_earlier_w
     # nothing. w4's sentence: {counters, count, hashable, objects} of 5 (Jaccard 4/5).
     assert got[0] == 0.0 and got[1] == 0.5 and math.isnan(got[2]) and got[3] == 1.0
     assert lexical_restating([w1, w2], 0.9) == [0.0, 0.0]
+
+
+def test_the_man_corpus_arms_are_the_recommended_profile_and_relevance_only() -> None:
+    from cdr.options import PROFILES
+    from quality_llm import MAN_ARMS, Settings, make_config
+    from quality_tasks import Task
+
+    task = Task("mbind", "Write a reference page about mbind", ("Errors",), ("m > Errors",), 3)
+    settings = Settings("m.gguf", 2048, 320, 1200, 5)
+    assert MAN_ARMS == ("focused", "relevance")
+    focused = make_config(settings, "focused", None, task)
+    assert focused.ranking == "cdr" and focused.session_options() == PROFILES["focused"]
+    relevance = make_config(settings, "relevance", None, task)
+    assert relevance.ranking == "relevance" and relevance.session_options() == PROFILES["spec"]
+    for cfg in (focused, relevance):  # the Python-docs run's window settings
+        assert (cfg.max_windows, cfg.words, cfg.context_tokens, cfg.generation_tokens) == (
+            5, 1200, 2048, 320)
