@@ -69,6 +69,15 @@ def test_settings_module_matches_gateway_settings():
         setting("CDR_" + "UNDOCUMENTED")  # spelt apart, or the scan above would find it
 
 
+def test_settings_module_lists_the_writer_registry_s_names():
+    """`CDR_WRITER`'s documented choices are the registry's names, in its order (the settings
+    module is below the writers in the layers, so it cannot import them: this keeps it equal)."""
+    from cdr.settings import setting
+    from cdr.writers import WRITER_NAMES
+
+    assert setting("CDR_WRITER").type == ", ".join(f"`{n}`" for n in WRITER_NAMES)
+
+
 def test_settings_page_rows_are_the_modules_entries():
     from cdr.settings import GROUPS, SETTINGS
 

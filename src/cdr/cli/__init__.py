@@ -24,7 +24,7 @@ from cdr.session import (
     RUN_FAILED,
     UPSTREAM_ERROR,
 )
-from cdr.writers import WRITER_NAMES, Writer, build_writer, needs_model
+from cdr.writers import DEFAULT_WRITER, WRITER_NAMES, Writer, build_writer, needs_model
 
 app = typer.Typer(
     name="cdr",
@@ -92,7 +92,7 @@ def generate(
         help="Raise --windows to the windows --words needs at --generation-tokens (0.577 "
              f"words a token), at most {MAX_WINDOWS_LIMIT}; never lowers it.")] = False,
     writer: Annotated[str, typer.Option(help=" | ".join(WRITER_NAMES),
-                                        envvar="CDR_WRITER")] = "extractive",
+                                        envvar="CDR_WRITER")] = DEFAULT_WRITER,
     ranking: Annotated[str, typer.Option(help=" | ".join(RANKING_MODES))] = DEFAULT_RANKING,
     min_relevance: Annotated[float | None, typer.Option(
         help="Relevance gate; default: calibrated for the CKF's embedding model.")] = None,

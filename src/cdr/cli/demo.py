@@ -25,7 +25,7 @@ from cdr.report.quality import cwr6, fact_reuse
 from cdr.trace import build_trace
 from cdr.window.assemble import assemble_document
 from cdr.window.loop import GenerationConfig, Generator
-from cdr.writers import get_writer
+from cdr.writers.extractive import ExtractiveWriter
 
 TASK = "Write a guide to Python's built-in types"
 OUTLINE = """\
@@ -60,7 +60,7 @@ def build_ckf(root: Path) -> CKF:
 
 
 def run_arm(store: CKF, ranking: str, windows: int, words: int, out_dir: Path) -> list:
-    gen = Generator(store, get_writer("extractive"),
+    gen = Generator(store, ExtractiveWriter(),
                     GenerationConfig(max_windows=windows, words=words, ranking=ranking))
     session = gen.start(TASK, OUTLINE)
     events = []

@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     from cdr.cli.tables import window_table
     from cdr.trace import build_trace
     from cdr.window.assemble import assemble_document
-    from cdr.writers import get_writer
+    from cdr.writers.local import LocalWriter
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--windows", type=int, default=3)
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     try:
-        writer = get_writer("local", n_ctx=max(4096, round(args.context_tokens * 1.3)))
+        writer = LocalWriter(n_ctx=max(4096, round(args.context_tokens * 1.3)))
     except CdrError as exc:
         console.print(f"[bold red]error:[/] {exc}")
         raise SystemExit(1) from None

@@ -23,7 +23,7 @@ from cdr.gateway.auth import KeyConfigError, KeyRing, parse_api_keys, weak_secre
 from cdr.gateway.session_store import SessionStore, SQLiteSessionStore
 from cdr.gateway.session_store_postgres import is_postgres_url
 from cdr.gateway.session_token import DEFAULT_KID, TokenSigner, parse_signing_secret
-from cdr.writers import needs_model
+from cdr.writers import DEFAULT_WRITER, WriterName, needs_model
 
 __all__ = ["DEFAULT_KB", "GatewayConfigError", "GatewaySettings", "load_settings",
            "parse_kb_specs", "read_kb_config"]
@@ -85,7 +85,7 @@ class GatewaySettings(BaseSettings):
 
     # A CKF directory, or a shard set served by Ray (`ray://HOST:PORT/ABS_PATH`).
     ckf: Annotated[Path | None, PlainValidator(_ckf_location)] = None
-    writer: Literal["extractive", "openai", "anthropic", "local"] = "extractive"
+    writer: WriterName = DEFAULT_WRITER  # the registry's names (cdr.writers)
     llm_base_url: str | None = None
     llm_model: str | None = None
     llm_api_key: SecretStr | None = None

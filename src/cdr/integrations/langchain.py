@@ -85,10 +85,10 @@ class CDRRetriever(BaseRetriever):
                  config: GenerationConfig | None = None) -> CDRRetriever:
         """`ckf` is a `cdr.CKF` or a CKF directory."""
         from cdr.ckf import CKF
-        from cdr.writers import get_writer
+        from cdr.writers.extractive import ExtractiveWriter
 
         store = CKF.open(ckf) if not isinstance(ckf, CKF) else ckf
-        return cls(generator=Generator(store, get_writer("extractive"), config),
+        return cls(generator=Generator(store, ExtractiveWriter(), config),
                    task=task, outline=outline)
 
     # -- state ----------------------------------------------------------------------------

@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Any
+from typing import Any, Literal
 
 from cdr.errors import InvalidInputError
 from cdr.writers.base import StreamInterruptedError, Writer, WriterResult, pastes_facts
 
 __all__ = [
+    "DEFAULT_WRITER",
     "WRITER_NAMES",
     "AnthropicWriter",
     "ExtractiveWriter",
     "OpenAIWriter",
     "StreamInterruptedError",
     "Writer",
+    "WriterName",
     "WriterResult",
     "build_writer",
     "get_writer",
@@ -29,29 +31,40 @@ __all__ = [
     "pastes_facts",
 ]
 
-# name -> (module, class, needs an upstream model name). Imported on first use, so that
-# loading one writer never requires another's module (or its HTTP client).
-_REGISTRY = {
-    "extractive": ("cdr.writers.extractive", "ExtractiveWriter", False),
-    "openai": ("cdr.writers.openai_writer", "OpenAIWriter", True),
-    "anthropic": ("cdr.writers.anthropic_writer", "AnthropicWriter", True),
-    "local": ("cdr.writers.local", "LocalWriter", False),  # the GGUF from cdr.retrieval.models
+# The writers by name: what `--writer` and `CDR_WRITER` accept. The Literal is the one spelling
+# of the names (the gateway's settings type `CDR_WRITER` with it); the registry maps each to
+# its module and class, imported on first use, so that loading one writer never requires
+# another's module (or its HTTP client). What a writer can do is said by its class
+# (`Writer.pastes_facts`, `Writer.needs_model`), never by its name.
+WriterName = Literal["extractive", "openai", "anthropic", "local"]
+_REGISTRY: dict[WriterName, tuple[str, str]] = {
+    "extractive": ("cdr.writers.extractive", "ExtractiveWriter"),
+    "openai": ("cdr.writers.openai_writer", "OpenAIWriter"),
+    "anthropic": ("cdr.writers.anthropic_writer", "AnthropicWriter"),
+    "local": ("cdr.writers.local", "LocalWriter"),  # the GGUF from cdr.retrieval.models
 }
-WRITER_NAMES = tuple(_REGISTRY)
-_LAZY = {cls: module for module, cls, _ in _REGISTRY.values()}
+WRITER_NAMES: tuple[str, ...] = tuple(_REGISTRY)
+# The writer a run uses unless told otherwise: offline, no model, grounded by construction.
+DEFAULT_WRITER: WriterName = "extractive"
+_LAZY = {cls: module for module, cls in _REGISTRY.values()}
 
 
-def needs_model(name: str) -> bool:
-    """Whether the writer `name` must be told an upstream model name (an API writer)."""
-    return _REGISTRY[name][2] if name in _REGISTRY else True
-OPENAI_BASE_URL = "https://api.openai.com/v1"
+def needs_model(writer: str | Writer) -> bool:
+    """Whether a writer (a registered name, or a writer object) must be told an upstream model
+    name: its class says so (`Writer.needs_model`). An unknown name, or a writer that does not
+    say: True (ask for a model rather than guess)."""
+    if isinstance(writer, str):
+        if writer not in _REGISTRY:
+            return True
+        return bool(getattr(_writer_class(writer), "needs_model", True))
+    return bool(getattr(writer, "needs_model", True))
 
 
 def _writer_class(name: str) -> type:
     if name not in _REGISTRY:
         raise InvalidInputError(
             f"unknown writer {name!r}; choose one of: {', '.join(WRITER_NAMES)}")
-    module, cls, _ = _REGISTRY[name]
+    module, cls = _REGISTRY[name]  # type: ignore[index]
     return getattr(importlib.import_module(module), cls)
 
 
@@ -67,17 +80,17 @@ def get_writer(name: str, **settings: Any) -> Writer:
 
 def build_writer(name: str, *, model: str | None = None, base_url: str | None = None,
                  api_key: str | None = None) -> Writer:
-    """The writer `name` pointed at its upstream: the extractive writer needs nothing; the
-    OpenAI writer defaults to api.openai.com; an unset key is left to the writer (it reads
+    """The writer `name` pointed at its upstream: a writer that needs no model gets nothing;
+    an unset base URL is the writer class's `default_base_url` (the OpenAI writer's is
+    api.openai.com), if it has one; an unset key is left to the writer (it reads
     its environment variable)."""
-    if not needs_model(name):  # extractive, or local: the GGUF from cdr.retrieval.models
+    if not needs_model(name):  # no upstream to point at (pasted facts, an in-process model)
         return get_writer(name)
     settings: dict[str, Any] = {"model": model}
     if api_key is not None:
         settings["api_key"] = api_key
-    if name == "openai":
-        settings["base_url"] = base_url or OPENAI_BASE_URL
-    elif base_url:
+    base_url = base_url or getattr(_writer_class(name), "default_base_url", None)
+    if base_url:
         settings["base_url"] = base_url
     return get_writer(name, **settings)
 

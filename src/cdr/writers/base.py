@@ -56,9 +56,23 @@ def trim_truncated(result: WriterResult) -> WriterResult:
 
 @runtime_checkable
 class Writer(Protocol):
-    """Anything that writes a window from chat messages (role/content dicts)."""
+    """Anything that writes a window from chat messages (role/content dicts).
+
+    Its capabilities are what the loop, the gateway and the CLI ask instead of its name:
+
+    - `pastes_facts`: it writes by pasting the envelope's facts, grounded by construction with
+      no model behind it (`pastes_facts()`);
+    - `needs_model`: it must be told an upstream model name (an API writer;
+      `cdr.writers.needs_model` asks the class before building one).
+
+    A writer may also declare `words_per_token` (`cdr.window.length.writer_words_per_token`).
+    A writer written before the flags existed still works: read through `pastes_facts()` and
+    `cdr.writers.needs_model`, a missing flag means a prose writer that needs a model.
+    """
 
     name: str
+    pastes_facts: bool
+    needs_model: bool
 
     def generate(
         self,
@@ -76,7 +90,7 @@ def pastes_facts(writer: Any) -> bool:
     """Whether `writer` writes by pasting the envelope's facts (grounded by construction, no
     model behind it): the loop then asks it for no outline, fits no plan to a token budget,
     and the gateway cannot pass a request through to it when the knowledge base is empty.
-    A writer says so with a class attribute `pastes_facts = True`; any other writes prose."""
+    A writer says so with `pastes_facts = True` (`Writer`); any other writes prose."""
     return bool(getattr(writer, "pastes_facts", False))
 
 
@@ -119,6 +133,8 @@ class WriterBase:
     `_generate`, which hands its text piece by piece to `emit`."""
 
     name = "writer"
+    pastes_facts = False  # a model writes prose
+    needs_model = True  # told which model; an in-process model says False
 
     def generate(
         self,

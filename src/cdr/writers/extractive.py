@@ -20,7 +20,8 @@ class ExtractiveWriter:
     """Facts under their section headings, in plan order, within the budget."""
 
     name = "extractive"
-    pastes_facts = True  # grounded by construction (`cdr.writers.base.pastes_facts`)
+    pastes_facts = True  # grounded by construction (`cdr.writers.base.Writer`)
+    needs_model = False
 
     def __init__(self, min_section_words: int = 40) -> None:
         self.min_section_words = min_section_words

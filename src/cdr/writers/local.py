@@ -143,6 +143,7 @@ class LocalWriter(WriterBase):
     reference model installed by `make llm`; `n_ctx` to `CDR_LOCAL_N_CTX`, else 6144."""
 
     name = "local"
+    needs_model = False  # the GGUF from cdr.retrieval.models, loaded in this process
     # Words a completion token of the reference model carries (`cdr.window.length`): what the length
     # contract plans a window's words with.
     words_per_token = LLM_WORDS_PER_TOKEN

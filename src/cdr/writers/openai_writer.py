@@ -40,6 +40,7 @@ class OpenAIWriter(SdkChatWriter):
     """
 
     name = "openai"
+    default_base_url = "https://api.openai.com/v1"  # what `build_writer` points it at unless told
     path = "/chat/completions"
     api_key_env = API_KEY_ENV
 
