@@ -69,6 +69,60 @@ def test_both_stores_satisfy_the_protocol(tmp_path: Path) -> None:
         assert isinstance(s, SessionStore)
 
 
+CONTRACT = {"get", "create", "cas", "delete", "list_ids", "take_lease", "renew_lease",
+            "lease_of", "expire_lease", "expired_ids", "close"}
+
+
+def test_the_contract_includes_the_leases_and_every_store_keeps_it(store: SessionStore) -> None:
+    """One protocol, leases included, and each store (and the job store beside it) has every
+    method of it; the job leases' old protocol name is the same contract."""
+    from cdr.gateway.job_store import JobLeases, job_store_for
+
+    members = {n for n in vars(SessionStore) if not n.startswith("_")}
+    assert members == CONTRACT and JobLeases is SessionStore
+    assert isinstance(store, SessionStore)
+    jobs = job_store_for(store)
+    try:
+        assert isinstance(jobs, SessionStore)
+    finally:
+        if jobs is not store:
+            jobs.close()
+
+
+def test_leases_round_trip_on_every_store(store: SessionStore) -> None:
+    """The lease half of the contract, the same assertions on each kind of store, as the
+    upload jobs use it (`job_store_for`: PostgreSQL keeps leases in its jobs table only): a
+    lease needs its row, has one owner, is renewed only by it, ends once when it ran out, and
+    goes with its row."""
+    from cdr.gateway.job_store import job_store_for
+
+    jobs = job_store_for(store)
+    try:
+        _lease_round_trip(jobs)
+    finally:
+        if jobs is not store:
+            jobs.close()
+
+
+def _lease_round_trip(jobs: SessionStore) -> None:
+    assert not jobs.take_lease("r", "A", 10.0) and jobs.lease_of("r") is None
+    jobs.create("r", '{"n": 0}')
+    assert jobs.take_lease("r", "A", 10.0) and not jobs.take_lease("r", "B", 20.0)
+    assert not jobs.renew_lease("r", "B", 30.0)
+    assert jobs.renew_lease("r", "A", 15.0) and jobs.lease_of("r") == ("A", 15.0)
+    assert jobs.expired_ids(12.0) == [] and jobs.expired_ids(16.0) == ["r"]
+    row = jobs.get("r")
+    assert row is not None
+    assert not jobs.expire_lease("r", row.version + 1, '{"n": 9}', 16.0)  # a changed row
+    assert not jobs.expire_lease("r", row.version, '{"n": 9}', 14.0)  # not run out yet
+    assert jobs.expire_lease("r", row.version, '{"n": 9}', 16.0)
+    after = jobs.get("r")
+    assert after is not None and after.data == '{"n": 9}' and after.version == row.version + 1
+    assert jobs.lease_of("r") == ("A", None)
+    assert not jobs.expire_lease("r", after.version, '{"n": 10}', 99.0)  # once only
+    assert jobs.delete("r") and jobs.lease_of("r") is None
+
+
 def test_create_get_cas_semantics(store: SessionStore) -> None:
     created = store.create("a", '{"n": 0}')
     assert created == StoredSession("a", 1, '{"n": 0}', 1001.0, 1001.0)

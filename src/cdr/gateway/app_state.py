@@ -14,10 +14,11 @@ from typing import Any
 from cdr.cluster.ray_index import is_ray_address
 from cdr.errors import EmbeddingModelMismatchError, NotFoundError
 from cdr.gateway.auth import ApiKey
-from cdr.gateway.ckf_snapshots import KnowledgeBase
+from cdr.gateway.ckf_snapshots import LocalKnowledgeBase
 from cdr.gateway.errors import ApiError
 from cdr.gateway.job_store import job_store_for
 from cdr.gateway.jobs import IngestJobs
+from cdr.gateway.knowledge_base import KnowledgeBase, is_empty
 from cdr.gateway.metrics import GatewayMetrics
 from cdr.gateway.schemas import GenerationOptions
 from cdr.gateway.selections import CachingIndex, SelectionCache
@@ -140,11 +141,11 @@ class Gateway:
         initial = None if ckf is None or isinstance(ckf, str | Path) else ckf
         path = (Path(ckf) if isinstance(ckf, str | Path)
                 else index_root(ckf) if ckf is not None else settings.ckf)
-        self.kb: Any
+        self.kb: KnowledgeBase
         if initial is not None and is_ray_address(str(initial.path)):
             self.kb = ShardSetKnowledgeBase(initial, index_root(initial))  # served by Ray
         else:
-            self.kb = KnowledgeBase(path, initial)
+            self.kb = LocalKnowledgeBase(path, initial)
         self.writer = writer if writer is not None else writer_for(settings)
         self.signer = signer if signer is not None else settings.token_signer()
         self.store = store if store is not None else settings.session_store()
@@ -173,7 +174,7 @@ class Gateway:
         """The CKF snapshot for this request. Starting a session needs active facts; going on
         with one needs a CKF (an emptied CKF then exhausts it, as Exit 3 intends)."""
         snap = self.kb.current()
-        if snap is None or (require_facts and KnowledgeBase.is_empty(snap)):
+        if snap is None or (require_facts and is_empty(snap)):
             raise empty_kb_error(snap, self.kb.path)
         return snap
 

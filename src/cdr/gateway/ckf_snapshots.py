@@ -12,30 +12,33 @@ request holding them ends.
 Writes (uploads, deletes) go through one single-thread executor and a separate `CKF` object,
 so there is only ever one writer in this process; the CKF's file lock guards against others.
 
-This module is the local-directory backend's adapter: it opens, watches and writes CKF
-directories, so it knows their concrete types. What it hands to request handlers is a
-`FactIndex`; the loop, sessions and routes downstream depend on that protocol only.
+This module is the local-directory backend of the `KnowledgeBase` protocol
+(`cdr.gateway.knowledge_base`, which holds what both backends share): it opens, watches and
+writes CKF directories, so it knows their concrete types. What it hands to request handlers is
+a `FactIndex`; the loop, sessions and routes downstream depend on that protocol only.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import warnings
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cdr.errors import NotFoundError
+from cdr.gateway.knowledge_base import WATCH_SECONDS, WatchedKnowledgeBase, submit_then_reload
 
 if TYPE_CHECKING:
     from cdr.ckf.handle import CKF
     from cdr.ckf.snapshot import CKFSnapshot
-    from cdr.retrieval.factindex import FactIndex
+
+__all__ = ["WATCH_SECONDS", "LocalKnowledgeBase", "submit_then_reload"]
 
 log = logging.getLogger("cdr.gateway")
 _T = TypeVar("_T")
-WATCH_SECONDS = 1.0
 
 
 def _open(path: Path) -> CKFSnapshot:
@@ -45,36 +48,16 @@ def _open(path: Path) -> CKFSnapshot:
     return CKFSnapshot.open(path)
 
 
-def submit_then_reload(pool: ThreadPoolExecutor, fn: Callable[[], _T],
-                       reload: Callable[[], None]) -> Future[_T]:
-    """Run `fn()` on the writer `pool`, then `reload()` even when `fn` failed: a write that
-    committed part of its batches must still become visible to the readers."""
-
-    def run() -> _T:
-        try:
-            return fn()
-        finally:
-            reload()
-
-    return pool.submit(run)
-
-
-class KnowledgeBase:
+class LocalKnowledgeBase(WatchedKnowledgeBase):
     """Holds the current CKF snapshot for `path` (None while no CKF exists there)."""
 
     def __init__(self, path: Path | None, initial: CKFSnapshot | None = None,
                  watch_seconds: float = WATCH_SECONDS) -> None:
+        super().__init__(initial, watch_seconds=watch_seconds, name="ckf")
         self.path = Path(initial.path) if initial is not None else path
-        self._lock = threading.Lock()
-        self._current: CKFSnapshot | None = initial
-        self._empty_of: tuple[CKFSnapshot | None, bool] | None = None
         self._writer: CKF | None = None
         self._probe: CKFSnapshot | None = None
         self._probe_lock = threading.Lock()
-        self._writes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdr-ckf-writer")
-        self._stop = threading.Event()
-        self._watcher: threading.Thread | None = None
-        self._watch_seconds = watch_seconds
         if self._current is None and self.path is not None:
             try:
                 self._current = _open(self.path)
@@ -85,38 +68,14 @@ class KnowledgeBase:
 
     def current(self) -> CKFSnapshot | None:
         """The snapshot to use for a whole request (None: no CKF yet)."""
-        return self._current
+        return self._current  # type: ignore[no-any-return]
 
     def latest(self) -> CKFSnapshot | None:
         """`current()`, after catching up with the disk now rather than at the watcher's next
         tick: views of the CKF itself (stats, documents) must agree with what they list."""
         if self._changed():
             self.reload()
-        return self._current
-
-    @staticmethod
-    def is_empty(snapshot: FactIndex | None) -> bool:
-        return snapshot is None or not bool(snapshot.active.any())
-
-    def current_is_empty(self) -> bool:
-        """`is_empty(current())`, computed once per snapshot (every response asks)."""
-        snap = self._current
-        cached = self._empty_of
-        if cached is None or cached[0] is not snap:
-            cached = self._empty_of = (snap, self.is_empty(snap))
-        return cached[1]
-
-    def warm(self) -> None:
-        """Load the embedding model and the n-gram index before the first request needs
-        them (the model takes about a second)."""
-        snap = self._current
-        if snap is not None:
-            _ = snap.embedder
-            _ = snap.ngram_index
-        else:
-            from cdr.retrieval.embed import default_embedder
-
-            default_embedder()
+        return self._current  # type: ignore[no-any-return]
 
     def reload(self) -> bool:
         """Swap in a fresh snapshot if the CKF on disk changed; True if it did."""
@@ -139,19 +98,12 @@ class KnowledgeBase:
 
     # ------------------------------------------------------------------ watcher
 
-    def start_watching(self) -> None:
-        if self.path is None or self._watcher is not None:
-            return
-        self._watcher = threading.Thread(target=self._watch, name="cdr-ckf-watch", daemon=True)
-        self._watcher.start()
+    def _can_watch(self) -> bool:
+        return self.path is not None
 
-    def _watch(self) -> None:
-        while not self._stop.wait(self._watch_seconds):
-            try:
-                if self._changed():
-                    self.reload()
-            except Exception:
-                log.exception("CKF watcher: could not check %s", self.path)
+    def _poll(self) -> None:
+        if self._changed():
+            self.reload()
 
     def _changed(self) -> bool:
         """Cheap check: a probe snapshot reads the committed generation (one meta row)."""
@@ -171,9 +123,6 @@ class KnowledgeBase:
 
     # ------------------------------------------------------------------ writers
 
-    def check_writable(self) -> None:
-        """A local CKF directory is always writable (uploads create it on first use)."""
-
     def writer(self) -> CKF:
         """The CKF object writes go through (created on first use); writer thread only."""
         if self.path is None:
@@ -189,16 +138,25 @@ class KnowledgeBase:
         them by owner, `shard_kb`). Writer thread only."""
         return [(self.writer(), list(range(len(sources))))]
 
-    def submit(self, fn: Callable[[], _T]) -> Future[_T]:
-        """Run `fn()` on the single writer thread, then swap in the new state."""
-        return submit_then_reload(self._writes, fn, self.reload)
-
     def submit_write(self, fn: Callable[[CKF], _T]) -> Future[_T]:
         """Run `fn(writer_ckf)` on the single writer thread, then swap in the new state."""
         return self.submit(lambda: fn(self.writer()))
 
-    def close(self) -> None:
-        self._stop.set()
-        self._writes.shutdown(wait=True, cancel_futures=False)
-        if self._watcher is not None:
-            self._watcher.join(timeout=5)
+    def delete_document(self, doc: str) -> Future[tuple[str, int]]:
+        """Find `doc` in the current snapshot (`NotFoundError` before any write is queued),
+        then delete it on the writer thread: (doc id, facts removed)."""
+        snap = self._current
+        if snap is None:
+            raise NotFoundError(f"no document {doc!r}: there is no CKF yet")
+        doc_id = str(snap.document(doc)["doc_id"])
+        return self.submit_write(lambda ckf: (doc_id, ckf.delete_document(doc_id)))
+
+
+def __getattr__(name: str) -> Any:
+    """`KnowledgeBase`, this class's name until the protocol took it: one more release."""
+    if name == "KnowledgeBase":
+        warnings.warn("cdr.gateway.ckf_snapshots.KnowledgeBase is now LocalKnowledgeBase (the "
+                      "protocol is cdr.gateway.knowledge_base.KnowledgeBase)",
+                      DeprecationWarning, stacklevel=2)
+        return LocalKnowledgeBase
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -30,13 +30,12 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from cdr.gateway.session_store import (
     MemorySessionStore,
     SessionStore,
     SQLiteSessionStore,
-    StoredSession,
 )
 
 __all__ = ["LEASE_EXPIRED", "JobLeases", "job_store_for", "jobs_path", "reap_job"]
@@ -45,24 +44,8 @@ LEASE_EXPIRED = "lease_expired"
 UNFINISHED = ("queued", "running")
 
 
-@runtime_checkable
-class JobLeases(Protocol):
-    """A job store (`SessionStore`) that also keeps each job's owner and lease expiry."""
-
-    def get(self, session_id: str) -> StoredSession | None: ...
-
-    def create(self, session_id: str, data: str) -> StoredSession: ...
-
-    def take_lease(self, job_id: str, owner: str, until: float) -> bool: ...
-
-    def renew_lease(self, job_id: str, owner: str, until: float | None) -> bool: ...
-
-    def lease_of(self, job_id: str) -> tuple[str, float | None] | None: ...
-
-    def expire_lease(self, job_id: str, expected_version: int, data: str,
-                     now: float) -> bool: ...
-
-    def expired_ids(self, now: float) -> list[str]: ...
+# A job store is a session store: the leases are part of the one store contract.
+JobLeases = SessionStore
 
 
 def abandoned_error(until: float) -> str:

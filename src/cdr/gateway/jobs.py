@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from cdr.errors import NotFoundError
-from cdr.gateway.ckf_snapshots import KnowledgeBase
 from cdr.gateway.job_store import JobLeases, reap_job
+from cdr.gateway.knowledge_base import KnowledgeBase
 from cdr.gateway.session_store import MemorySessionStore, SessionStore, update_with_retry
 
 log = logging.getLogger("cdr.gateway")

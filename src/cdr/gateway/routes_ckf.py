@@ -17,7 +17,6 @@ from cdr.gateway.kbs import kb_gateway
 from cdr.gateway.paths import public_path, public_sources
 from cdr.gateway.redact import scrub_paths
 from cdr.gateway.schemas import Deleted, ErrorResponse, Job
-from cdr.gateway.shard_kb import ShardSetKnowledgeBase
 
 # Mounted twice (`app.py`): under /v1/ckf for the default KB and under /v1/kbs/{kb}.
 router = APIRouter(tags=["ckf"])
@@ -166,20 +165,10 @@ async def delete_document(
 ) -> JSONResponse:
     gw = _gw(request)
     gw.kb.check_writable()
-    if isinstance(gw.kb, ShardSetKnowledgeBase):  # found and deleted in the owning shard
-        try:
-            found, removed = await asyncio.wrap_future(gw.kb.delete_document(doc_id))
-        except (ValueError, OSError):  # not even a possible path or id (e.g. a NUL byte)
-            raise ApiError(404, f"no document {doc_id!r} in the CKF") from None
-        return JSONResponse({"id": found, "deleted": True, "facts_removed": removed})
-    snap = gw.kb.current()
-    if snap is None:
-        raise ApiError(404, f"no document {doc_id!r}: there is no CKF yet")
     loop = asyncio.get_running_loop()
-    try:  # NotFoundError -> 404 before a write is queued
-        doc = await loop.run_in_executor(None, snap.document, doc_id)
+    try:  # found (NotFoundError -> 404) off the event loop, then deleted on the writer thread
+        future = await loop.run_in_executor(None, gw.kb.delete_document, doc_id)
+        found, removed = await asyncio.wrap_future(future)
     except (ValueError, OSError):  # not even a possible path or id (e.g. a NUL byte)
         raise ApiError(404, f"no document {doc_id!r} in the CKF") from None
-    future = gw.kb.submit_write(lambda ckf: ckf.delete_document(doc["doc_id"]))
-    removed = await asyncio.wrap_future(future)
-    return JSONResponse({"id": doc["doc_id"], "deleted": True, "facts_removed": removed})
+    return JSONResponse({"id": found, "deleted": True, "facts_removed": removed})

@@ -94,20 +94,63 @@ class StoredSession:
 
 @runtime_checkable
 class SessionStore(Protocol):
-    """What the gateway needs from a session store; every method is safe to call from any
-    thread, and `cas` is atomic against every other writer of the same store."""
+    """The store contract: what the gateway needs from a session (and job) store. Every method
+    is safe to call from any thread, and `cas` and the lease writes are atomic against every
+    other writer of the same store. The memory, SQLite and PostgreSQL stores implement all of
+    it, and `tests/test_session_store.py` runs the same assertions against each.
 
-    def get(self, session_id: str) -> StoredSession | None: ...
+    Leases are part of the contract because the upload jobs' store is a store of the same
+    kind as the sessions' (`cdr.gateway.job_store.job_store_for`): a lease is an owner and an
+    expiry kept beside a row, written only by these methods."""
 
-    def create(self, session_id: str, data: str) -> StoredSession: ...
+    def get(self, session_id: str) -> StoredSession | None:
+        """The stored version, or None."""
+        ...
 
-    def cas(self, session_id: str, expected_version: int, data: str) -> StoredSession: ...
+    def create(self, session_id: str, data: str) -> StoredSession:
+        """Version 1 of a new row; `SessionExistsError` if the id is taken."""
+        ...
 
-    def delete(self, session_id: str) -> bool: ...
+    def cas(self, session_id: str, expected_version: int, data: str) -> StoredSession:
+        """The next version, only if the stored one is `expected_version`
+        (`VersionConflictError` otherwise, `NotFoundError` for an unknown id)."""
+        ...
 
-    def list_ids(self) -> list[str]: ...
+    def delete(self, session_id: str) -> bool:
+        """Remove the row and its lease; False if there was none."""
+        ...
 
-    def close(self) -> None: ...
+    def list_ids(self) -> list[str]:
+        """Every stored id, sorted."""
+        ...
+
+    def take_lease(self, job_id: str, owner: str, until: float) -> bool:
+        """Lease an existing row to `owner` until `until`; False if it is missing or leased."""
+        ...
+
+    def renew_lease(self, job_id: str, owner: str, until: float | None) -> bool:
+        """Move `owner`'s live lease to `until` (None releases it: the job finished); False
+        if another owner holds it, or it was released or ended."""
+        ...
+
+    def lease_of(self, job_id: str) -> tuple[str, float | None] | None:
+        """(owner, expiry or None once released) of the row's lease, or None."""
+        ...
+
+    def expire_lease(self, job_id: str, expected_version: int, data: str, now: float) -> bool:
+        """End a lease that ran out before `now` and write `data` as the next version, in one
+        conditional write: only if the row is still `expected_version` and the lease still
+        expired (a renewal in between wins). True if it was written."""
+        ...
+
+    def expired_ids(self, now: float) -> list[str]:
+        """The ids whose live lease ran out before `now`, sorted."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; the store refuses use afterwards (the memory store keeps
+        working: it holds nothing to release)."""
+        ...
 
 
 def _check(session_id: object, data: object = "") -> None:

@@ -1,7 +1,7 @@
 """The gateway's view of a shard set served by Ray (`cdr serve --ckf ray://HOST:PORT/PATH`).
 
-The same reader/writer interface as `ckf_snapshots.KnowledgeBase` (current, latest, is_empty,
-warm, reload, start_watching, submit, route, close), over a `RayShardedIndex`: the index is
+The `KnowledgeBase` protocol (`cdr.gateway.knowledge_base`, whose `WatchedKnowledgeBase` holds
+what it shares with the local backend), over a `RayShardedIndex`: the index is
 one committed state of every shard, so request handlers take it once per request exactly as
 they take a local snapshot, and the selection cache, keyed by the index's generation, stays
 correct.
@@ -24,21 +24,19 @@ id).
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Sequence
+from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from cdr.gateway.ckf_snapshots import submit_then_reload
+from cdr.gateway.knowledge_base import WatchedKnowledgeBase
 
 if TYPE_CHECKING:
     from cdr.ckf.handle import CKF
     from cdr.retrieval.factindex import FactIndex
 
 log = logging.getLogger("cdr.gateway")
-_T = TypeVar("_T")
 
 
 def index_root(index: Any) -> Path:
@@ -50,81 +48,46 @@ def index_root(index: Any) -> Path:
     return parse_address(where).path if is_ray_address(where) else Path(where)
 
 
-class ShardSetKnowledgeBase:
+class ShardSetKnowledgeBase(WatchedKnowledgeBase):
     """Holds the current Ray-served index of one shard set (see module doc)."""
 
     def __init__(self, index: Any, root: Path, watch_seconds: float = 1.0) -> None:
         from cdr.cluster.shardset import read_manifest
 
-        self._index = index
+        super().__init__(index, watch_seconds=watch_seconds, name="shard")
         self.address = str(index.path)
         self.path = root  # the shard set's directory: where sessions default to
         self._set = read_manifest(root)
-        self._empty_of: tuple[Any, bool] | None = None
-        self._lock = threading.Lock()
         self._writers: dict[int, CKF] = {}
-        self._writes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdr-shard-writer")
-        self._stop = threading.Event()
-        self._watcher: threading.Thread | None = None
-        self._watch_seconds = watch_seconds
 
     # ------------------------------------------------------------------ readers
 
     def current(self) -> FactIndex:
-        return self._index  # type: ignore[no-any-return]
+        return self._current  # type: ignore[no-any-return]
 
     def latest(self) -> FactIndex:
         """`current()` after catching up with the shards now (views of the CKF itself)."""
         self.reload()
-        return self._index  # type: ignore[no-any-return]
-
-    @staticmethod
-    def is_empty(snapshot: FactIndex | None) -> bool:
-        return snapshot is None or not bool(snapshot.active.any())
-
-    def current_is_empty(self) -> bool:
-        index = self._index
-        cached = self._empty_of
-        if cached is None or cached[0] is not index:
-            cached = self._empty_of = (index, self.is_empty(index))
-        return cached[1]
-
-    def warm(self) -> None:
-        """Load the embedding model and build the n-gram index before the first request."""
-        _ = self._index.embedder
-        _ = self._index.ngram_index
+        return self._current  # type: ignore[no-any-return]
 
     def reload(self) -> bool:
         """Have the actors map their shards' newest states; if any moved, swap in a warmed
         index on them. True if it changed."""
         with self._lock:
-            old = self._index
+            old = self._current
             if old.refresh() == old.generations:
                 return False
             fresh = old.reopened()
             _ = fresh.ngram_index  # build before readers see it
-            self._index = fresh  # the old one keeps serving requests that hold it
+            self._current = fresh  # the old one keeps serving requests that hold it
             log.info("shard set %s: now at generations %s (%d active facts)", self.address,
                      fresh.generations, int(fresh.active.sum()))
             return True
 
-    def start_watching(self) -> None:
-        if self._watcher is None:
-            self._watcher = threading.Thread(target=self._watch, name="cdr-shard-watch",
-                                             daemon=True)
-            self._watcher.start()
-
-    def _watch(self) -> None:
-        while not self._stop.wait(self._watch_seconds):
-            try:
-                self.reload()
-            except Exception:
-                log.exception("shard watcher: could not refresh %s", self.address)
+    def _poll(self) -> None:
+        self.reload()  # asking the actors to refresh is the check
 
     # ------------------------------------------------------------------ writers
-
-    def check_writable(self) -> None:
-        """Writes go to the owning shard's directory (see module doc)."""
 
     def _writer(self, shard: int) -> CKF:
         """Shard `shard`'s CKF writer (writer thread only; opened on first use)."""
@@ -153,10 +116,6 @@ class ShardSetKnowledgeBase:
             out.append((ckf, groups[i]))
         return out
 
-    def submit(self, fn: Callable[[], _T]) -> Future[_T]:
-        """Run `fn()` on the single writer thread, then follow the shards' new states."""
-        return submit_then_reload(self._writes, fn, self.reload)
-
     def delete_document(self, doc: str) -> Future[tuple[str, int]]:
         """Delete `doc` (id or source) from its shard on the writer thread: (doc id, facts
         removed); `NotFoundError` if no shard holds it."""
@@ -177,10 +136,7 @@ class ShardSetKnowledgeBase:
     def close(self) -> None:
         """Stop watching and writing; forget the actors (detached: they keep serving other
         drivers)."""
-        self._stop.set()
-        self._writes.shutdown(wait=True, cancel_futures=False)
-        if self._watcher is not None:
-            self._watcher.join(timeout=5)
+        super().close()
         for ckf in self._writers.values():
             ckf.close()
-        self._index.close()
+        self._current.close()
