@@ -264,7 +264,7 @@ def below_floor(gen: Generator, session: Any, selection: Any, rows: list[int]) -
     at = np.array([pos[r] for r in rows], dtype=np.int64)
     counts = session.blacklist.counts
     ranking = rank(selection.embeddings[at], selection.relevances[at],
-                   importance=gen.ckf.importance[np.asarray(rows)],
+                   importance=gen.index.importance[np.asarray(rows)],
                    ngram_counts=counts[np.asarray(rows)] if len(counts) else None,
                    coverage=session.coverage, residual=session.residual,
                    mode=session.ranking, min_relevance=-1.0, rows=np.asarray(rows))

@@ -40,14 +40,15 @@ import numpy as np
 
 from _machine import cpu_name
 from _paths import BENCH, ROOT  # noqa: F401  (first: makes `cdr` importable)
+from cdr.ckf.committer import CKFCommitter, create_ckf
 from cdr.ckf.snapshot import CKFSnapshot
-from cdr.ckf.writer import CKFWriter, create_ckf
 from cdr.cluster.ray_index import RayShardedIndex, connect
 from cdr.cluster.shard_merge import global_cut, merge_window
 from cdr.cluster.shardset import create_shard_set, shard_of
 from cdr.coverage import CoverageSet, ResidualSet, SubQuery
 from cdr.ranking import rank
-from cdr.retrieval.factindex import WindowQuery, check_query
+from cdr.retrieval.factindex import WindowQuery
+from cdr.vectors import check_query
 
 DIM = 384
 GATE = 0.55
@@ -88,7 +89,7 @@ def build(root: Path, emb: np.ndarray, shard_counts: list[int]) -> tuple[Path, d
     hashes = rng.integers(1, 2**63, (n, 3), dtype=np.int64).astype(np.uint64)
     tokens = np.full(n, 40, np.int32)
 
-    def append(w: CKFWriter, chosen: list[tuple[str, int, int]]) -> None:
+    def append(w: CKFCommitter, chosen: list[tuple[str, int, int]]) -> None:
         for src, lo, hi in chosen:
             w.append_raw([f"fact {i} of {src}" for i in range(lo, hi)], emb[lo:hi],
                          tokens=tokens[lo:hi], ngram_lists=list(hashes[lo:hi]), source=src)
@@ -96,14 +97,14 @@ def build(root: Path, emb: np.ndarray, shard_counts: list[int]) -> tuple[Path, d
     order = {s: [[d for d in docs if shard_of(d[0], s) == i] for i in range(s)]
              for s in shard_counts}
     # The single CKF in the largest set's global row order (equal rankings, row for row).
-    single = CKFWriter(create_ckf(root / "single", MODEL, DIM))
+    single = CKFCommitter(create_ckf(root / "single", MODEL, DIM))
     append(single, [d for part in order[max(shard_counts)] for d in part])
     single.close()
     sets = {}
     for s in shard_counts:
         ss = create_shard_set(root / f"set{s}", s, MODEL, DIM)
         for i, part in enumerate(order[s]):
-            w = CKFWriter(ss.paths[i])
+            w = CKFCommitter(ss.paths[i])
             append(w, part)
             w.close()
         sets[s] = ss.root
@@ -181,7 +182,7 @@ def bench_sharded(path: Path, queries: list[tuple]) -> dict[str, Any]:
                 noop.append(time.perf_counter() - t)
             # The caller's merge work for one window (the answers fetched beforehand, a
             # second round's too, so that only the merge is timed).
-            wq = replace(w, query=check_query(q, DIM, MODEL))
+            wq = replace(w, query=check_query(q, DIM, model_id=MODEL, unit=True))
             offs = [int(o) for o in x._offsets[:-1]]
             first = x._gather("rank", [(wq, None, o) for o in offs])
             cut = global_cut(first, LIMIT)

@@ -112,7 +112,7 @@ def test_round_trip_on_real_corpus(base, corpus):
         assert np.array_equal(ckf.ngram_index.hashes, ref.hashes)
         sample = list(range(0, ckf.n_rows, 7))
         # each vector is the model's reading of the fact under the CKF's recipe
-        rows = ckf.writer.fact_contexts(0, ckf.n_rows)
+        rows = ckf.committer.fact_contexts(0, ckf.n_rows)
         again = default_embedder().encode(
             [fact_text(ckf.recipe, *rows[i]) for i in sample])
         assert np.allclose(np.asarray(ckf.embeddings[sample]), again, atol=1e-5)

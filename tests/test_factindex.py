@@ -16,17 +16,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cdr
-from cdr.ckf import CKF, CKFSnapshot, CKFWriter
-from cdr.ckf.writer import create_ckf
+from cdr.ckf import CKF, CKFCommitter, CKFSnapshot
+from cdr.ckf.committer import create_ckf
 from cdr.ngrams import ngram_hashes
 from cdr.retrieval.factindex import (
     FactIndex,
     Selection,
     check_gate,
-    check_query,
     merge_selections,
     select_rows,
 )
+from cdr.vectors import check_query
 from cdr.window.loop import GenerationConfig, Generator
 from cdr.writers import get_writer
 from tests.conftest import BUILTIN_TYPES_OUTLINE, BUILTIN_TYPES_TASK
@@ -54,7 +54,7 @@ def test_local_ckf_satisfies_the_protocol(types_ckf_path: Path, snapshot: CKFSna
     for admin in ("writing", "delete_document", "compact", "append_raw", "quarantine",
                   "refresh"):
         assert not hasattr(snapshot, admin), admin
-        assert hasattr(CKFWriter, admin) or hasattr(CKF, admin), admin
+        assert hasattr(CKFCommitter, admin) or hasattr(CKF, admin), admin
 
 
 def _reference_select(emb64: np.ndarray, active: np.ndarray, q: np.ndarray, gate: float,
@@ -108,7 +108,7 @@ def test_fact_reads_agree_with_the_per_row_arrays(snapshot: CKFSnapshot) -> None
 
 def test_snapshot_is_one_commit_and_the_writer_side_makes_the_next(tmp_path: Path) -> None:
     root = create_ckf(tmp_path / "w.ckf", "test/model", 4)
-    writer = CKFWriter(root)
+    writer = CKFCommitter(root)
     before = CKFSnapshot.open(root)
     writer.append_raw(["a fact about snapshots and writers"], np.eye(4, dtype=np.float32)[:1],
                       source="notes")
@@ -170,7 +170,7 @@ class ShardedView:
 
     def select(self, query_vector: Any, min_relevance: float, limit: int | None = None
                ) -> Selection:
-        q = check_query(query_vector, self.dim, self.model_id)
+        q = check_query(query_vector, self.dim, model_id=self.model_id, unit=True)
         gate, limit = check_gate(min_relevance, limit)
         parts = [select_rows(e, a, q, gate, limit, row_offset=lo)
                  for lo, e, a in self._shards]
@@ -258,7 +258,7 @@ def test_ckf_package_has_no_import_cycle_and_no_private_imports() -> None:
     for m in graph:
         if m not in state:
             visit(m, [])
-    for name in ("snapshot", "handle", "writer", "maintenance", "state", "txn", "ingest"):
+    for name in ("snapshot", "handle", "committer", "maintenance", "state", "txn", "ingest"):
         tree = ast.parse(files[f"cdr.ckf.{name}"].read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("cdr.ckf."):
@@ -268,6 +268,6 @@ def test_ckf_package_has_no_import_cycle_and_no_private_imports() -> None:
                 private = [a.name for a in node.names if a.name.startswith("_")]
                 assert not private, f"ckf/{name}.py imports {private} from {node.module}"
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
-                    and node.value.id in ("ckf", "writer", "snapshot") \
+                    and node.value.id in ("ckf", "committer", "snapshot") \
                     and node.attr.startswith("_") and not node.attr.startswith("__"):
                 pytest.fail(f"ckf/{name}.py reaches into {node.value.id}.{node.attr}")

@@ -24,7 +24,7 @@ def test_blocks_with_heading_paths_lists_and_code():
     assert blocks[3].level == 2 and blocks[1].level == 1
     assert blocks[4].text == "- one\n- two"
     assert "CREATE INDEX" in blocks[5].text
-    assert blocks[7].headings == ["Indexes", "B-tree", "Hash indexes"]
+    assert blocks[7].section == ("Indexes", "B-tree", "Hash indexes")
 
 
 def test_plain_label_line_is_a_heading_but_a_sentence_is_not():

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import cdr
-from cdr.old_paths import MOVED, REMOVED_IN
+from cdr.old_paths import MOVED, REMOVED_IN, RENAMED
 
 SRC = Path(cdr.__file__).parent
 
@@ -122,3 +122,30 @@ def test_python_m_cdr_cli_does_not_warn_and_old_demo_path_runs() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "cdr.demo moved to cdr.cli.demo" in proc.stderr
     assert "--windows" in proc.stdout
+
+
+def test_renamed_names_and_keywords_keep_working_with_a_warning() -> None:
+    """Names renamed in place so that one thing has one name (`RENAMED`): the CKF's storage
+    side was `CKFWriter` in `cdr.ckf.writer` (apart from `cdr.writers`, the model backends)."""
+    import cdr.ckf
+    from cdr.ckf.committer import CKFCommitter
+    from cdr.old_paths import renamed_keywords
+
+    assert set(RENAMED["cdr.ckf"]) == {"CKFWriter"}
+    with pytest.warns(DeprecationWarning, match="cdr.ckf.CKFWriter is now cdr.ckf.CKFCommitter"):
+        assert cdr.ckf.CKFWriter is CKFCommitter  # type: ignore[attr-defined]
+    old, _ = _import_fresh("cdr.ckf.writer")
+    with pytest.warns(DeprecationWarning, match=REMOVED_IN):
+        assert old.CKFWriter is CKFCommitter
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        _ = cdr.ckf.Nope  # type: ignore[attr-defined]
+
+    @renamed_keywords(ckf="index")
+    def run(index: int, *, limit: int = 0) -> tuple[int, int]:
+        return index, limit
+
+    assert run(index=3) == (3, 0)
+    with pytest.warns(DeprecationWarning, match=r"run\(ckf=...\) is now index="):
+        assert run(ckf=4, limit=1) == (4, 1)
+    with pytest.raises(TypeError, match="got both ckf= and its new name index="):
+        run(ckf=1, index=2)

@@ -29,8 +29,8 @@ ray = pytest.importorskip(
     "ray", reason="Ray is not installed: pip install 'cdr-retrieval[ray]' (.ci/run installs it and "
                   "starts a Ray head for these tests)")
 
+from cdr.ckf.committer import CKFCommitter, create_ckf  # noqa: E402
 from cdr.ckf.snapshot import CKFSnapshot  # noqa: E402
-from cdr.ckf.writer import CKFWriter, create_ckf  # noqa: E402
 from cdr.cluster.ray_index import RayShardedIndex, ShardUnavailableError, connect  # noqa: E402
 from cdr.cluster.shardset import create_shard_set, shard_of  # noqa: E402
 from cdr.coverage import CoverageSet, ResidualSet, SubQuery  # noqa: E402
@@ -66,9 +66,9 @@ def build_pair(root: Path, docs: list[Doc], n_shards: int, model_id: str, dim: i
     """The same documents as one CKF and as a shard set, with one row order: the single
     CKF holds shard 0's facts first, then shard 1's, ... (the shard set's global rows)."""
     ss = create_shard_set(root / "set", n_shards, model_id, dim)
-    single = CKFWriter(create_ckf(root / "single", model_id, dim))
+    single = CKFCommitter(create_ckf(root / "single", model_id, dim))
     for i, path in enumerate(ss.paths):
-        shard = CKFWriter(path)
+        shard = CKFCommitter(path)
         for source, imp, contents, vectors in docs:
             if shard_of(source, n_shards) != i:
                 continue

@@ -65,8 +65,10 @@ def guard_after(*earlier_texts: str) -> RepeatGuard:
 
 
 def test_sentences_and_items_are_cut_as_written():
-    assert split_sentences("One two. Three `a.b` four: five! Six") == [
-        "One two.", "Three `a.b` four:", "five!", "Six"]
+    # The one sentence rule (`cdr.text.sentences`): a colon or a lower-case start ends no
+    # sentence, an abbreviation neither.
+    assert split_sentences("One two. Three `a.b` four: five! Six, e.g. Seven") == [
+        "One two.", "Three `a.b` four: five!", "Six, e.g. Seven"]
     assert split_sentences("Ends (here.) Next one.") == ["Ends (here.)", "Next one."]
     assert split_items("- a\n  more a\n- b\n   1. nested\n\n* c") == [
         "- a\n  more a", "- b\n   1. nested\n", "* c"]
@@ -200,7 +202,7 @@ def test_the_loop_drops_repeats_streams_what_it_keeps_and_remembers_them(types_c
     n_first = len(session.written_vectors)
     assert n_first == 2
     # Stored and reloaded between windows: the guard decides the same from storage.
-    session = Session.from_json(session.to_json(), gen.ckf.ngram_index)
+    session = Session.from_json(session.to_json(), gen.index.ngram_index)
     assert np.allclose(session.written_vectors[:n_first],
                        session.written_vectors[:n_first].astype(np.float16))
     second = gen.step(session, lambda n, piece: streamed.__setitem__(n, streamed.get(n, "") +

@@ -14,14 +14,15 @@ from typing import Any
 import numpy as np
 import pytest
 
+from cdr.ckf.committer import CKFCommitter, create_ckf
 from cdr.ckf.snapshot import CKFSnapshot
-from cdr.ckf.writer import CKFWriter, create_ckf
 from cdr.cluster.shard_merge import ShardTop, merge_window
 from cdr.cluster.shard_server import ShardServer
 from cdr.cluster.shardset import create_shard_set, shard_of
 from cdr.coverage import CoverageSet, ResidualSet, SubQuery
 from cdr.ranking import rank
-from cdr.retrieval.factindex import WindowQuery, check_query
+from cdr.retrieval.factindex import WindowQuery
+from cdr.vectors import check_query
 
 DIM = 384  # a real model's width: BLAS picks its blocked kernels at this size
 
@@ -73,12 +74,12 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shards]:
     docs = near_tied_docs(1, 70, q)
     n_shards = 4
     ss = create_shard_set(root / "set", n_shards, "test/model", DIM)
-    single = CKFWriter(create_ckf(root / "single", "test/model", DIM))
+    single = CKFCommitter(create_ckf(root / "single", "test/model", DIM))
     offsets = []
     total = 0
     for i, path in enumerate(ss.paths):
         offsets.append(total)
-        w = CKFWriter(path)
+        w = CKFCommitter(path)
         for source, imp, contents, vecs in docs:
             if shard_of(source, n_shards) == i:
                 for writer in (w, single):
@@ -114,7 +115,7 @@ def window(s: Shards, rng: np.random.Generator, mode: str, limit: int | None,
 def sharded(s: Shards, w: WindowQuery) -> tuple[Any, ...]:
     # As `RayShardedIndex.rank_window` does: the shards get the query as one CKF's select
     # makes it (normalised once, here).
-    w = replace(w, query=check_query(w.query, DIM, "test/model"))
+    w = replace(w, query=check_query(w.query, DIM, model_id="test/model", unit=True))
     tops = [srv.rank(w, None, o)[1] for srv, o in zip(s.servers, s.offsets, strict=True)]
 
     def ask_again(which: list[int], cut: tuple[float, int]) -> list[ShardTop]:
@@ -164,7 +165,7 @@ def test_the_second_round_is_asked_only_of_shards_that_cannot_prove_the_merge(
     asked_some = False
     for _ in range(20):
         w, _ = window(s, rng, "cdr", 60, 5)
-        w = replace(w, query=check_query(w.query, DIM, "test/model"))
+        w = replace(w, query=check_query(w.query, DIM, model_id="test/model", unit=True))
         tops = [srv.rank(w, None, o)[1] for srv, o in zip(s.servers, s.offsets, strict=True)]
         full = [srv.rank(w, None, o)[1] for srv, o in
                 zip(s.servers, s.offsets, strict=True)]

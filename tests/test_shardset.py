@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from cdr.ckf.committer import create_ckf
 from cdr.ckf.snapshot import CKFSnapshot
-from cdr.ckf.writer import create_ckf
 from cdr.cli import app as main_app
 from cdr.cli.ckf import app
 from cdr.cluster.ray_index import ShardUnavailableError, parse_address

@@ -154,7 +154,7 @@ def test_stale_stop_sends_what_is_left_then_ends_unwritten(types_ckf):
     assert len(events) > first_stale + 1 and shares[first_stale] == 0.0, shares
     # it ends when nothing past the gate is left unsent, or what is left is below Exit 3's
     # floor (the spec's loop would not write from it either)
-    cand = gen.ckf.fact_ids(gen.candidates(session).indices)
+    cand = gen.index.fact_ids(gen.candidates(session).indices)
     unsent = [f for f in cand if f not in session.fact_memory.shown]
     ratio = last.prepared.envelope.mean_novelty_ratio
     assert not unsent or (ratio is not None and ratio < EXHAUSTION_RATIO)

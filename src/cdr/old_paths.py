@@ -6,6 +6,11 @@ keeps working: a finder on `sys.meta_path` (installed when `cdr` is imported) an
 dotted name with the module object of its new home, so `cdr.loop is cdr.window.loop`,
 `isinstance` checks and pickles agree (classes keep their new `__module__`), and importing the
 old name emits one `DeprecationWarning` naming the new one. One table, no shim file per module.
+
+Names inside a module and keyword arguments that were renamed so that one thing has one name
+(docs/design.md §7.4 "One name per thing") keep working the same way: `RENAMED` answers an
+old attribute of a module with the new one (`renamed_getattr`, the module's `__getattr__`), and
+`renamed_keywords` lets a function take an old keyword, each with one warning.
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ import importlib.util
 import sys
 import types
 import warnings
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, TypeVar
 
 REMOVED_IN = "0.3.0"  # the release after the one that moved them (0.2.0)
 
@@ -62,6 +70,13 @@ MOVED: dict[str, str] = {
     "cdr.quality": "cdr.report.quality",
     "cdr.session_token": "cdr.gateway.session_token",
     "cdr.ckf.scan": "cdr.retrieval.scan",
+    "cdr.ckf.writer": "cdr.ckf.committer",  # the CKF's storage side, apart from `cdr.writers`
+}
+
+# Module -> {old attribute name: new attribute name}, for names renamed in place.
+RENAMED: dict[str, dict[str, str]] = {
+    "cdr.ckf": {"CKFWriter": "CKFCommitter"},
+    "cdr.ckf.committer": {"CKFWriter": "CKFCommitter"},
 }
 
 
@@ -111,6 +126,47 @@ class MovedModuleFinder(importlib.abc.MetaPathFinder):
         real = importlib.util.find_spec(new)  # its origin: what `python -m OLD` puts in argv[0]
         return importlib.util.spec_from_loader(fullname, _AliasLoader(new),
                                                origin=real.origin if real else None)
+
+
+def renamed_getattr(module: str) -> Callable[[str], Any]:
+    """A module-level `__getattr__` for `module` that answers its old names (`RENAMED`) with
+    the new objects, warning at the caller's line."""
+    names = RENAMED[module]
+
+    def __getattr__(name: str) -> Any:
+        new = names.get(name)
+        if new is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        warnings.warn(f"{module}.{name} is now {module}.{new}; the old name stops working in "
+                      f"cdr {REMOVED_IN}", DeprecationWarning, stacklevel=2)
+        return getattr(sys.modules[module], new)
+
+    return __getattr__
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def renamed_keywords(**old_to_new: str) -> Callable[[F], F]:
+    """Let a function take each old keyword (`old="new"`) as the new one, with a warning;
+    both at once is a `TypeError`, as any repeated argument is."""
+    def wrap(fn: F) -> F:
+        @wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            for old, new in old_to_new.items():
+                if old in kwargs:
+                    if new in kwargs:
+                        raise TypeError(f"{fn.__qualname__}() got both {old}= and its new "
+                                        f"name {new}=")
+                    warnings.warn(f"{fn.__qualname__}({old}=...) is now {new}=; the old "
+                                  f"keyword stops working in cdr {REMOVED_IN}",
+                                  DeprecationWarning, stacklevel=2)
+                    kwargs[new] = kwargs.pop(old)
+            return fn(*args, **kwargs)
+
+        return call  # type: ignore[return-value]
+
+    return wrap
 
 
 def install() -> None:

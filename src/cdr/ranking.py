@@ -428,7 +428,7 @@ def rank_all(
     is refused, and rows passing the gate must be unit rows; a float32 matrix (or memory map)
     is used as it is, never copied or converted."""
     f = as_fact_matrix(facts, "facts")
-    q = check_query(query, "query", f.shape[1])
+    q = check_query(query, f.shape[1])
     with np.errstate(invalid="ignore", over="ignore"):  # bad rows are refused just below
         relevance = row_dots(f, q)
     check_relevance(relevance, f, q, "facts")
@@ -467,7 +467,7 @@ def cdr_scores(
     """
     f = as_fact_matrix(facts, "facts", allow_empty=False)
     d = f.shape[1]
-    q = check_query(query, "query", d)
+    q = check_query(query, d)
     cov = as_matrix(coverage, "coverage", d)
     w = np.asarray(coverage_weights, dtype=np.float64).reshape(-1)
     if w.shape[0] != cov.shape[0]:

@@ -150,12 +150,32 @@ def as_fact_matrix(x: object, name: str, *, allow_empty: bool = True) -> np.ndar
     return arr
 
 
-def check_query(x: object, name: str, dim: int) -> np.ndarray:
-    """A finite, non-zero float32 query of width `dim` (a zero query has no cosine)."""
-    q = as_vector(x, name, dim)
-    if not np.any(q):
+def check_query(x: object, dim: int, *, name: str = "query", model_id: str | None = None,
+                unit: bool = False) -> np.ndarray:
+    """A finite, non-zero float32 query of width `dim` (a zero query has no cosine): the one
+    query check of every face.
+
+    The array face (`cdr.ranking`) takes the query as given (`unit=False`): its contract is
+    unit rows, and scaling a caller's query would change the scores it asked for. A fact
+    index's `select` takes a query from any embedder (`unit=True`): it is scaled to unit
+    length there, and a single-row matrix is read as its row. `model_id` names the index's
+    model when the width is wrong, since that is what the query has to match."""
+    if model_id is None:
+        q = as_vector(x, name, dim)
+    else:
+        q = np.asarray(x, dtype=np.float32)
+        if q.ndim == 2 and q.shape[0] == 1:
+            q = q[0]
+        if q.ndim != 1 or q.shape[0] != dim:
+            raise InvalidInputError(
+                f"{name} vector has shape {tuple(np.shape(x))}; the index's model "
+                f"{model_id!r} has dimension {dim}")
+        if not np.isfinite(q).all():
+            raise InvalidInputError(f"{name}: contains NaN or infinite values")
+    norm = float(np.linalg.norm(q)) if unit else float(np.any(q))
+    if norm <= _ZERO_NORM:
         raise InvalidInputError(f"{name}: is a zero vector (cosine undefined)")
-    return q
+    return q * np.float32(1.0 / norm) if unit else q
 
 
 def check_relevance(relevance: np.ndarray, facts: np.ndarray, query: np.ndarray,

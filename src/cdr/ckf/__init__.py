@@ -5,12 +5,13 @@
     sel = ckf.select(ckf.encode_query("partial indexes"), min_relevance=0.4, limit=50)
     facts = ckf.facts(sel.indices)
 
-`CKFSnapshot` is the read side (the local `cdr.retrieval.factindex.FactIndex`), `CKFWriter` the
-writer side (file lifecycle, locking, all changes); `CKF` is a snapshot that refreshes itself and
-forwards administration to its writer.
+`CKFSnapshot` is the read side (the local `cdr.retrieval.factindex.FactIndex`), `CKFCommitter`
+the side that writes (file lifecycle, locking, all changes); `CKF` is a snapshot that refreshes
+itself and forwards administration to its committer.
 """
 
 from cdr.ckf.chunk import DEFAULT_CHUNKING, ChunkConfig, chunk_blocks, fact_id, split_sentences
+from cdr.ckf.committer import CKFBusyError, CKFCommitter
 from cdr.ckf.handle import CKF
 from cdr.ckf.ingest import (
     DocumentInput,
@@ -36,7 +37,7 @@ from cdr.ckf.records import (
     normalize_source_type,
 )
 from cdr.ckf.snapshot import CKFSnapshot
-from cdr.ckf.writer import CKFBusyError, CKFWriter
+from cdr.old_paths import renamed_getattr
 
 __all__ = [
     "CKF",
@@ -47,8 +48,8 @@ __all__ = [
     "SOURCE_TYPE_IMPORTANCE",
     "Block",
     "CKFBusyError",
+    "CKFCommitter",
     "CKFSnapshot",
-    "CKFWriter",
     "ChunkConfig",
     "DocumentInput",
     "Fact",
@@ -72,3 +73,5 @@ __all__ = [
     "parse_text",
     "split_sentences",
 ]
+
+__getattr__ = renamed_getattr(__name__)  # CKFWriter, the old name (cdr.old_paths.RENAMED)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from cdr.ckf.records import MAX_FACT_TOKENS, MIN_FACT_TOKENS, Block, FactDraft
+from cdr.ckf.records import MAX_FACT_TOKENS, MIN_FACT_TOKENS, FactDraft
 from cdr.errors import InvalidInputError
+from cdr.text.blocks import Block
+from cdr.text.sentences import ends_sentence, split_sentences
 from cdr.text.tokens import count_tokens, count_tokens_batch
 
 SECTION_SEPARATOR = " > "
@@ -45,32 +46,6 @@ def fact_id(content: str) -> str:
     paragraph does not make it a new fact."""
     norm = " ".join(content.split())
     return hashlib.sha256(norm.encode("utf-8")).hexdigest()[:32]
-
-
-# Split after . ! ? (plus closing quotes/brackets) when followed by space and a capital,
-# digit or opening quote. Abbreviations are undone afterwards.
-_SENT_BREAK = re.compile(r"([.!?][\"'”’)\]]*)\s+(?=[\"'“‘(\[]?[A-Z0-9])")
-_ABBREV = re.compile(
-    r"(?:\b(?:e\.g|i\.e|etc|vs|cf|al|approx|Mr|Mrs|Ms|Dr|Prof|St|No|Fig|Eq|Sec|Ch|Vol|pp)"
-    r"|\b[A-Z])\.$"
-)
-
-
-def split_sentences(text: str) -> list[str]:
-    out: list[str] = []
-    start = 0
-    for m in _SENT_BREAK.finditer(text):
-        end = m.end(1)
-        head = text[start:end]
-        if _ABBREV.search(head):
-            continue
-        if head.strip():
-            out.append(head.strip())
-        start = m.end()
-    tail = text[start:].strip()
-    if tail:
-        out.append(tail)
-    return out
 
 
 @dataclass(slots=True)
@@ -214,9 +189,6 @@ def _split_code(text: str, limit: int) -> list[str]:
     return [p for p in _pack(units, counts, limit, "\n") if p.strip()]
 
 
-_ENDS_SENTENCE = re.compile(r"[.!?][\"'”’)\]]*$")
-
-
 def _join(a: _Piece, b: _Piece) -> _Piece:
     return _Piece(a.text + "\n" + b.text, a.tokens + b.tokens + 1, a.is_code and b.is_code,
                   a.location)
@@ -231,7 +203,7 @@ def _leads_forward(p: _Piece) -> bool:
     """A tiny piece that introduces what follows (a signature line, a label) rather than
     closing what precedes ("New in version 3.10.")."""
     text = p.text.rstrip()
-    return not p.is_code and (text.endswith(":") or not _ENDS_SENTENCE.search(text))
+    return not p.is_code and (text.endswith(":") or not ends_sentence(text))
 
 
 def _merge_small(pieces: list[_Piece], cfg: ChunkConfig) -> list[_Piece]:
@@ -292,7 +264,7 @@ def chunk_blocks(blocks: Sequence[Block],
     """Facts of one document in reading order; duplicates within the document kept once.
     Every fact is within `config.max_tokens`, however long a paragraph, line or word is."""
     blocks = [
-        Block(part, b.section, b.location, b.is_code) if len(b.text) > MAX_COUNT_CHARS else b
+        replace(b, text=part) if len(b.text) > MAX_COUNT_CHARS else b
         for b in blocks if b.text.strip()
         for part in (_cut_long(b.text) if len(b.text) > MAX_COUNT_CHARS else [b.text])
     ]

@@ -1,7 +1,7 @@
 """The CKF handle people use (`cdr.CKF`, the CLI, ingest): the read side plus administration.
 
 `CKF` is a `CKFSnapshot` (`cdr.ckf.snapshot`, the local `FactIndex`) that can `refresh()` to
-the latest commit, and forwards every change to its `CKFWriter` (`cdr.ckf.writer`: file
+the latest commit, and forwards every change to its `CKFCommitter` (`cdr.ckf.committer`: file
 lifecycle, locking, all SQL that writes) or to `cdr.ckf.maintenance` (check, compaction),
 catching up after each so that its reads always include its own writes.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,12 +19,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from cdr.ckf import maintenance
+from cdr.ckf.committer import CKFBusyError, CKFCommitter, create_ckf
 from cdr.ckf.records import FactStatus, check_importance
 from cdr.ckf.schema import DB_NAME
 from cdr.ckf.snapshot import CKFSnapshot
 from cdr.ckf.txn import WriteTxn
-from cdr.ckf.writer import CKFBusyError, CKFWriter, create_ckf
 from cdr.errors import InvalidInputError, NotFoundError
+from cdr.old_paths import REMOVED_IN
 from cdr.retrieval.fact_recipe import DEFAULT_RECIPE, base_model_id, check_recipe, identity
 
 if TYPE_CHECKING:
@@ -34,12 +36,12 @@ __all__ = ["CKF", "CKFBusyError", "CKFSnapshot"]
 
 class CKF(CKFSnapshot):
     """A CKF handle: the latest snapshot (`refresh()`), plus administration through the
-    writer side. Readers see the state as of `open` (or the last `refresh()`/own write)."""
+    committer. Readers see the state as of `open` (or the last `refresh()`/own write)."""
 
     def __init__(self, path: Path, embedder: Embedder | None = None) -> None:
         super().__init__(path, embedder)
         self._admin_lock = threading.RLock()  # one change (and the catch-up after it) at a time
-        self._writer: CKFWriter | None = None
+        self._committer: CKFCommitter | None = None
 
     @classmethod
     def create(cls, path: str | os.PathLike[str], embedder: Embedder | None = None, *,
@@ -74,18 +76,25 @@ class CKF(CKFSnapshot):
 
     def close(self) -> None:
         with self._admin_lock:
-            if self._writer is not None:
-                self._writer.close()
-                self._writer = None
+            if self._committer is not None:
+                self._committer.close()
+                self._committer = None
             super().close()
 
     @property
-    def writer(self) -> CKFWriter:
-        """The writer/admin side (opened on first use)."""
+    def committer(self) -> CKFCommitter:
+        """The committer: the admin side that writes (opened on first use)."""
         with self._admin_lock:
-            if self._writer is None:
-                self._writer = CKFWriter(self.path)
-            return self._writer
+            if self._committer is None:
+                self._committer = CKFCommitter(self.path)
+            return self._committer
+
+    @property
+    def writer(self) -> CKFCommitter:
+        """The committer's old name (`cdr.writers` are the language-model backends)."""
+        warnings.warn(f"CKF.writer is now CKF.committer; the old name stops working in cdr "
+                      f"{REMOVED_IN}", DeprecationWarning, stacklevel=2)
+        return self.committer
 
     def refresh(self) -> bool:
         """Pick up commits made by other processes; True if anything changed."""
@@ -107,8 +116,8 @@ class CKF(CKFSnapshot):
 
     @contextlib.contextmanager
     def writing(self, lock_timeout: float = 60.0) -> Iterator[WriteTxn]:
-        """One atomic change (see `CKFWriter.writing`); this handle sees it afterwards."""
-        with self._then_reload(), self.writer.writing(lock_timeout) as txn:
+        """One atomic change (see `CKFCommitter.writing`); this handle sees it afterwards."""
+        with self._then_reload(), self.committer.writing(lock_timeout) as txn:
             yield txn
 
     def delete_document(self, doc_id_or_source: str) -> int:
@@ -116,13 +125,13 @@ class CKF(CKFSnapshot):
         another document also holds stay). Rows stay, inactive, until `compact()`."""
         doc_id = self.document(doc_id_or_source)["doc_id"]
         with self._then_reload():
-            return self.writer.delete_document(doc_id)
+            return self.committer.delete_document(doc_id)
 
     def set_document_importance(self, doc_id_or_source: str, importance: float) -> None:
         imp = check_importance(importance)
         doc_id = self.document(doc_id_or_source)["doc_id"]
         with self._then_reload():
-            self.writer.set_document_importance(doc_id, imp)
+            self.committer.set_document_importance(doc_id, imp)
 
     def set_document_status(self, doc_id_or_source: str, status: str | FactStatus) -> None:
         """Mark a document STALE (its facts stay selectable but flagged) or ACTIVE again."""
@@ -131,7 +140,7 @@ class CKF(CKFSnapshot):
             raise InvalidInputError("a document is ACTIVE or STALE; delete it to remove it")
         doc_id = self.document(doc_id_or_source)["doc_id"]
         with self._then_reload():
-            self.writer.set_document_status(doc_id, st.name)
+            self.committer.set_document_status(doc_id, st.name)
 
     def _rows_of(self, facts: Iterable[int | str]) -> list[int]:
         items = list(facts)
@@ -149,28 +158,28 @@ class CKF(CKFSnapshot):
         survives re-ingesting their documents."""
         rows = self._rows_of(facts)
         with self._then_reload():
-            self.writer.set_quarantine(rows, True)
+            self.committer.set_quarantine(rows, True)
 
     def unquarantine(self, facts: Iterable[int | str]) -> None:
         rows = self._rows_of(facts)
         with self._then_reload():
-            self.writer.set_quarantine(rows, False)
+            self.committer.set_quarantine(rows, False)
 
     def append_raw(self, contents: Sequence[str], vectors: np.ndarray, *,
                    tokens: np.ndarray | None = None,
                    ngram_lists: Sequence[np.ndarray] | None = None,
                    source: str = "synthetic", importance: float = 0.6) -> None:
-        """Append rows with precomputed vectors as one document (see `CKFWriter.append_raw`)."""
+        """Append rows with precomputed vectors as one document (see `CKFCommitter.append_raw`)."""
         with self._then_reload():
-            self.writer.append_raw(contents, vectors, tokens=tokens, ngram_lists=ngram_lists,
+            self.committer.append_raw(contents, vectors, tokens=tokens, ngram_lists=ngram_lists,
                                    source=source, importance=importance)
 
     def check(self, *, deep: bool = True) -> list[str]:
         """Integrity problems found (empty list: consistent)."""
         with self._then_reload():
-            return maintenance.check(self.writer, deep=deep)
+            return maintenance.check(self.committer, deep=deep)
 
     def compact(self) -> dict[str, int]:
         """Drop DELETED rows and renumber the rest (rows change!); returns before/after."""
         with self._then_reload():
-            return maintenance.compact(self.writer)
+            return maintenance.compact(self.committer)

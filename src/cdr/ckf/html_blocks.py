@@ -14,8 +14,9 @@ import textwrap
 from html.parser import HTMLParser
 
 from cdr.ckf.html_main import keep_main_blocks
-from cdr.ckf.records import Block, ParsedDocument
+from cdr.ckf.records import ParsedDocument
 from cdr.ckf.sections import Sections
+from cdr.text.blocks import Block
 
 _DROP_TAGS = frozenset({
     "script", "style", "noscript", "template", "nav", "svg", "form",

@@ -29,7 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cdr import settings
-from cdr.ckf.records import Block
+from cdr.text.blocks import Block
+from cdr.text.sentences import ends_sentence
 
 log = logging.getLogger("cdr.ckf")
 
@@ -39,11 +40,13 @@ MAX_DEPTH = 200
 # A block is content when at least this share of its word trigrams is in the extracted text.
 KEEP_SHARE = 0.5
 # Kept whatever the extractor says: code (site menus are never `<pre>`), and prose of at least
-# PROSE_WORDS words that ends like a sentence. Measured on python3.11-doc, trafilatura leaves
-# out parts of Sphinx definition lists (62 facts of 20 pages: method and fixer descriptions);
-# menus, tables of contents and footers are short or do not end like a sentence.
+# PROSE_WORDS words that ends like a sentence (`cdr.text.sentences`) or a clause (CLAUSE_ENDS:
+# a definition's lead-in ends in ':', a list item in ';' or a bracket). Measured on
+# python3.11-doc, trafilatura leaves out parts of Sphinx definition lists (62 facts of 20
+# pages: method and fixer descriptions); menus, tables of contents and footers are short or
+# do not end like a sentence.
 PROSE_WORDS = 8
-_SENTENCE_END = re.compile(r"[.!?:;)\]]\s*$")
+CLAUSE_ENDS = (":", ";", ")", "]")
 # A page's modification stamp ("This page last modified on 2022-04-12 00:22:10 UTC", "Last
 # updated on Dec 02, 2026"): metadata about the page, not content, though extractors keep it
 # when it sits inside the content's element. Dropped when the block is no longer than
@@ -121,7 +124,8 @@ def _trigrams(words: Sequence[str]) -> set[tuple[str, ...]]:
 
 def _is_prose(text: str) -> bool:
     """A sentence of at least PROSE_WORDS words."""
-    return len(_WORD.findall(text)) >= PROSE_WORDS and _SENTENCE_END.search(text) is not None
+    return len(_WORD.findall(text)) >= PROSE_WORDS and (ends_sentence(text) or
+                                                     text.rstrip().endswith(CLAUSE_ENDS))
 
 
 def _lead_length(blocks: Sequence[Block]) -> int:

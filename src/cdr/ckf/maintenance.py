@@ -1,6 +1,6 @@
 """Integrity check and compaction: the operations that look at a whole CKF.
 
-Functions over the writer side (`CKFWriter`'s public methods): the writer runs the SQL and
+Functions over the committer (`CKFCommitter`'s public methods): the committer runs the SQL and
 owns the lock, these hold the logic. They are not on any hot path (a check of a million rows
 reads the facts table once), so they favour clarity over speed.
 """
@@ -16,17 +16,17 @@ from cdr.ckf.records import FactStatus
 from cdr.ckf.state import CommittedState
 
 if TYPE_CHECKING:
-    from cdr.ckf.writer import CKFWriter
+    from cdr.ckf.committer import CKFCommitter
 
 _REQUIRED_META = ("schema_version", "model_id", "dim", "dtype", "generation", "epoch", "n_rows",
                   "n_hashes")
 
 
-def check(writer: CKFWriter, *, deep: bool = True) -> list[str]:
+def check(committer: CKFCommitter, *, deep: bool = True) -> list[str]:
     """Everything that must hold between the database and the array files (empty: it does).
     `deep` adds SQLite's full integrity check, vector norms and a sample of ids and hashes."""
-    problems = writer.sqlite_problems(deep)
-    st = writer.state()
+    problems = committer.sqlite_problems(deep)
+    st = committer.state()
     problems += [f"meta is missing {k!r}" for k in _REQUIRED_META if k not in st.meta]
     for path, size in zip(st.files.paths, st.files.committed_sizes(st.n_rows, st.n_hashes),
                           strict=True):
@@ -34,7 +34,7 @@ def check(writer: CKFWriter, *, deep: bool = True) -> list[str]:
             problems.append(f"missing array file {path.name}")
         elif path.stat().st_size < size:
             problems.append(f"{path.name}: {path.stat().st_size} bytes < committed {size}")
-    rows = writer.fact_columns()
+    rows = committer.fact_columns()
     n_rows = st.n_rows
     if len(rows) != n_rows or (rows and (rows[0][0] != 0 or rows[-1][0] != n_rows - 1)):
         problems.append(f"facts table has {len(rows)} rows, arrays have {n_rows}")
@@ -43,7 +43,7 @@ def check(writer: CKFWriter, *, deep: bool = True) -> list[str]:
         return problems
     problems += _check_row_state(st, rows)
     held = np.zeros(n_rows, dtype=bool)
-    occ_rows = writer.occurrence_rows()
+    occ_rows = committer.occurrence_rows()
     if occ_rows.size and (occ_rows.min() < 0 or occ_rows.max() >= n_rows):
         problems.append("occurrences point outside the facts table")
     else:
@@ -53,12 +53,12 @@ def check(writer: CKFWriter, *, deep: bool = True) -> list[str]:
         problems.append(f"{int((selectable & ~held).sum())} selectable facts have no document")
     if np.any((st.status == FactStatus.DELETED) & held):
         problems.append("DELETED facts are still held by a document")
-    bad_docs = writer.miscounted_documents()
+    bad_docs = committer.miscounted_documents()
     if bad_docs:
         problems.append(f"{bad_docs} documents' fact counts disagree with occurrences")
     if deep:
-        problems += _check_vectors(st, writer.layout.dtype)
-        problems += _check_ids(writer, st)
+        problems += _check_vectors(st, committer.layout.dtype)
+        problems += _check_ids(committer, st)
     return problems
 
 
@@ -101,7 +101,7 @@ def _check_vectors(st: CommittedState, dtype: str) -> list[str]:
     return []
 
 
-def _check_ids(writer: CKFWriter, st: CommittedState, sample: int = 2000) -> list[str]:
+def _check_ids(committer: CKFCommitter, st: CommittedState, sample: int = 2000) -> list[str]:
     """Ids and stored 6-gram hashes re-derived from the content of a spread of rows."""
     from cdr.ckf.chunk import fact_id
     from cdr.ngrams import ngram_hashes
@@ -110,7 +110,7 @@ def _check_ids(writer: CKFWriter, st: CommittedState, sample: int = 2000) -> lis
     rows = np.unique(np.linspace(0, n - 1, num=min(n, sample)).astype(np.int64)).tolist()
     problems = []
     off, hashes = st.offsets, st.hashes
-    for row, fid, content in writer.fact_texts(rows):
+    for row, fid, content in committer.fact_texts(rows):
         if fact_id(content) != fid:
             problems.append(f"row {row}: id does not match its content")
         stored = np.asarray(hashes[off[row] : off[row + 1]])
@@ -121,16 +121,16 @@ def _check_ids(writer: CKFWriter, st: CommittedState, sample: int = 2000) -> lis
     return problems
 
 
-def compact(writer: CKFWriter) -> dict[str, int]:
+def compact(committer: CKFCommitter) -> dict[str, int]:
     """Rewrite the arrays without DELETED rows, under a new epoch, renumbering in the same
     SQLite transaction that switches to it. Invalidates row numbers held elsewhere."""
-    with writer.locked() as st:
+    with committer.locked() as st:
         n = st.n_rows
         keep = np.asarray(st.status) != FactStatus.DELETED
         if keep.all():
             return {"rows_before": n, "rows_after": n}
         epoch = st.epoch + 1
-        for p in other_epoch_files(writer.path, st.epoch):
+        for p in other_epoch_files(committer.path, st.epoch):
             p.unlink(missing_ok=True)
         kept = np.flatnonzero(keep)
         off = np.asarray(st.offsets)
@@ -139,8 +139,8 @@ def compact(writer: CKFWriter) -> dict[str, int]:
         new_hashes = np.asarray(st.hashes)[keep[owner]]
         new_offsets = np.zeros(len(kept) + 1, dtype=np.int64)
         np.cumsum(lengths[kept], out=new_offsets[1:])
-        files = ArrayFiles(writer.path, epoch, writer.layout.dim, writer.layout.dtype)
+        files = ArrayFiles(committer.path, epoch, committer.layout.dim, committer.layout.dtype)
         files.write_full(np.asarray(st.embeddings)[kept], np.asarray(st.tokens)[kept],
                          new_offsets, new_hashes)
-        switch_to_epoch(files, lambda: writer.switch_epoch(st, kept, files, len(new_hashes)))
+        switch_to_epoch(files, lambda: committer.switch_epoch(st, kept, files, len(new_hashes)))
         return {"rows_before": n, "rows_after": len(kept)}

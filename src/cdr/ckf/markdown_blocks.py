@@ -15,8 +15,9 @@ import textwrap
 from functools import lru_cache
 from typing import Any
 
-from cdr.ckf.records import Block, ParsedDocument
+from cdr.ckf.records import ParsedDocument
 from cdr.ckf.sections import Sections
+from cdr.text.blocks import Block
 
 _FRONT_KEY = re.compile(r"^([A-Za-z_][\w-]*)\s*:\s*(.*?)\s*$")
 _TAG = re.compile(r"<[^>]*>")

@@ -14,9 +14,11 @@ from collections.abc import Callable
 
 from cdr.ckf.html_blocks import parse_html
 from cdr.ckf.markdown_blocks import front_matter, parse_markdown
-from cdr.ckf.records import Block, ParsedDocument
+from cdr.ckf.records import ParsedDocument
 from cdr.ckf.sections import Sections
 from cdr.errors import InvalidInputError
+from cdr.text.blocks import Block
+from cdr.text.sentences import ends_sentence
 
 __all__ = [
     "KINDS",
@@ -46,7 +48,6 @@ PARSER_VERSION = 2  # 2: Markdown by markdown-it-py (CommonMark)
 # ----------------------------------------------------------------------------- plain text
 
 _UNDERLINE = re.compile(r"^([=\-~*^#+\"'`:.])\1{2,}\s*$")
-_SENTENCE_END = re.compile(r"[.!?][\"')\]]*$")
 
 
 def _looks_like_prose(lines: list[str]) -> bool:
@@ -56,7 +57,7 @@ def _looks_like_prose(lines: list[str]) -> bool:
     if first.startswith((">>>", "$ ", "% ", "#!")):
         return False
     joined = " ".join(ln.strip() for ln in lines)
-    return bool(_SENTENCE_END.search(joined)) and len(joined.split()) >= 8
+    return ends_sentence(joined) and len(joined.split()) >= 8
 
 
 def parse_text(text: str) -> ParsedDocument:

@@ -11,6 +11,7 @@ from enum import IntEnum
 
 from cdr.errors import InvalidInputError
 from cdr.retrieval.factindex import Selection as Selection  # re-export: it belongs to the protocol
+from cdr.text.blocks import Block as Block  # re-export: the one block class of every parser
 
 # SPEC-009 fact size bounds, in cl100k tokens.
 MIN_FACT_TOKENS = 10
@@ -83,16 +84,6 @@ def check_importance(value: object, what: str = "importance") -> float:
     if not (0.0 < x <= 1.0):
         raise InvalidInputError(f"{what} must be in (0, 1], got {x}")
     return x
-
-
-@dataclass(frozen=True, slots=True)
-class Block:
-    """One paragraph-level unit of a parsed document, before chunking."""
-
-    text: str
-    section: tuple[str, ...] = ()
-    location: str = ""
-    is_code: bool = False
 
 
 @dataclass(slots=True)

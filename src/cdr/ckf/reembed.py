@@ -33,8 +33,8 @@ from cdr.errors import InvalidInputError
 from cdr.retrieval.fact_recipe import bind, check_recipe, fact_text, identity, split_identity
 
 if TYPE_CHECKING:
+    from cdr.ckf.committer import CKFCommitter
     from cdr.ckf.handle import CKF
-    from cdr.ckf.writer import CKFWriter
 
 STAGING = "reembed"
 CHUNK_ROWS = 1024
@@ -95,11 +95,11 @@ class _Staging:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _embed_rows(writer: CKFWriter, model: Any, recipe: str, lo: int, hi: int,
+def _embed_rows(committer: CKFCommitter, model: Any, recipe: str, lo: int, hi: int,
                 batch_size: int) -> np.ndarray:
-    rows = writer.fact_contexts(lo, hi)
+    rows = committer.fact_contexts(lo, hi)
     if len(rows) != hi - lo:
-        raise InvalidInputError(f"{writer.path}: facts table has {len(rows)} of rows "
+        raise InvalidInputError(f"{committer.path}: facts table has {len(rows)} of rows "
                                 f"{lo}..{hi - 1}; run `cdr ckf check`")
     texts = [fact_text(recipe, c, t, s) for c, t, s in rows]
     return np.asarray(model.encode(texts, batch_size=batch_size), dtype=np.float32)
@@ -114,7 +114,7 @@ def reembed(ckf: CKF, recipe: str, *, embedder: Any = None, batch_size: int = 32
         raise InvalidInputError(f"chunk_rows must be ≥ 1, got {chunk_rows}")
     model_id, _ = split_identity(ckf.model_id)
     target = identity(model_id, recipe)
-    writer = ckf.writer
+    committer = ckf.committer
     if embedder is None:
         from cdr.retrieval.embed import default_embedder
 
@@ -127,7 +127,7 @@ def reembed(ckf: CKF, recipe: str, *, embedder: Any = None, batch_size: int = 32
         _Staging(ckf.path, target, -1, ckf.dim).clear()
         return ReembedReport(target, ckf.n_rows, 0, 0, unchanged=True)
     while True:
-        st = writer.state()
+        st = committer.state()
         staging = _Staging(ckf.path, target, st.epoch, ckf.dim)
         done = resumed = staging.rows_done()
         total = st.n_rows
@@ -135,18 +135,18 @@ def reembed(ckf: CKF, recipe: str, *, embedder: Any = None, batch_size: int = 32
             progress(done, total)
         while done < total:
             hi = min(done + chunk_rows, total)
-            staging.append(_embed_rows(writer, model, recipe, done, hi, batch_size), hi)
+            staging.append(_embed_rows(committer, model, recipe, done, hi, batch_size), hi)
             done = hi
             if progress:
                 progress(done, total)
-        with writer.locked() as st:
+        with committer.locked() as st:
             if st.epoch != staging.epoch:  # a compaction renumbered rows: start over
                 staging.clear()
                 continue
             if st.n_rows > done:  # rows ingested meanwhile, embedded under the lock
-                staging.append(_embed_rows(writer, model, recipe, done, st.n_rows,
+                staging.append(_embed_rows(committer, model, recipe, done, st.n_rows,
                                            batch_size), st.n_rows)
-            _switch(writer, st, staging)
+            _switch(committer, st, staging)
         staging.clear()
         ckf.refresh()
         if progress:
@@ -154,15 +154,15 @@ def reembed(ckf: CKF, recipe: str, *, embedder: Any = None, batch_size: int = 32
         return ReembedReport(target, st.n_rows, st.n_rows - resumed, resumed)
 
 
-def _switch(writer: CKFWriter, st: Any, staging: _Staging) -> None:
+def _switch(committer: CKFCommitter, st: Any, staging: _Staging) -> None:
     """New epoch files (staged vectors, the other arrays copied), then the commit."""
     epoch = st.epoch + 1
-    for p in other_epoch_files(writer.path, st.epoch):
-        if p.parent == writer.path:
+    for p in other_epoch_files(committer.path, st.epoch):
+        if p.parent == committer.path:
             p.unlink(missing_ok=True)
-    files = ArrayFiles(writer.path, epoch, writer.layout.dim, writer.layout.dtype)
+    files = ArrayFiles(committer.path, epoch, committer.layout.dim, committer.layout.dtype)
     files.write_full(staging.load(st.n_rows), np.asarray(st.tokens), np.asarray(st.offsets),
                      np.asarray(st.hashes))
-    fsync_dir(writer.path)
-    switch_to_epoch(files, lambda: writer.switch_identity(st, files, staging.target))
-    writer.extend_quantised()
+    fsync_dir(committer.path)
+    switch_to_epoch(files, lambda: committer.switch_identity(st, files, staging.target))
+    committer.extend_quantised()

@@ -3,7 +3,7 @@
 A directory holds an SQLite database and memory-mapped per-row arrays. A snapshot serves
 Phase 1 `select` (one matrix-vector product over the map and a few numpy masks), fact and
 document reads and stats from the state it opened, and never writes: everything that does is
-`cdr.ckf.writer.CKFWriter`.
+`cdr.ckf.committer.CKFCommitter`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ from cdr.ckf.state import (
 from cdr.ckf.txn import chunks
 from cdr.errors import EmbeddingModelMismatchError, InvalidInputError, NotFoundError
 from cdr.retrieval.fact_recipe import bind, split_identity
-from cdr.retrieval.factindex import check_gate, check_query, select_rows
+from cdr.retrieval.factindex import check_gate, select_rows
 from cdr.retrieval.scan import open_quantised
+from cdr.vectors import check_query
 
 if TYPE_CHECKING:
     from cdr.ngrams import NgramIndex
@@ -220,7 +221,7 @@ class CKFSnapshot:
     def select(self, query_vector: Any, min_relevance: float,
                limit: int | None = None) -> Selection:
         """Active rows with cosine(query, fact) ≥ min_relevance, best first (ties by row)."""
-        q = check_query(query_vector, self.dim, self.model_id)
+        q = check_query(query_vector, self.dim, model_id=self.model_id, unit=True)
         gate, limit = check_gate(min_relevance, limit)
         st = self._state
         return select_rows(st.embeddings, st.active, q, gate, limit, quantised=open_quantised(

@@ -42,7 +42,7 @@ console = Console()
 
 def build_ckf(root: Path) -> CKF:
     topics = pydoc_topics_dir(root / "pydoc-topics", suffix=".txt")
-    store = CKF.open_or_create(root / "pydoc.ckf")
+    ckf = CKF.open_or_create(root / "pydoc.ckf")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=True) as bar:
         job = bar.add_task("reading documents", total=None)
@@ -51,16 +51,16 @@ def build_ckf(root: Path) -> CKF:
             label = "reading documents" if stage == "read" else "embedding new facts"
             bar.update(job, description=label, completed=done, total=total or None)
 
-        report = ingest(store, [str(topics)], source_type="official", progress=progress)
+        report = ingest(ckf, [str(topics)], source_type="official", progress=progress)
     console.print(
-        f"CKF {store.path}: {report.documents} documents, {report.facts_added} facts added, "
+        f"CKF {ckf.path}: {report.documents} documents, {report.facts_added} facts added, "
         f"{report.facts_kept} kept, {report.embedded} embedded in {report.seconds:.1f}s"
     )
-    return store
+    return ckf
 
 
-def run_arm(store: CKF, ranking: str, windows: int, words: int, out_dir: Path) -> list:
-    gen = Generator(store, ExtractiveWriter(),
+def run_arm(ckf: CKF, ranking: str, windows: int, words: int, out_dir: Path) -> list:
+    gen = Generator(ckf, ExtractiveWriter(),
                     GenerationConfig(max_windows=windows, words=words, ranking=ranking))
     session = gen.start(TASK, OUTLINE)
     events = []
@@ -104,12 +104,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
-    store = build_ckf(args.cache)
+    ckf = build_ckf(args.cache)
     console.print(f"\n[bold]Task:[/] {TASK}\n[bold]Outline:[/] "
                   + "; ".join(OUTLINE.strip().splitlines()) + "\n")
     results = {}
     for ranking in ("cdr", "relevance"):
-        results[ranking] = run_arm(store, ranking, args.windows, args.words, args.out)
+        results[ranking] = run_arm(ckf, ranking, args.windows, args.words, args.out)
         console.print(window_table(results[ranking], f"ranking = {ranking}"))
     console.print(summary_table(results))
     report = write_report([args.out / f"trace-{r}.json" for r in results], args.out / "run.html")

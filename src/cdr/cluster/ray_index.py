@@ -44,9 +44,9 @@ from cdr.retrieval.factindex import (
     Selection,
     WindowQuery,
     check_gate,
-    check_query,
     merge_selections,
 )
+from cdr.vectors import check_query
 
 if TYPE_CHECKING:
     from cdr.ngrams import NgramIndex
@@ -360,7 +360,7 @@ class RayShardedIndex:
 
     def select(self, query_vector: Any, min_relevance: float,
                limit: int | None = None) -> Selection:
-        q = check_query(query_vector, self.dim, self.model_id)
+        q = check_query(query_vector, self.dim, model_id=self.model_id, unit=True)
         gate, limit = check_gate(min_relevance, limit)
         parts = self._gather("select", [(q, gate, limit, int(self._offsets[i]), self._gens[i])
                                         for i in range(self.n_shards)])
@@ -440,7 +440,7 @@ class RayShardedIndex:
         from cdr.ranking import check_mode
 
         check_mode(w.mode)
-        q = check_query(w.query, self.dim, self.model_id)
+        q = check_query(w.query, self.dim, model_id=self.model_id, unit=True)
         gate, limit = check_gate(w.gate, w.limit)
         if w.mode not in ("cdr", "relevance"):
             raise InvalidInputError(f"rank_window ranks on shards for cdr and relevance; "

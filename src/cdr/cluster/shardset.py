@@ -126,7 +126,7 @@ def check_shard_model(expected: str, got: str, shard: int | None, dim: int, got_
 def create_shard_set(root: str | os.PathLike[str], n_shards: int, model_id: str, dim: int,
                      dtype: str = "float32") -> ShardSet:
     """Create (or reopen, if it matches) a shard set of `n_shards` CKFs of one model."""
-    from cdr.ckf.writer import create_ckf
+    from cdr.ckf.committer import create_ckf
 
     n_shards = check_shard_count(n_shards)
     root = Path(root).expanduser().resolve()

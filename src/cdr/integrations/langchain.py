@@ -87,8 +87,8 @@ class CDRRetriever(BaseRetriever):
         from cdr.ckf import CKF
         from cdr.writers.extractive import ExtractiveWriter
 
-        store = CKF.open(ckf) if not isinstance(ckf, CKF) else ckf
-        return cls(generator=Generator(store, ExtractiveWriter(), config),
+        index = CKF.open(ckf) if not isinstance(ckf, CKF) else ckf
+        return cls(generator=Generator(index, ExtractiveWriter(), config),
                    task=task, outline=outline)
 
     # -- state ----------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from cdr.ngrams import ngram_sequence, tokenize
+from cdr.text.sentences import split_sentences
 
 
 def cwr6(windows: Sequence[str]) -> list[float]:
@@ -109,7 +110,6 @@ def alpha_ndcg(
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _HEADING = re.compile(r"^\s*#{1,6}\s")
 _BULLET = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
-_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z`\"'(\[])")
 MIN_SENTENCE_WORDS = 4
 # Calibrated by `make bench-llm` on the reference model's outputs, 6 tasks × 5 arms
 # (bench/results/quality-llm.md: the all-MiniLM-L6-v2 cosine with the best Youden's J between
@@ -119,7 +119,8 @@ SEMANTIC_REPETITION_THRESHOLD = 0.607
 
 def sentences(text: str, min_words: int = MIN_SENTENCE_WORDS) -> list[str]:
     """The prose sentences of Markdown `text`: headings and code blocks left out, list items
-    and paragraphs split at sentence ends; fragments under `min_words` words dropped."""
+    and paragraphs split at sentence ends (`cdr.text.sentences`); fragments under `min_words`
+    words dropped."""
     out: list[str] = []
     in_code = False
     block: list[str] = []
@@ -127,7 +128,7 @@ def sentences(text: str, min_words: int = MIN_SENTENCE_WORDS) -> list[str]:
     def flush() -> None:
         if block:
             para = " ".join(block)
-            out.extend(s.strip() for s in _SPLIT.split(para))
+            out.extend(split_sentences(para))
             block.clear()
 
     for line in text.splitlines():

@@ -226,23 +226,6 @@ class RankingIndex(Protocol):
 # ---------------------------------------------------------------------- Phase 1, shared
 
 
-def check_query(query_vector: Any, dim: int, model_id: str) -> np.ndarray:
-    """A finite, non-zero (dim,) query as a float32 unit vector, or a clear error."""
-    q = np.asarray(query_vector, dtype=np.float32)
-    if q.ndim == 2 and q.shape[0] == 1:
-        q = q[0]
-    if q.ndim != 1 or q.shape[0] != dim:
-        raise InvalidInputError(
-            f"query vector has shape {tuple(np.shape(query_vector))}; the index's model "
-            f"{model_id!r} has dimension {dim}")
-    if not np.isfinite(q).all():
-        raise InvalidInputError("query vector contains NaN or infinite values")
-    norm = float(np.linalg.norm(q))
-    if norm <= 1e-12:
-        raise InvalidInputError("query vector is zero; cosine similarity is undefined")
-    return q * np.float32(1.0 / norm)
-
-
 def check_gate(min_relevance: Any, limit: Any) -> tuple[float, int | None]:
     """The gate as a finite float and the limit as a non-negative int (or None)."""
     try:

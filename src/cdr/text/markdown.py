@@ -11,36 +11,16 @@ continuation) right where line regexes do not.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 from markdown_it import MarkdownIt
 
+from cdr.text.blocks import Block
+from cdr.text.sentences import finished_end
+
 _PARSER = MarkdownIt("commonmark")
-_SENTENCE_END = re.compile(r"[.!?:][\"')\]]*(?=\s|$)")
 # A line that is only a bold or title-cased label ("**Introduction**", "Introduction") is a
 # heading the model forgot to mark: Stage 8 must not take it for prose.
 _BOLD_LINE = re.compile(r"^\s*(?:\*\*|__)(?P<t>[^*_\n]{1,80})(?:\*\*|__)\s*:?\s*$")
-
-
-@dataclass
-class Block:
-    """One top-level block. `kind`: heading | paragraph | list | code | quote | table | rule.
-
-    `headings` is the path of headings above it (outermost first); `text` is its plain text
-    (list items joined by newlines, code without fences); `start`/`end` are 0-based source
-    line numbers, `end` exclusive.
-    """
-
-    kind: str
-    text: str
-    start: int
-    end: int
-    level: int = 0
-    headings: list[str] = field(default_factory=list)
-
-    @property
-    def heading(self) -> str | None:
-        return self.headings[-1] if self.headings else None
 
 
 def _inline_text(tokens: list, i: int) -> str:
@@ -94,10 +74,11 @@ def parse_blocks(text: str) -> list[Block]:
             while path and path[-1][0] >= level:
                 path.pop()
             path.append((level, content))
-            blocks.append(Block("heading", content, start, end, level,
-                                [t for _, t in path[:-1]]))
+            blocks.append(Block(content, tuple(t for _, t in path[:-1]), f"line {start + 1}",
+                                kind="heading", start=start, end=end, level=level))
         elif kind is not None:
-            blocks.append(Block(kind, content.strip(), start, end, 0, [t for _, t in path]))
+            blocks.append(Block(content.strip(), tuple(t for _, t in path), f"line {start + 1}",
+                                kind=kind, start=start, end=end))
         i += 1
     return blocks
 
@@ -118,26 +99,15 @@ def _strip_inline(text: str) -> str:
     return re.sub(r"[*_`]+", "", text).strip().rstrip(":").strip()
 
 
-def split_sentences(paragraph: str) -> list[str]:
-    """The paragraph's sentences as written (markup and inner line breaks kept), cut where
-    `keep_complete` would cut a window that is one long paragraph."""
-    parts: list[str] = []
-    start = 0
-    for m in _SENTENCE_END.finditer(paragraph):
-        parts.append(paragraph[start:m.end()])
-        start = m.end()
-    parts.append(paragraph[start:])
-    return [p.strip() for p in parts if p.strip()]
-
-
 def keep_complete(text: str) -> tuple[str, str]:
     """Split text cut off by a token limit into (complete part, unfinished tail).
 
     The last top-level block is unfinished (the limit hit inside it) unless the text ends
     with a blank line; it goes to the tail (of a list, only its last item), and so do headings
     left with nothing under them.
-    When that would keep nothing, the cut falls after the last complete sentence instead, so
-    a window that is one long paragraph still keeps what it finished.
+    When that would keep nothing, the cut falls after the last finished sentence instead
+    (`cdr.text.sentences`), so a window that is one long paragraph still keeps what it
+    finished.
     """
     if not text.strip():
         return "", text
@@ -147,10 +117,9 @@ def keep_complete(text: str) -> tuple[str, str]:
     if cut:
         kept = text[:cut].rstrip() + "\n"
         return kept, text[cut:].lstrip("\n")
-    ends = list(_SENTENCE_END.finditer(text))
-    if not ends:
+    cut = finished_end(text)
+    if not cut:
         return "", text
-    cut = ends[-1].end()
     return text[:cut].rstrip() + "\n", text[cut:]
 
 

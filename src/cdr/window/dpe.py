@@ -18,6 +18,7 @@ import numpy as np
 from cdr.coverage import SubQuery
 from cdr.errors import InvalidInputError
 from cdr.session import depth_from_words
+from cdr.text.sentences import ends_sentence
 
 # Attribution threshold for the default model (all-MiniLM-L6-v2), measured on the Python docs:
 # see docs/results/index.md, "Calibration". A paragraph less similar than this to every
@@ -189,21 +190,18 @@ _NUMBERING = re.compile(r"^\s*(?:(?:part|section|chapter|step)\s+)?(?:\d+(?:\.\d
                         r"[.):]?\s+", re.IGNORECASE)
 
 
-_SENTENCE_END = (".", "!", "?", ":")
-
-
 def tail_words(text: str, max_words: int) -> str:
     """The end of `text` in at most `max_words` words, from a sentence start when a sentence
-    boundary falls inside that span (a quote that begins mid-sentence reads as a fragment;
-    "…" marks one that has to)."""
+    boundary (`cdr.text.sentences`) falls inside that span (a quote that begins mid-sentence
+    reads as a fragment; "…" marks one that has to)."""
     words = text.split()
     if len(words) <= max_words:
         return " ".join(words)
     tail = words[-max_words:]
-    if words[-max_words - 1].endswith(_SENTENCE_END):
+    if ends_sentence(words[-max_words - 1]):
         return " ".join(tail)
     for i, word in enumerate(tail[:-1]):
-        if word.endswith(_SENTENCE_END):
+        if ends_sentence(word):
             return " ".join(tail[i + 1:])
     return "… " + " ".join(tail)
 
@@ -237,7 +235,7 @@ def split_paragraphs(
     for b in parse_blocks(text):
         if b.kind not in ("paragraph", "list", "quote", "table") or not word_count(b.text):
             continue
-        owner = next((h for h in reversed(b.headings) if normalise_heading(h) in wanted),
+        owner = next((h for h in reversed(b.section) if normalise_heading(h) in wanted),
                      b.heading)
         out.append((owner, b.text))
     return out

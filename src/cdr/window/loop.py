@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
@@ -21,6 +22,7 @@ import numpy as np
 
 from cdr.coverage import SubQuery
 from cdr.errors import CdrError, InvalidInputError, UpstreamError
+from cdr.old_paths import REMOVED_IN, renamed_keywords
 from cdr.options import OPTION_NAMES, SessionOptions, resolve_options
 from cdr.ranking import DEFAULT_MMR_LAMBDA, DEFAULT_RANKING, ONE_PASS_MODES, Ranking, rank
 from cdr.retrieval.doc_support import POWER as SUPPORT_POWER
@@ -282,12 +284,14 @@ class WindowEvent:
 
 
 class Generator:
-    """Binds a CKF, its embedder, a writer and the settings; runs windows for a task."""
+    """Binds a fact index (a CKF, a shard set), its embedder, a writer and the settings; runs
+    windows for a task."""
 
-    def __init__(self, ckf: FactIndex, writer: Writer, config: GenerationConfig | None = None
+    @renamed_keywords(ckf="index")
+    def __init__(self, index: FactIndex, writer: Writer, config: GenerationConfig | None = None
                  ) -> None:
-        self.ckf = ckf
-        self.embedder = ckf.embedder
+        self.index = index
+        self.embedder = index.embedder
         self.writer = writer
         self.config = config or GenerationConfig()
         self._cheapest: tuple[int, int] | None = None  # (generation, cheapest fact cost)
@@ -300,11 +304,18 @@ class Generator:
         self.options = cfg.session_options()
 
     @property
+    def ckf(self) -> FactIndex:
+        """The fact index's old name (docs/design.md §7.4 "One name per thing")."""
+        warnings.warn(f"Generator.ckf is now Generator.index; the old name stops working in "
+                      f"cdr {REMOVED_IN}", DeprecationWarning, stacklevel=2)
+        return self.index
+
+    @property
     def min_relevance(self) -> float:
         mr = self.config.min_relevance
         if mr is not None:
             return float(mr)
-        return default_min_relevance(self.ckf.model_id, self.options.lexical,
+        return default_min_relevance(self.index.model_id, self.options.lexical,
                                      self.options.documents)
 
     # -- start -----------------------------------------------------------------------------
@@ -320,13 +331,13 @@ class Generator:
             if lines:
                 return parse_outline("\n".join(lines), cfg.words)
         topic_vec = self.embedder.encode([task_topic(task)])[0]
-        sel = self.ckf.select(topic_vec, self.min_relevance * 0.75, DECOMPOSITION_POOL)
+        sel = self.index.select(topic_vec, self.min_relevance * 0.75, DECOMPOSITION_POOL)
         if len(sel.indices) == 0:
             raise InvalidInputError(
                 f"nothing in the CKF is relevant to {task!r}; give an outline (--outline) or "
                 "ingest documents about it"
             )
-        sections = [f.section or f.source for f in self.ckf.facts(sel.indices)]
+        sections = [f.section or f.source for f in self.index.facts(sel.indices)]
         return decompose_from_facts(sel.embeddings, sections, cfg.sub_queries, cfg.words)
 
     def start(
@@ -337,9 +348,9 @@ class Generator:
     ) -> Session:
         if not task or not task.strip():
             raise InvalidInputError("task is empty")
-        if not self.ckf.active.any():
+        if not self.index.active.any():
             raise EmptyKnowledgeBaseError(
-                f"the CKF at {self.ckf.path} has no active facts: nothing to ground the "
+                f"the CKF at {self.index.path} has no active facts: nothing to ground the "
                 "document in; ingest documents first (cdr ingest PATH --ckf DIR)"
             )
         sqs = list(sub_queries) if sub_queries else self.decompose(task, outline)
@@ -357,7 +368,7 @@ class Generator:
             pool = index.select(query, self.min_relevance, PHASE1_LIMIT)
             near = None
             if self.config.expansion_scorer is not None and len(pool.indices):
-                texts = [f.content for f in self.ckf.facts(pool.indices)]
+                texts = [f.content for f in self.index.facts(pool.indices)]
                 near = self.config.expansion_scorer([sq.text for sq in sqs], texts,
                                                     pool.embeddings @ sq_emb.T)
             expanded = expand_sub_queries(sq_emb, pool.embeddings, self.config.expansion_facts,
@@ -366,7 +377,7 @@ class Generator:
             task, sqs, sq_emb, query, self.embedder.model_id,
             max_windows=self.config.max_windows, min_relevance=self.min_relevance,
             residual_exit_depth=self.config.residual_exit_depth, ranking=self.config.ranking,
-            ngram_index=self.ckf.ngram_index, options=self.options,
+            ngram_index=self.index.ngram_index, options=self.options,
             expanded_embeddings=expanded,
         )
 
@@ -392,13 +403,14 @@ class Generator:
         relevance fused with BM25 of the task's subject and outline words, and with
         (`documents: "support"`, cdr.retrieval.doc_support) each relevance weighed by its document's
         support."""
-        index: Any = self.ckf
+        phase1: Any = self.index
         if options.lexical != "off":
             words = session_terms(subject_of(task), [sq.text for sq in sub_queries])
-            index = FusedIndex(index, lexical_index(self.ckf), words, self.config.lexical_weight)
+            phase1 = FusedIndex(phase1, lexical_index(self.index), words,
+                                self.config.lexical_weight)
         if options.documents != "off":
-            index = SupportedIndex(index, document_codes(self.ckf), self.config.support_power)
-        return index
+            phase1 = SupportedIndex(phase1, document_codes(self.index), self.config.support_power)
+        return phase1
 
     def candidates(self, session: Session) -> Any:
         """Phase 1: the facts past the gate (widened by expanded sub-queries when on)."""
@@ -436,12 +448,12 @@ class Generator:
                 and session.ranking in SHARD_RANKED_MODES and not widened
                 and opts.memory != "facts" and opts.lexical == "off"
                 and opts.documents == "off"
-                and isinstance(self.ckf, RankingIndex)):
+                and isinstance(self.index, RankingIndex)):
             envelope = self._pack_ranked_on_index(session, budget, anchor, max_facts)
         else:
             envelope = self._pack_ranked_here(session, budget, anchor, max_facts, section_vecs)
         packed_rows = envelope.ranking.indices
-        facts = self.ckf.facts(packed_rows)
+        facts = self.index.facts(packed_rows)
         plan = self._plan(session, plan_sqs, packed_rows, envelope)
         if opts.length == "contract":  # cdr.window.length: the owed words, what the window carries
             budget_words = window_budget(session.words_asked, session.words_written,
@@ -502,10 +514,10 @@ class Generator:
 
     def _select_per_section(self, vecs: np.ndarray, gate: float) -> Selection:
         """Phase 1 once per planned section, the union of the rows (each row once)."""
-        parts = [self.ckf.select(v, gate, PHASE1_LIMIT) for v in vecs]
+        parts = [self.index.select(v, gate, PHASE1_LIMIT) for v in vecs]
         parts = [p for p in parts if len(p)]
         if not parts:
-            return Selection.empty(self.ckf.dim)
+            return Selection.empty(self.index.dim)
         rows = np.concatenate([p.indices for p in parts])
         rel = np.concatenate([p.relevances for p in parts])
         emb = np.concatenate([p.embeddings for p in parts])
@@ -545,7 +557,7 @@ class Generator:
             if session.expanded_embeddings is not None and cfg.expansion_widens:
                 gate = -1.0  # widened Phase 1 gated already, on the query or an expansion
         counts = session.blacklist.counts
-        importance = self.ckf.importance[sel.indices]
+        importance = self.index.importance[sel.indices]
         sel_counts = counts[sel.indices] if len(counts) else None
         if cfg.ranker is not None:
             ranking = cfg.ranker(session, sel, importance, sel_counts)
@@ -563,8 +575,8 @@ class Generator:
                 ranking = ranking.take(np.argsort(-ranking.score, kind="stable"))
         if session.options.memory == "facts":  # cdr.window.memory
             ranking = apply_memory(ranking, session.fact_memory, session.window_count + 1,
-                                   self.ckf.fact_ids, cfg.memory_rule)
-        envelope = pack(ranking, self.ckf.fact_ids, self.ckf.token_counts[ranking.indices],
+                                   self.index.fact_ids, cfg.memory_rule)
+        envelope = pack(ranking, self.index.fact_ids, self.index.token_counts[ranking.indices],
                         budget, anchor, max_facts)
         if session.options.stale == "stop":
             envelope = self._unsent_tail(session, ranking, envelope, budget, anchor, max_facts)
@@ -586,14 +598,14 @@ class Generator:
         shown = session.fact_memory.shown
         if not is_stale(envelope.fact_ids, shown) or not len(ranking):
             return envelope
-        ids = self.ckf.fact_ids(ranking.indices)
+        ids = self.index.fact_ids(ranking.indices)
         sendable = ranking.novelty_ratio() >= EXHAUSTION_RATIO
         unsent = np.flatnonzero([f not in shown and ok for f, ok in zip(ids, sendable,
                                                                           strict=True)])
         if not len(unsent):
             return envelope
         rest = ranking.take(unsent)
-        tail = pack(rest, self.ckf.fact_ids, self.ckf.token_counts[rest.indices], budget,
+        tail = pack(rest, self.index.fact_ids, self.index.token_counts[rest.indices], budget,
                     anchor, max_facts)
         return tail if len(tail) else envelope
 
@@ -610,7 +622,7 @@ class Generator:
         k = max(SHARD_TOP_K, 2 * (max_facts or 0))
         while True:
             top_k = min(k, PHASE1_LIMIT)
-            ranking, _emb, tokens, ids = self.ckf.rank_window(WindowQuery(  # type: ignore[attr-defined]
+            ranking, _emb, tokens, ids = self.index.rank_window(WindowQuery(  # type: ignore[attr-defined]
                 session.query_vector, session.min_relevance, PHASE1_LIMIT,
                 session.coverage.centroid(), bool(session.coverage),
                 session.residual.embeddings, session.blacklist.as_array().astype(np.uint64),
@@ -628,9 +640,9 @@ class Generator:
 
     def _cheapest_fact_cost(self) -> int:
         """Smallest packing cost of any active fact, cached per index generation."""
-        gen = self.ckf.generation
+        gen = self.index.generation
         if self._cheapest is None or self._cheapest[0] != gen:
-            toks = self.ckf.token_counts[self.ckf.active]
+            toks = self.index.token_counts[self.index.active]
             low = int(toks.min()) if len(toks) else 0
             self._cheapest = (gen, low + FACT_FRAMING_TOKENS)
         return self._cheapest[1]
@@ -643,7 +655,7 @@ class Generator:
         if not len(rows) or not plan_sqs:
             return []
         pos = [session.sub_query_ids.index(sq.id) for sq in plan_sqs]
-        sims = self.ckf.vectors(rows) @ session.target_embeddings[pos].T
+        sims = self.index.vectors(rows) @ session.target_embeddings[pos].T
         owner = np.argmax(sims, axis=1)
         if self.config.plan_min_similarity is not None:
             owner[sims[np.arange(len(rows)), owner] < self.config.plan_min_similarity] = -1
@@ -706,7 +718,7 @@ class Generator:
         if session.remembers_facts:  # cdr.window.memory: what was shown, what was written
             written = written_rows(prepared.rows, text, session.blacklist.index,
                                    self.config.memory_rule.written_share)
-            session.fact_memory.migrate(self.ckf.fact_ids)
+            session.fact_memory.migrate(self.index.fact_ids)
             session.fact_memory.record(prepared.envelope.fact_ids, written, prepared.number)
         if self.config.safety_check is not None:
             session.spend_safety(self.config.safety_check(prepared.number, text))

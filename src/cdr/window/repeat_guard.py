@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cdr.ngrams import ngram_hashes
-from cdr.text.markdown import parse_blocks, split_sentences
+from cdr.text.markdown import parse_blocks
+from cdr.text.sentences import split_sentences
 
 # Half of a unit's 6-grams already written: the unit is mostly a copy. Sentences of new
 # statements about the same API share a 6-gram or two ("the default value of the"), not half.

@@ -1,7 +1,12 @@
-"""The CKF's writer/admin side: file lifecycle, locking and every SQL statement that changes it.
+"""The CKF's committer: the admin side that writes — file lifecycle, locking and every SQL
+statement that changes the store.
+
+Named apart from `cdr.writers` (the language-model backends that write a document's windows):
+this module was `cdr.ckf.writer` and its class `CKFWriter`, and both old names keep working for
+one release (`cdr.old_paths`).
 
 Readers (`cdr.ckf.snapshot.CKFSnapshot`) never write; everything that does goes through a
-`CKFWriter`: creating a store, the single-writer file lock, atomic write transactions (ingest
+`CKFCommitter`: creating a store, the single-writer file lock, atomic write transactions (ingest
 commits, deletes, importance and status changes, quarantine, raw appends), and the database
 side of integrity checks and compaction (`cdr.ckf.maintenance` holds their logic).
 
@@ -30,6 +35,7 @@ from cdr.ckf.schema import DB_NAME, DDL, LOCK_NAME, SCHEMA_VERSION, connect, now
 from cdr.ckf.state import CommittedState, Layout, read_layout, read_state
 from cdr.ckf.txn import WriteTxn, chunks
 from cdr.errors import CdrError, InvalidInputError
+from cdr.old_paths import renamed_getattr
 
 _LOCK_TIMEOUT = 60.0
 # SQLite page cache of the writer connection, KiB (negative = KiB in the pragma). The default
@@ -90,7 +96,7 @@ def create_ckf(root: Path, model_id: str, dim: int, dtype: str = "float32") -> P
     return root
 
 
-class CKFWriter:
+class CKFCommitter:
     """The one object per process and CKF that changes it; its own SQLite connection.
 
     Every change is a `writing()` transaction under the CKF's file lock; the lock makes
@@ -337,3 +343,6 @@ class CKFWriter:
                 "SELECT f.content, d.title, f.section FROM facts f LEFT JOIN documents d "
                 "ON d.doc_id = f.doc_id WHERE f.row >= ? AND f.row < ? ORDER BY f.row",
                 (lo, hi)).fetchall()
+
+
+__getattr__ = renamed_getattr(__name__)  # CKFWriter, the old name (cdr.old_paths.RENAMED)
