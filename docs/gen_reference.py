@@ -8,6 +8,7 @@ script writes, so the reference cannot drift from the code.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -106,9 +107,12 @@ def http_page() -> str:
                 if "anyOf" in prop:
                     kind = " or ".join(s.get("type") or s.get("$ref", "").rsplit("/", 1)[-1]
                                        for s in prop["anyOf"])
+                meaning = prop.get("description", "")
+                if prop.get("default") not in (None, False, [], {}, ""):  # omitted = this
+                    meaning += f" Default: `{json.dumps(prop['default'])}`."
                 lines.append(f"| `{field}` | {_cell(kind)} | "
                              f"{'yes' if field in required else ''} | "
-                             f"{_cell(prop.get('description', ''))} |")
+                             f"{_cell(meaning.strip())} |")
             lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 

@@ -1,4 +1,15 @@
-"""Opt-in session options beyond CRP-SPEC-024 (issue 13), and the presets that bundle them.
+"""The user's options for a run (`RunOptions`): each one's default and meaning, defined once.
+
+`RunOptions` is what a user chooses about one run: the window limit, the words, the sub-queries,
+the ranking mode, the token budgets and the opt-in rules below. The three faces derive from it:
+`cdr generate`'s flags take their defaults and help from it, the gateway's request schema
+(`cdr.gateway.schemas.GenerationOptions`) its descriptions and published defaults and its
+wire names (`window_tokens` on the wire is `generation_tokens` here), and the library's
+`cdr.window.loop.GenerationConfig` is a `RunOptions` plus the knobs and hooks no user sets
+per run (`cdr.window.config`). `tests/test_options.py` checks that the CLI's, the schema's
+and the config's defaults are these (docs/design.md §7.2 "One options type").
+
+Opt-in session options beyond CRP-SPEC-024 (issue 13), and the presets that bundle them.
 
 The spec's behaviour is the default and stays byte-for-byte what it was: a session with default
 options serialises exactly as before (no option keys), and a session stored before the options
@@ -44,10 +55,11 @@ base of many similar documents: BM25 fusion, document support and the stale stop
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, get_args
 
 from cdr.errors import InvalidInputError
+from cdr.ranking import DEFAULT_MMR_LAMBDA, DEFAULT_RANKING, RANKING_MODES
 
 MemoryMode = Literal["off", "facts"]
 EnvelopeMode = Literal["budget", "fit"]
@@ -84,17 +96,18 @@ _CHOICES = OPTION_CHOICES
 
 @dataclass(frozen=True)
 class SessionOptions:
-    """The opt-in rules a session runs with; persisted in the session (`to_dict`)."""
+    """The opt-in rules a session runs with; persisted in the session (`to_dict`). Each
+    default is the spec's behaviour, the first of its choices in `OPTION_CHOICES`."""
 
-    memory: str = "off"
-    envelope: str = "budget"
-    queries: str = "titles"
-    repeats: str = "keep"
-    subject: str = "off"
-    lexical: str = "off"
-    stale: str = "write"
-    length: str = "open"
-    documents: str = "off"
+    memory: str = MEMORY_MODES[0]
+    envelope: str = ENVELOPE_MODES[0]
+    queries: str = QUERIES_MODES[0]
+    repeats: str = REPEATS_MODES[0]
+    subject: str = SUBJECT_MODES[0]
+    lexical: str = LEXICAL_MODES[0]
+    stale: str = STALE_MODES[0]
+    length: str = LENGTH_MODES[0]
+    documents: str = DOCUMENTS_MODES[0]
 
     def __post_init__(self) -> None:
         for name, choices in _CHOICES.items():
@@ -151,3 +164,126 @@ def resolve_options(profile: str | None = None, **options: str | None) -> Sessio
     base = asdict(PROFILES[profile or "spec"])
     base.update({k: v for k, v in options.items() if v is not None})
     return SessionOptions(**base)
+
+
+# ---------------------------------------------------------------------------- the run's options
+
+# Windows a run may ask for (CRP-SPEC-024 §6, Exit 2's limit): the CLI refuses more, the
+# gateway's schema bounds `max_windows` by it (and its operator's cap may be lower).
+MAX_WINDOWS_LIMIT = 20
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """How one user option is spelt on each face: `meaning` is the CLI's help and the API's
+    description; `flag` the `cdr generate` option (None: not a flag); `wire` the HTTP request
+    field (None: not accepted per request, e.g. a server setting)."""
+
+    meaning: str
+    flag: str | None
+    wire: str | None
+
+
+def _option(default: Any, meaning: str, *, flag: str | None, wire: str | None) -> Any:
+    return field(default=default, metadata={"spelling": Spelling(meaning, flag, wire)})
+
+
+def _choices(name: str, meanings: str) -> str:
+    return f"{OPTION_CHOICES[name][0]} (spec) | {meanings}"
+
+
+@dataclass
+class RunOptions:
+    """What a user chooses about one run, each with its default and meaning (see the module
+    doc). The opt-in rules are None for "the profile's", so a profile and single options on
+    top of it resolve to the session's `SessionOptions` (`session_options`)."""
+
+    max_windows: int = _option(
+        5, f"Maximum number of windows (1–{MAX_WINDOWS_LIMIT}): the run ends after this many "
+        "(Exit 2).", flag="--windows", wire="max_windows")
+    words: int = _option(1800, "Target length of the whole document, in words.",
+                         flag="--words", wire="words")
+    sub_queries: int = _option(6, "Sub-queries for automatic decomposition (when no outline "
+                               "is given).", flag="--sub-queries", wire="sub_queries")
+    ranking: str = _option(DEFAULT_RANKING, f"Phase 2 ranking mode: {' | '.join(RANKING_MODES)}.",
+                           flag="--ranking", wire="ranking")
+    min_relevance: float | None = _option(
+        None, "Relevance gate; default: calibrated for the CKF's embedding model (the gateway "
+        "takes it from CDR_MIN_RELEVANCE).", flag="--min-relevance", wire=None)
+    mmr_lambda: float = _option(DEFAULT_MMR_LAMBDA, "λ of --ranking mmr: relevance against "
+                                "redundancy.", flag="--mmr-lambda", wire=None)
+    generation_tokens: int = _option(
+        1024, "Generation reserve G: the most tokens one window may write (the LLM's "
+        "max_tokens per window).", flag="--generation-tokens", wire="window_tokens")
+    context_tokens: int = _option(
+        4096, "Context size C of the LLM that writes the windows; the envelope gets C minus "
+        "the system prompt, task, anchor and G.", flag="--context-tokens",
+        wire="context_tokens")
+    # Opt-in rules beyond the spec, fixed into the session at its start and persisted with it.
+    profile: str | None = _option(
+        None, "Preset of options beyond the spec: spec | fresh (fact memory, fitted "
+        "envelopes, expanded sub-queries) | focused (fact memory, BM25 fused relevance, "
+        "document support, a stop on stale envelopes, the length contract). Single options "
+        "override it.", flag="--profile", wire="profile")
+    memory: str | None = _option(None, _choices(
+        "memory", "facts: facts already shown or written lose score in later windows."),
+        flag="--memory", wire="memory")
+    envelope: str | None = _option(None, _choices(
+        "envelope", "fit: pack as many facts as the window's planned words can use."),
+        flag="--envelope", wire="envelope")
+    queries: str | None = _option(None, _choices(
+        "queries", "expanded: sub-queries expanded from the CKF at session start."),
+        flag="--queries", wire="queries")
+    repeats: str | None = _option(None, _choices(
+        "repeats", "drop: take out of each window the sentences, list items and code an "
+        "earlier window already wrote (same words or same meaning)."),
+        flag="--repeats", wire="repeats")
+    subject: str | None = _option(None, _choices(
+        "subject", "anchor: embed each sub-query as the task's subject plus its line."),
+        flag="--subject", wire="subject")
+    lexical: str | None = _option(None, _choices(
+        "lexical", "bm25: relevance fuses the cosine with BM25 over the task's words."),
+        flag="--lexical", wire="lexical")
+    stale: str | None = _option(None, _choices(
+        "stale", "stop: end the run (ckf-exhausted) instead of writing a window whose "
+        "envelope is mostly facts already sent."), flag="--stale", wire="stale")
+    length: str | None = _option(None, _choices(
+        "length", "contract: plan each window for the words still owed, write a section "
+        "once (continue only one cut off), end task-complete once the words asked are "
+        "delivered within ±15%."), flag="--length", wire="length")
+    documents: str | None = _option(None, _choices(
+        "documents", "support: weigh each fact's relevance by how well its document matches "
+        "the task against the best-matching document."), flag="--documents",
+        wire="documents")
+
+    def session_options(self) -> SessionOptions:
+        """The profile's options with single ones on top; an unknown value is refused."""
+        return resolve_options(self.profile, **{n: getattr(self, n) for n in OPTION_NAMES})
+
+    def run_options(self) -> RunOptions:
+        """Just the user's options (a `GenerationConfig` drops its knobs and hooks)."""
+        return RunOptions(**{f.name: getattr(self, f.name) for f in fields(RunOptions)})
+
+
+# Every default, read as attributes: `DEFAULTS.words` is the one 1800.
+DEFAULTS = RunOptions()
+RUN_OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in fields(RunOptions))
+
+
+def spelling(name: str) -> Spelling:
+    """How the option `name` (a `RunOptions` field) is spelt on the CLI and the wire."""
+    for f in fields(RunOptions):
+        if f.name == name:
+            return f.metadata["spelling"]  # type: ignore[no-any-return]
+    raise InvalidInputError(f"unknown run option {name!r}; known: {list(RUN_OPTION_NAMES)}")
+
+
+def meaning(name: str) -> str:
+    """The option's one description (CLI help, API description)."""
+    return spelling(name).meaning
+
+
+def wire_names() -> dict[str, str]:
+    """{HTTP request field: `RunOptions` field} for the options a request may set."""
+    return {sp.wire: f.name for f in fields(RunOptions)
+            if (sp := f.metadata["spelling"]).wire is not None}

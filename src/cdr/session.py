@@ -27,7 +27,7 @@ import numpy as np
 from cdr.coverage import CoverageSet, ResidualSet, SubQuery, check_depth
 from cdr.errors import EmbeddingModelMismatchError, InvalidInputError, parse_json_object
 from cdr.ngrams import NgramBlacklist, NgramIndex
-from cdr.options import SessionOptions
+from cdr.options import DEFAULTS, MAX_WINDOWS_LIMIT, SessionOptions
 from cdr.ranking import CDR_MIN_RELEVANCE, DEFAULT_RANKING, check_mode
 from cdr.vectors import from_b64, to_b64, unit_matrix, unit_vector
 from cdr.window.memory import FactMemory
@@ -35,8 +35,7 @@ from cdr.window.memory import FactMemory
 COMPLETION_THRESHOLD = 0.92
 THOROUGH_DEPTH = 0.90
 DEFAULT_RESIDUAL_EXIT_DEPTH = 0.70
-DEFAULT_MAX_WINDOWS = 5
-MAX_WINDOWS_LIMIT = 20
+DEFAULT_MAX_WINDOWS = DEFAULTS.max_windows  # the user's option (cdr.options.RunOptions)
 SAFETY_BUDGET_FLOOR = 0.10
 # The length contract's tolerance (`length: "contract"`, cdr.window.length): a document within
 # ±15% of the words asked keeps it.

@@ -15,10 +15,11 @@ from cdr.cli.ckf import ckf_app, ingest_command
 from cdr.cli.keys import keygen_command
 from cdr.cli.models import models_app
 from cdr.errors import CdrError
-from cdr.ranking import DEFAULT_RANKING, RANKING_MODES
+from cdr.options import DEFAULTS as D
+from cdr.options import meaning
+from cdr.ranking import RANKING_MODES
 from cdr.session import (
     CKF_EXHAUSTED,
-    DEFAULT_MAX_WINDOWS,
     IN_PROGRESS,
     MAX_WINDOWS_LIMIT,
     RUN_FAILED,
@@ -84,56 +85,36 @@ def generate(
         help="CKF directory (made by `cdr ingest`), or a Ray-served shard set "
              "ray://HOST:PORT/PATH.")],
     outline: Annotated[Path | None, typer.Option(help="One sub-query per line.")] = None,
-    windows: Annotated[int, typer.Option(
-        help=f"Maximum number of windows (1–{MAX_WINDOWS_LIMIT}).")] = DEFAULT_MAX_WINDOWS,
-    words: Annotated[int, typer.Option(help="Target length of the whole document.")] = 1800,
+    # The run's options: defaults and help from cdr.options.RunOptions (`D`), never retyped.
+    windows: Annotated[int, typer.Option(help=meaning("max_windows"))] = D.max_windows,
+    words: Annotated[int, typer.Option(help=meaning("words"))] = D.words,
     fit_windows: Annotated[bool, typer.Option(
         "--fit-windows",
         help="Raise --windows to the windows --words needs at --generation-tokens (0.577 "
              f"words a token), at most {MAX_WINDOWS_LIMIT}; never lowers it.")] = False,
     writer: Annotated[str, typer.Option(help=" | ".join(WRITER_NAMES),
                                         envvar="CDR_WRITER")] = DEFAULT_WRITER,
-    ranking: Annotated[str, typer.Option(help=" | ".join(RANKING_MODES))] = DEFAULT_RANKING,
-    min_relevance: Annotated[float | None, typer.Option(
-        help="Relevance gate; default: calibrated for the CKF's embedding model.")] = None,
-    mmr_lambda: Annotated[float, typer.Option(help="λ for --ranking mmr.")] = 0.5,
-    context_tokens: Annotated[int, typer.Option(help="Context size C in tokens.")] = 4096,
-    generation_tokens: Annotated[int, typer.Option(help="Generation reserve G per window.")
-                                 ] = 1024,
-    sub_queries: Annotated[int, typer.Option(help="Sub-queries for automatic decomposition.")
-                           ] = 6,
+    ranking: Annotated[str, typer.Option(help=meaning("ranking"))] = D.ranking,
+    min_relevance: Annotated[float | None, typer.Option(help=meaning("min_relevance"))
+                             ] = D.min_relevance,
+    mmr_lambda: Annotated[float, typer.Option(help=meaning("mmr_lambda"))] = D.mmr_lambda,
+    context_tokens: Annotated[int, typer.Option(help=meaning("context_tokens"))
+                              ] = D.context_tokens,
+    generation_tokens: Annotated[int, typer.Option(help=meaning("generation_tokens"))
+                                 ] = D.generation_tokens,
+    sub_queries: Annotated[int, typer.Option(help=meaning("sub_queries"))] = D.sub_queries,
     llm_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible base URL.")] = None,
     llm_model: Annotated[str | None, typer.Option(help="Model name for LLM writers.")] = None,
-    profile: Annotated[str | None, typer.Option(
-        help="Preset of options beyond the spec: spec | fresh (fact memory, fitted "
-             "envelopes, expanded sub-queries) | focused (fact memory, BM25 fused relevance, "
-             "document support, a stop on stale envelopes, the length contract). Single "
-             "options below override it.")] = None,
-    memory: Annotated[str | None, typer.Option(
-        help="off (spec) | facts: facts already shown or written lose score later.")] = None,
-    envelope: Annotated[str | None, typer.Option(
-        help="budget (spec) | fit: pack as many facts as the window's words can use.")] = None,
-    queries: Annotated[str | None, typer.Option(
-        help="titles (spec) | expanded: sub-queries expanded from the CKF at start.")] = None,
-    repeats: Annotated[str | None, typer.Option(
-        help="keep (spec) | drop: take out of each window the sentences, list items and "
-             "code an earlier window already wrote (same words or same meaning).")] = None,
-    subject: Annotated[str | None, typer.Option(
-        help="off (spec) | anchor: embed each sub-query as the task's subject plus its "
-             "line.")] = None,
-    lexical: Annotated[str | None, typer.Option(
-        help="off (spec) | bm25: relevance fuses the cosine with BM25 over the task's "
-             "words.")] = None,
-    stale: Annotated[str | None, typer.Option(
-        help="write (spec) | stop: end the run (ckf-exhausted) instead of writing a window "
-             "whose envelope is mostly facts already sent.")] = None,
-    length: Annotated[str | None, typer.Option(
-        help="open (spec) | contract: plan each window for the words still owed, write a "
-             "section once (continue only one cut off), end task-complete once --words is "
-             "delivered within ±15%.")] = None,
-    documents: Annotated[str | None, typer.Option(
-        help="off (spec) | support: weigh each fact's relevance by how well its document "
-             "matches the task against the best-matching document.")] = None,
+    profile: Annotated[str | None, typer.Option(help=meaning("profile"))] = D.profile,
+    memory: Annotated[str | None, typer.Option(help=meaning("memory"))] = D.memory,
+    envelope: Annotated[str | None, typer.Option(help=meaning("envelope"))] = D.envelope,
+    queries: Annotated[str | None, typer.Option(help=meaning("queries"))] = D.queries,
+    repeats: Annotated[str | None, typer.Option(help=meaning("repeats"))] = D.repeats,
+    subject: Annotated[str | None, typer.Option(help=meaning("subject"))] = D.subject,
+    lexical: Annotated[str | None, typer.Option(help=meaning("lexical"))] = D.lexical,
+    stale: Annotated[str | None, typer.Option(help=meaning("stale"))] = D.stale,
+    length: Annotated[str | None, typer.Option(help=meaning("length"))] = D.length,
+    documents: Annotated[str | None, typer.Option(help=meaning("documents"))] = D.documents,
     trace: Annotated[Path | None, typer.Option(help="Write the trace JSON here.")] = None,
     report: Annotated[Path | None, typer.Option(help="Write an HTML run report here.")] = None,
     out_file: Annotated[Path | None, typer.Option("--out", help="Write the Markdown here "

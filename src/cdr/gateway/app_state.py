@@ -27,10 +27,9 @@ from cdr.gateway.session_store import SessionStore, StoredSession
 from cdr.gateway.session_token import StaleTokenError, TokenPayload, TokenSigner
 from cdr.gateway.settings import DEFAULT_KB, GatewaySettings
 from cdr.gateway.shard_kb import ShardSetKnowledgeBase, index_root
-from cdr.options import OPTION_NAMES
-from cdr.ranking import DEFAULT_RANKING
+from cdr.options import DEFAULTS
 from cdr.retrieval.factindex import FactIndex
-from cdr.session import DEFAULT_MAX_WINDOWS, IN_PROGRESS, Session
+from cdr.session import IN_PROGRESS, Session
 from cdr.window.headers import SAFETY_ONLY_HEADERS, crp_headers
 from cdr.window.loop import EmptyKnowledgeBaseError, GenerationConfig, Generator, WindowEvent
 from cdr.writers import Writer, build_writer
@@ -187,26 +186,18 @@ class Gateway:
     # ------------------------------------------------------------------ options
 
     def options(self, opts: GenerationOptions | None) -> dict[str, Any]:
-        """Request options with the server's defaults filled in, checked against its caps."""
+        """Request options with the server's defaults filled in, checked against its caps:
+        `GenerationConfig` keyword arguments, stored with the session (the window limit and
+        the ranking always; the rest as the request set them, else the options' defaults)."""
         o = opts or GenerationOptions()
+        given = o.run_options()
         cap = self.settings.max_windows_cap
-        windows = o.max_windows if o.max_windows is not None else min(DEFAULT_MAX_WINDOWS, cap)
+        windows = given.pop("max_windows", min(DEFAULTS.max_windows, cap))
         if windows > cap:
             raise ApiError(422, f"max_windows={windows} exceeds this gateway's cap of {cap} "
                            "(CDR_MAX_WINDOWS_CAP)", param="max_windows", code="invalid_fields")
-        out: dict[str, Any] = {"max_windows": windows, "ranking": o.ranking or DEFAULT_RANKING}
-        if o.words is not None:
-            out["words"] = o.words
-        if o.sub_queries is not None:
-            out["sub_queries"] = o.sub_queries
-        if o.window_tokens is not None:
-            out["generation_tokens"] = o.window_tokens
-        if o.context_tokens is not None:
-            out["context_tokens"] = o.context_tokens
-        for name in ("profile", *OPTION_NAMES):  # cdr.options, opt-in
-            if getattr(o, name) is not None:
-                out[name] = getattr(o, name)
-        return out
+        return {"max_windows": windows, "ranking": given.pop("ranking", DEFAULTS.ranking),
+                **given}
 
     def generator(self, snapshot: FactIndex, options: Mapping[str, Any]) -> Generator:
         cfg = GenerationConfig(min_relevance=self.settings.min_relevance, **options)

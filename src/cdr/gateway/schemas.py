@@ -13,6 +13,7 @@ from pydantic_core import PydanticCustomError
 
 from cdr.gateway.limits import check_text
 from cdr.options import (
+    DEFAULTS,
     DocumentsMode,
     EnvelopeMode,
     LengthMode,
@@ -23,6 +24,8 @@ from cdr.options import (
     RepeatsMode,
     StaleMode,
     SubjectMode,
+    meaning,
+    wire_names,
 )
 from cdr.ranking import RankingMode
 from cdr.session import MAX_WINDOWS_LIMIT
@@ -59,55 +62,46 @@ def _too_long(length: int, limit: int, what: str = "text") -> PydanticCustomErro
                                {"what": what, "length": length, "limit": limit})
 
 
+def option_field(wire: str, **bounds: Any) -> Any:
+    """A request field for the run option sent as `wire` (`cdr.options.RunOptions`): optional
+    (omitted = the server's default), described by the option's one meaning, and publishing
+    the option's default in the schema; `bounds` are this gateway's limits on one request."""
+    name = wire_names()[wire]
+    default = getattr(DEFAULTS, name)
+    extra = {"default": default} if default is not None else None
+    return Field(None, description=meaning(name), json_schema_extra=extra, **bounds)
+
+
 class GenerationOptions(_Strict):
-    """How to run the window loop; every field is optional (server defaults apply)."""
+    """How to run the window loop; every field is optional (server defaults apply). The
+    fields are the run options a request may set (`cdr.options.wire_names`)."""
 
     outline: str | list[str] | None = Field(
         None, description="Sub-queries: a Markdown/plain outline (one per line) or a list. "
         "Omitted: decomposed automatically (by the LLM writer, else from the CKF).")
-    max_windows: int | None = Field(None, ge=1, le=MAX_WINDOWS_LIMIT,
-                                    description="Window limit (Exit 2).")
-    words: int | None = Field(None, ge=1, le=MAX_WORDS, description="Target document length.")
-    ranking: RankingMode | None = Field(None, description="Phase 2 ranking mode.")
-    sub_queries: int | None = Field(None, ge=1, le=MAX_SUB_QUERIES,
-                                    description="Sub-queries for automatic decomposition.")
-    window_tokens: int | None = Field(None, ge=16, le=32_768, description="Generation reserve "
-                                      "G: the most tokens one window may write (the LLM's "
-                                      "max_tokens per window).")
-    context_tokens: int | None = Field(None, ge=256, le=2_000_000, description="Context size "
-                                       "C of the LLM that writes the windows; the envelope "
-                                       "gets C minus system prompt, task, anchor and G.")
+    max_windows: int | None = option_field("max_windows", ge=1, le=MAX_WINDOWS_LIMIT)
+    words: int | None = option_field("words", ge=1, le=MAX_WORDS)
+    ranking: RankingMode | None = option_field("ranking")
+    sub_queries: int | None = option_field("sub_queries", ge=1, le=MAX_SUB_QUERIES)
+    window_tokens: int | None = option_field("window_tokens", ge=16, le=32_768)
+    context_tokens: int | None = option_field("context_tokens", ge=256, le=2_000_000)
     # Opt-in options beyond the spec (cdr.options), fixed into the session at its start.
-    profile: ProfileName | None = Field(None, description="Preset: 'spec' (default), "
-                                        "'fresh' (fact memory, fitted envelopes, expanded "
-                                        "sub-queries) or 'focused' (fact memory, BM25 "
-                                        "fused relevance, document support, a stop on "
-                                        "stale envelopes and the length contract); "
-                                        "single options override it.")
-    memory: MemoryMode | None = Field(None, description="'facts': facts already shown or "
-                                      "written lose score in later windows.")
-    envelope: EnvelopeMode | None = Field(None, description="'fit': pack as many facts as "
-                                          "the window's planned words can use.")
-    queries: QueriesMode | None = Field(None, description="'expanded': sub-queries expanded "
-                                        "from the CKF at session start.")
-    repeats: RepeatsMode | None = Field(None, description="'drop': sentences, list items and "
-                                        "code an earlier window already wrote (same words or "
-                                        "same meaning) are taken out of each window.")
-    subject: SubjectMode | None = Field(None, description="'anchor': each sub-query is "
-                                        "embedded as the task's subject plus its line.")
-    lexical: LexicalMode | None = Field(None, description="'bm25': relevance fuses the "
-                                        "cosine with BM25 over the task's words.")
-    stale: StaleMode | None = Field(None, description="'stop': a window whose envelope is "
-                                    "mostly facts already sent ends the run (ckf-exhausted) "
-                                    "unwritten.")
-    length: LengthMode | None = Field(None, description="'contract': each window is planned "
-                                      "for the words still owed, a section is written once "
-                                      "(continued only where it was cut), and the run ends "
-                                      "task-complete once `words` is delivered within ±15%.")
-    documents: DocumentsMode | None = Field(None, description="'support': each fact's "
-                                            "relevance is weighed by how well its document "
-                                            "matches the task against the best-matching "
-                                            "document.")
+    profile: ProfileName | None = option_field("profile")
+    memory: MemoryMode | None = option_field("memory")
+    envelope: EnvelopeMode | None = option_field("envelope")
+    queries: QueriesMode | None = option_field("queries")
+    repeats: RepeatsMode | None = option_field("repeats")
+    subject: SubjectMode | None = option_field("subject")
+    lexical: LexicalMode | None = option_field("lexical")
+    stale: StaleMode | None = option_field("stale")
+    length: LengthMode | None = option_field("length")
+    documents: DocumentsMode | None = option_field("documents")
+
+    def run_options(self) -> dict[str, Any]:
+        """The options this request set, by their `RunOptions` names (`window_tokens` is
+        `generation_tokens`), in the options' order; what it left out is not there."""
+        given = {name: getattr(self, wire) for wire, name in wire_names().items()}
+        return {k: v for k, v in given.items() if v is not None}
 
     @field_validator("outline")
     @classmethod

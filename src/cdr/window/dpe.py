@@ -17,6 +17,7 @@ import numpy as np
 
 from cdr.coverage import SubQuery
 from cdr.errors import InvalidInputError
+from cdr.options import DEFAULTS
 from cdr.session import depth_from_words
 from cdr.text.sentences import ends_sentence
 
@@ -24,7 +25,7 @@ from cdr.text.sentences import ends_sentence
 # see docs/results/index.md, "Calibration". A paragraph less similar than this to every
 # sub-query counts for none.
 DEFAULT_ATTRIBUTION_THRESHOLD = 0.30
-DEFAULT_TOTAL_WORDS = 1800
+DEFAULT_TOTAL_WORDS = DEFAULTS.words  # the user's option (cdr.options.RunOptions)
 
 _LIST_MARK = re.compile(r"^\s*(?:[-*+#>]+|\(?\d+[.):]|[ivxIVX]+[.)]|[a-zA-Z][.)])\s*")
 _WORD = re.compile(r"\w+")

@@ -18,13 +18,15 @@ import numpy as np
 
 from cdr.coverage import SubQuery
 from cdr.errors import InvalidInputError
+from cdr.options import DEFAULTS
 from cdr.ranking import Ranking
 from cdr.text.tokens import count_tokens
 
 # A 4k-token window: about 2.8× the generation reserve of source material per window. Larger
 # contexts work (--context-tokens); a tighter envelope makes each window's facts count.
-DEFAULT_CONTEXT_TOKENS = 4096
-DEFAULT_GENERATION_TOKENS = 1024
+# The user's options (cdr.options.RunOptions), under the names the envelope's callers know.
+DEFAULT_CONTEXT_TOKENS = DEFAULTS.context_tokens
+DEFAULT_GENERATION_TOKENS = DEFAULTS.generation_tokens
 # Per-fact framing in the prompt ("[F3] (Section) " and a blank line) costs a few tokens.
 FACT_FRAMING_TOKENS = 8
 

@@ -16,34 +16,27 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import numpy as np
 
 from cdr.coverage import SubQuery
 from cdr.errors import CdrError, InvalidInputError, UpstreamError
 from cdr.old_paths import REMOVED_IN, renamed_keywords
-from cdr.options import OPTION_NAMES, SessionOptions, resolve_options
-from cdr.ranking import DEFAULT_MMR_LAMBDA, DEFAULT_RANKING, ONE_PASS_MODES, Ranking, rank
-from cdr.retrieval.doc_support import POWER as SUPPORT_POWER
+from cdr.options import DEFAULTS, SessionOptions
+from cdr.ranking import ONE_PASS_MODES, Ranking, rank
 from cdr.retrieval.doc_support import SupportedIndex, document_codes
 from cdr.retrieval.expansion import (
-    EXPANSION_FACTS,
-    EXPANSION_TOP_UP,
-    EXPANSION_WIDEN_LIMIT,
-    EXPANSION_WIDENED_POWER,
-    NeighbourScorer,
     expand_sub_queries,
     widened_selection,
     widened_weights,
 )
 from cdr.retrieval.factindex import FactIndex, RankingIndex, Selection, WindowQuery
 from cdr.retrieval.gates import calibrated_gate
-from cdr.retrieval.lexical import LEXICAL_WEIGHT, FusedIndex, lexical_index, session_terms
+from cdr.retrieval.lexical import FusedIndex, lexical_index, session_terms
 from cdr.retrieval.subject import sub_query_texts, subject_of
 from cdr.session import (
     CKF_EXHAUSTED,
-    DEFAULT_MAX_WINDOWS,
     EXHAUSTION_RATIO,
     IN_PROGRESS,
     MAX_WINDOWS_LIMIT,
@@ -52,9 +45,8 @@ from cdr.session import (
 )
 from cdr.text.kept_stream import KeptStream
 from cdr.vectors import normalize
+from cdr.window.config import GenerationConfig, Ranker, SafetyCheck
 from cdr.window.dpe import (
-    DEFAULT_ATTRIBUTION_THRESHOLD,
-    DEFAULT_TOTAL_WORDS,
     DpeReport,
     decompose_from_facts,
     llm_outline_prompt,
@@ -63,9 +55,6 @@ from cdr.window.dpe import (
     verify_text,
 )
 from cdr.window.envelope import (
-    DEFAULT_CONTEXT_TOKENS,
-    DEFAULT_GENERATION_TOKENS,
-    DEFAULT_SYSTEM_PROMPT,
     FACT_FRAMING_TOKENS,
     Budget,
     Envelope,
@@ -73,17 +62,21 @@ from cdr.window.envelope import (
     pack,
     residual_anchor,
 )
-from cdr.window.fit import FIT_FACTS_PER_WORD, MIN_SECTION_WORDS, fit_facts, planned_words
+from cdr.window.fit import MIN_SECTION_WORDS, fit_facts, planned_words
 from cdr.window.headers import SAFETY_ONLY_HEADERS, crp_headers
 from cdr.window.length import section_shares, window_budget, words_owed, writer_words_per_token
-from cdr.window.memory import DEFAULT_MEMORY_RULE, MemoryRule, apply_memory, written_rows
+from cdr.window.memory import apply_memory, written_rows
 from cdr.window.prompt import WORDS_PER_TOKEN, PlanSection, build_user_prompt, fit_plan
 from cdr.window.repeat_guard import GuardResult, RepeatGuard
 from cdr.window.stale import is_stale
 from cdr.window.telemetry import window_span
 from cdr.writers.base import Writer, WriterResult, pastes_facts
 
-DEFAULT_SUB_QUERIES = 6
+__all__ = ["EmptyKnowledgeBaseError", "FactRef", "GenerationConfig", "Generator",
+           "PreparedWindow", "Ranker", "SafetyCheck", "WindowEvent", "default_min_relevance",
+           "stale_envelope", "written_whole"]
+
+DEFAULT_SUB_QUERIES = DEFAULTS.sub_queries  # the user's option (cdr.options.RunOptions)
 DECOMPOSITION_POOL = 300
 PHASE1_LIMIT = 4000
 SHARD_RANKED_MODES = ONE_PASS_MODES  # a shard ranks these itself (cdr.ranking.MODE_RULES)
@@ -109,85 +102,9 @@ class EmptyKnowledgeBaseError(CdrError):
     headers: ClassVar[dict[str, str]] = SAFETY_ONLY_HEADERS
 
 
-class Ranker(Protocol):
-    """A Phase 2 replacement (e.g. a benchmark's baseline): ranks Phase 1's selection.
-
-    It receives the gated selection (`indices`, `relevances`, `embeddings`) and the per-row
-    importance and n-gram counts, and returns a `Ranking` whose `indices` are CKF rows.
-    """
-
-    def __call__(
-        self, session: Session, selection: Any, importance: np.ndarray,
-        ngram_counts: np.ndarray | None,
-    ) -> Ranking: ...
-
-
-class SafetyCheck(Protocol):
-    """SPEC-012 §2.3 hook: how much safety budget a window's text spends (0 = nothing)."""
-
-    def __call__(self, window_number: int, text: str) -> float: ...
-
-
 # How much of a begun section's text a continuing window is shown: one or two sentences,
 # constant in size like the Residual Task Anchor (docs/design.md §3.15 "Continued sections").
 SECTION_END_WORDS = 40
-
-
-@dataclass
-class GenerationConfig:
-    max_windows: int = DEFAULT_MAX_WINDOWS
-    words: int = DEFAULT_TOTAL_WORDS
-    sub_queries: int = DEFAULT_SUB_QUERIES  # for automatic decomposition
-    ranking: str = DEFAULT_RANKING
-    min_relevance: float | None = None  # None: the embedding model's calibrated gate
-    mmr_lambda: float = DEFAULT_MMR_LAMBDA
-    context_tokens: int = DEFAULT_CONTEXT_TOKENS
-    generation_tokens: int = DEFAULT_GENERATION_TOKENS
-    system_prompt: str = DEFAULT_SYSTEM_PROMPT
-    residual_exit_depth: float = 0.70
-    attribution_threshold: float = DEFAULT_ATTRIBUTION_THRESHOLD
-    backward_summary: bool = False
-    # A continued section's prompt line quotes where its text stopped (`SECTION_END_WORDS`
-    # words); False gives the bare "continue it" line (the benchmark's before/after).
-    show_section_ends: bool = True
-    max_envelope_facts: int | None = None
-    # None: every packed fact goes under its closest remaining section, however far. A value
-    # keeps a fact out of the plan unless its cosine to that section reaches it.
-    plan_min_similarity: float | None = None
-    safety_check: SafetyCheck | None = None
-    ranker: Ranker | None = None  # replaces the built-in modes when set
-    # Opt-in rules beyond the spec (`cdr.options`): a profile ("spec", "fresh") and single
-    # options on top of it (None = the profile's). They are fixed into the session at start
-    # and persisted with it; later windows follow the session's, whatever this config says.
-    profile: str | None = None
-    memory: str | None = None  # "off" | "facts"
-    envelope: str | None = None  # "budget" | "fit"
-    queries: str | None = None  # "titles" | "expanded"
-    repeats: str | None = None  # "keep" | "drop" (cdr.window.repeat_guard)
-    subject: str | None = None  # "off" | "anchor" (cdr.retrieval.subject)
-    lexical: str | None = None  # "off" | "bm25" (cdr.retrieval.lexical)
-    stale: str | None = None  # "write" | "stop" (cdr.window.stale)
-    length: str | None = None  # "open" | "contract" (cdr.window.length)
-    # The rules' tunables (library and benchmark only; sessions use the defaults).
-    lexical_weight: float = LEXICAL_WEIGHT  # cdr.retrieval.lexical: BM25's share of fused relevance
-    documents: str | None = None  # "off" | "support" (cdr.retrieval.doc_support)
-    support_power: float = SUPPORT_POWER  # cdr.retrieval.doc_support: how hard to cut
-    memory_rule: MemoryRule = DEFAULT_MEMORY_RULE
-    fit_facts_per_word: float = FIT_FACTS_PER_WORD
-    expansion_facts: int = EXPANSION_FACTS
-    # expanded sub-queries also widen Phase 1 (cdr.retrieval.expansion)
-    expansion_widens: bool = True
-    expansion_widen_limit: int = EXPANSION_WIDEN_LIMIT  # facts each expansion may add
-    expansion_top_up: bool = EXPANSION_TOP_UP  # ... only what its section lacks in the pool
-    # Facts below the query's gate (widened in) scored × (relevance / gate)^power (0 = off).
-    expansion_widened_power: float = EXPANSION_WIDENED_POWER
-    # Scores (pool × sub-queries) that pick each expansion's nearest facts instead of the
-    # cosines, e.g. dense fused with BM25 (the benchmark's lexical arm); None = cosines.
-    expansion_scorer: NeighbourScorer | None = None
-
-    def session_options(self) -> SessionOptions:
-        """The profile's options with single ones on top; an unknown value is refused."""
-        return resolve_options(self.profile, **{n: getattr(self, n) for n in OPTION_NAMES})
 
 
 @dataclass(frozen=True, slots=True)
