@@ -7,7 +7,7 @@ the ranking mode, the token budgets and the opt-in rules below. The three faces 
 wire names (`window_tokens` on the wire is `generation_tokens` here), and the library's
 `cdr.window.loop.GenerationConfig` is a `RunOptions` plus the knobs and hooks no user sets
 per run (`cdr.window.config`). `tests/test_options.py` checks that the CLI's, the schema's
-and the config's defaults are these (docs/design.md §7.2 "One options type").
+and the config's defaults are these (docs/design.md §7.5 "Seams").
 
 Opt-in session options beyond CRP-SPEC-024 (issue 13), and the presets that bundle them.
 

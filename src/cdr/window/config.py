@@ -10,7 +10,7 @@ always did, but its fields come from three places with three jobs:
   their defaults;
 - `Hooks`: callbacks and test seams — code, not values, never stored or sent.
 
-docs/design.md §7.2 "One options type" says why.
+docs/design.md §7.5 "Seams" says why.
 """
 
 from __future__ import annotations
