@@ -6,6 +6,10 @@ no download; the embeddings come from the real default model.
 
 from __future__ import annotations
 
+import fcntl
+import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -37,25 +41,52 @@ def build_topics_ckf(root: Path, topics: tuple[str, ...], recipe: str | None = N
     return root / "ckf"
 
 
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str,
+               build: Callable[[Path], Path]) -> Path:
+    """`build(root)` (which returns a path inside `root`) run once per test run, however many
+    xdist workers need it, and copied into each worker's own temporary directory.
+
+    Ingesting a CKF embeds every fact, which costs more than most modules' tests; under
+    `make test` every worker used to build each session CKF it needed. The first worker
+    builds it under a lock in the run's shared temporary directory, the others wait and copy
+    it. Each worker still gets its own copy, so a server that writes beside a CKF (its session
+    file) never shares it with another worker's tests, as before."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return build(tmp_path_factory.mktemp(name))
+    shared = tmp_path_factory.getbasetemp().parent / f"built-{name}"
+    with open(f"{shared}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        marker = shared / ".built"
+        if not marker.exists():
+            shutil.rmtree(shared, ignore_errors=True)
+            shared.mkdir()
+            marker.write_text(build(shared).relative_to(shared).as_posix())
+        inside = marker.read_text()
+    mine = tmp_path_factory.mktemp(name)
+    shutil.copytree(shared, mine, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".built"))
+    return mine / inside
+
+
 @pytest.fixture(scope="session")
 def types_ckf_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """~450 facts: the built-in types topics and a few unrelated ones."""
-    return build_topics_ckf(tmp_path_factory.mktemp("types-ckf"),
-                            BUILTIN_TYPES_TOPICS + DISTRACTOR_TOPICS)
+    return built_once(tmp_path_factory, "types-ckf", lambda root: build_topics_ckf(
+        root, BUILTIN_TYPES_TOPICS + DISTRACTOR_TOPICS))
 
 
 @pytest.fixture(scope="session")
 def tiny_ckf_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A handful of facts: a CKF that a long task exhausts."""
-    return build_topics_ckf(tmp_path_factory.mktemp("tiny-ckf"), ("pass", "truth"))
+    return built_once(tmp_path_factory, "tiny-ckf",
+                      lambda root: build_topics_ckf(root, ("pass", "truth")))
 
 
 @pytest.fixture(scope="session")
 def tiny_plain_ckf_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny CKF as every CKF was built before fact recipes (facts embedded alone): what
     sessions stored by earlier versions were started on."""
-    return build_topics_ckf(tmp_path_factory.mktemp("tiny-plain-ckf"), ("pass", "truth"),
-                            recipe="plain")
+    return built_once(tmp_path_factory, "tiny-plain-ckf", lambda root: build_topics_ckf(
+        root, ("pass", "truth"), recipe="plain"))
 
 
 # `make test` spreads whole modules over the cores (pytest-xdist, `--dist loadfile`: many

@@ -36,6 +36,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.conftest import built_once
+
 SECRET = "gateway-test-secret-0123456789abcdef"
 MAX_BODY_BYTES = 200_000
 TOKEN_TTL = 900
@@ -215,8 +217,8 @@ def base_env(tmp: Path, **extra: str) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def gateway_ckf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("gateway-ckf")
-    return build_ckf(root / "ckf", write_topics(root / "docs"))
+    return built_once(tmp_path_factory, "gateway-ckf",
+                      lambda root: build_ckf(root / "ckf", write_topics(root / "docs")))
 
 
 @pytest.fixture(scope="session")

@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import build_topics_ckf
+from tests.conftest import build_topics_ckf, built_once
 from tests.gateway_server import GatewayServer, child_env, free_port
 
 
 @pytest.fixture(scope="session")
 def hr_ckf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_topics_ckf(tmp_path_factory.mktemp("hr-ckf"), ("class", "import"))
+    return built_once(tmp_path_factory, "hr-ckf",
+                      lambda root: build_topics_ckf(root, ("class", "import")))
 
 
 class KbServer(GatewayServer):

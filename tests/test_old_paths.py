@@ -139,6 +139,12 @@ def test_renamed_names_and_keywords_keep_working_with_a_warning() -> None:
         assert old.CKFWriter is CKFCommitter
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         _ = cdr.ckf.Nope  # type: ignore[attr-defined]
+    # moved to another module: the document kinds' table is the registry of cdr.ckf.kinds
+    from cdr.ckf import kinds
+    parse_module = importlib.import_module("cdr.ckf.parse")  # cdr.ckf.parse is also a function
+    with pytest.warns(DeprecationWarning, match="cdr.ckf.parse.KIND_BY_SUFFIX is now "
+                                                "cdr.ckf.kinds.KIND_BY_SUFFIX"):
+        assert parse_module.KIND_BY_SUFFIX is kinds.KIND_BY_SUFFIX
 
     @renamed_keywords(ckf="index")
     def run(index: int, *, limit: int = 0) -> tuple[int, int]:

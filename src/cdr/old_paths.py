@@ -73,10 +73,14 @@ MOVED: dict[str, str] = {
     "cdr.ckf.writer": "cdr.ckf.committer",  # the CKF's storage side, apart from `cdr.writers`
 }
 
-# Module -> {old attribute name: new attribute name}, for names renamed in place.
+# Module -> {old attribute name: new name}, for names renamed in place ("Name") or moved to
+# another module ("cdr.module:Name").
 RENAMED: dict[str, dict[str, str]] = {
     "cdr.ckf": {"CKFWriter": "CKFCommitter"},
     "cdr.ckf.committer": {"CKFWriter": "CKFCommitter"},
+    # the document kinds' table, now the registry of cdr.ckf.kinds
+    "cdr.ckf.parse": {name: f"cdr.ckf.kinds:{name}" for name in (
+        "KINDS", "KIND_BY_SUFFIX", "parse", "pdf_available")},
 }
 
 
@@ -137,9 +141,11 @@ def renamed_getattr(module: str) -> Callable[[str], Any]:
         new = names.get(name)
         if new is None:
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        warnings.warn(f"{module}.{name} is now {module}.{new}; the old name stops working in "
+        home, _, attr = new.rpartition(":")
+        home = home or module
+        warnings.warn(f"{module}.{name} is now {home}.{attr}; the old name stops working in "
                       f"cdr {REMOVED_IN}", DeprecationWarning, stacklevel=2)
-        return getattr(sys.modules[module], new)
+        return getattr(importlib.import_module(home), attr)
 
     return __getattr__
 

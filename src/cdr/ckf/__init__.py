@@ -22,7 +22,8 @@ from cdr.ckf.ingest import (
     ingest_documents,
     ingest_texts,
 )
-from cdr.ckf.parse import parse, parse_html, parse_markdown, parse_pdf, parse_text
+from cdr.ckf.kinds import DocumentKind, parse
+from cdr.ckf.parse import parse_html, parse_markdown, parse_pdf, parse_text
 from cdr.ckf.records import (
     MAX_FACT_TOKENS,
     MIN_FACT_TOKENS,
@@ -52,6 +53,7 @@ __all__ = [
     "CKFSnapshot",
     "ChunkConfig",
     "DocumentInput",
+    "DocumentKind",
     "Fact",
     "FactDraft",
     "FactStatus",

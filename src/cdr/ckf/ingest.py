@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -23,7 +22,8 @@ import numpy as np
 from cdr.ckf.chunk import DEFAULT_CHUNKING, ChunkConfig, chunk_blocks
 from cdr.ckf.handle import CKF
 from cdr.ckf.html_main import extractor_id
-from cdr.ckf.parse import KIND_BY_SUFFIX, KINDS, PARSER_VERSION, front_matter
+from cdr.ckf.kinds import DEFAULT_KIND, REGISTRY, declared_settings, kind_for_suffix
+from cdr.ckf.parse import PARSER_VERSION
 from cdr.ckf.records import (
     SOURCE_TYPE_IMPORTANCE,
     FactDraft,
@@ -94,31 +94,6 @@ class _Planned:
     warnings: list[str] = field(default_factory=list)
 
 
-_HTML_META = {
-    key: re.compile(
-        rf"""<meta[^>]+name\s*=\s*["']cdr-{name}["'][^>]*content\s*=\s*["']([^"']+)""", re.I)
-    for key, name in (("source_type", "source-type"), ("importance", "importance"))
-}
-
-
-def declared_settings(kind: str, text: str) -> dict[str, str]:
-    """What a document says about its own source type / importance: Markdown front matter
-    (`source_type:`, `importance:`) or HTML `<meta name="cdr-source-type|cdr-importance">`.
-    Read without a full parse, so an unchanged document costs no parsing."""
-    if kind == "md":
-        meta, _ = front_matter(text[:20000].splitlines())
-        return {k: meta[k] for k in ("source_type", "importance") if k in meta}
-    if kind == "html":
-        head = text[:50000]
-        out = {}
-        for key, rx in _HTML_META.items():
-            m = rx.search(head)
-            if m:
-                out[key] = m.group(1).strip()
-        return out
-    return {}
-
-
 def _settings(declared: dict[str, str], doc: DocumentInput, source_type: str,
               importance: float | None) -> tuple[str, float]:
     """Most specific wins: the caller's per-document values, then what the document declares,
@@ -137,14 +112,14 @@ def _settings(declared: dict[str, str], doc: DocumentInput, source_type: str,
 def _plan(ckf: CKF, doc: DocumentInput, source_type: str, importance: float | None,
           chunking: ChunkConfig) -> _Planned:
     data = doc.data.encode("utf-8") if isinstance(doc.data, str) else bytes(doc.data)
-    kind = doc.kind or kind_of(doc.source, "txt")
-    if kind not in KINDS:
+    kind = doc.kind or kind_of(doc.source, DEFAULT_KIND)
+    if kind not in REGISTRY:
         raise SkipDocument(f"unsupported document kind {kind!r}")
     # The bytes plus how they are cut into facts: a new chunking re-chunks unchanged files.
     extractor = f" html {extractor_id()}" if kind == "html" else ""
     recipe = f"cdr-ckf parser {PARSER_VERSION}{extractor} {chunking!r}\0".encode()
     content_hash = hashlib.sha256(recipe + data).hexdigest()
-    text = decode_text(data, kind)[0] if kind != "pdf" else ""
+    text = "" if REGISTRY[kind].binary else decode_text(data, kind)[0]
     try:
         st, imp = _settings(declared_settings(kind, text), doc, source_type, importance)
     except InvalidInputError as e:
@@ -337,7 +312,8 @@ def read_inputs(candidates: Iterable[Any], report: IngestReport) -> Iterator[Doc
         except SkipDocument as e:
             report.skipped.append((str(c.path), str(e)))
             continue
-        yield DocumentInput(str(c.path), data, KIND_BY_SUFFIX.get(c.path.suffix.lower(), "txt"))
+        known = kind_for_suffix(c.path.suffix)
+        yield DocumentInput(str(c.path), data, DEFAULT_KIND if known is None else known.name)
 
 
 def mark_vanished(ckf: CKF, roots: Sequence[Path]) -> list[str]:

@@ -1,6 +1,7 @@
 """Documents → paragraph-level blocks, each with its heading path and location.
 
-One parser per format, all producing the same `ParsedDocument`. The parsers keep structure
+One parser per format, all producing the same `ParsedDocument`; which parser reads which
+file is the registry's business (`cdr.ckf.kinds`). The parsers keep structure
 (headings, code, lists) and drop chrome (HTML navigation, scripts); sizing facts is the
 chunker's job, not theirs.
 """
@@ -10,36 +11,25 @@ from __future__ import annotations
 import io
 import re
 import textwrap
-from collections.abc import Callable
 
 from cdr.ckf.html_blocks import parse_html
 from cdr.ckf.markdown_blocks import front_matter, parse_markdown
 from cdr.ckf.records import ParsedDocument
 from cdr.ckf.sections import Sections
 from cdr.errors import InvalidInputError
+from cdr.old_paths import renamed_getattr
 from cdr.text.blocks import Block
 from cdr.text.sentences import ends_sentence
 
 __all__ = [
-    "KINDS",
-    "KIND_BY_SUFFIX",
     "PARSER_VERSION",
     "front_matter",
-    "parse",
     "parse_html",
     "parse_markdown",
     "parse_pdf",
     "parse_text",
-    "pdf_available",
 ]
 
-KIND_BY_SUFFIX = {
-    ".md": "md", ".markdown": "md", ".mdown": "md", ".mkd": "md",
-    ".txt": "txt", ".text": "txt", ".rst": "txt",
-    ".html": "html", ".htm": "html", ".xhtml": "html",
-    ".pdf": "pdf",
-}
-KINDS = ("md", "txt", "html", "pdf")
 # Bumped when parsing or chunking changes what facts a document yields, so that re-ingesting
 # an unchanged file re-chunks it (and embeds only texts that are actually new).
 PARSER_VERSION = 2  # 2: Markdown by markdown-it-py (CommonMark)
@@ -132,14 +122,6 @@ def parse_text(text: str) -> ParsedDocument:
 # ----------------------------------------------------------------------------- PDF
 
 
-def pdf_available() -> bool:
-    try:
-        import pypdf  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def _pdf_outline(reader: object) -> list[tuple[int, tuple[str, ...]]]:
     """(first page index, heading path) for each outline entry, in page order."""
     out: list[tuple[int, tuple[str, ...]]] = []
@@ -200,18 +182,4 @@ def parse_pdf(data: bytes) -> ParsedDocument:
     return ParsedDocument("pdf", blocks, title, {})
 
 
-PARSERS: dict[str, Callable[[str], ParsedDocument]] = {
-    "md": parse_markdown,
-    "txt": parse_text,
-    "html": parse_html,
-}
-
-
-def parse(kind: str, text: str) -> ParsedDocument:
-    """Parse decoded text of one of the text kinds ("md", "txt", "html")."""
-    try:
-        parser = PARSERS[kind]
-    except KeyError:
-        raise InvalidInputError(f"unknown document kind {kind!r}; expected one of "
-                                f"{', '.join(PARSERS)}") from None
-    return parser(text)
+__getattr__ = renamed_getattr(__name__)  # the kinds' names moved to cdr.ckf.kinds

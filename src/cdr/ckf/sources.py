@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from cdr.ckf.parse import KIND_BY_SUFFIX, parse, parse_pdf, pdf_available
+from cdr.ckf.kinds import DocumentKind, document_kind, kind_for_suffix, parse
 from cdr.ckf.records import ParsedDocument
 from cdr.errors import InvalidInputError, NotFoundError
 
@@ -141,7 +141,7 @@ def discover(
                 if name.startswith("."):
                     continue
                 rel = rel_dir + name
-                if Path(name).suffix.lower() not in KIND_BY_SUFFIX:
+                if kind_for_suffix(Path(name).suffix) is None:
                     continue
                 if inc and not glob_match(rel, inc):
                     continue
@@ -160,10 +160,14 @@ _CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)"""
 
 
 def kind_of(name: str, default: str | None = None) -> str:
-    kind = KIND_BY_SUFFIX.get(Path(name).suffix.lower(), default)
-    if kind is None:
+    """The registered kind of a file by its suffix (`cdr.ckf.kinds`); `default` for a suffix
+    the registry lacks, or SkipDocument when there is no default."""
+    kind = kind_for_suffix(Path(name).suffix)
+    if kind is not None:
+        return kind.name
+    if default is None:
         raise SkipDocument(f"unsupported file type {Path(name).suffix or '(no extension)'!r}")
-    return kind
+    return default
 
 
 # Codecs Python knows that are not character sets a page can be written in: a `<meta charset>`
@@ -259,22 +263,11 @@ def decode(data: bytes, kind: str) -> str:
 def parse_bytes(data: bytes, kind: str) -> ParsedDocument:
     """Decode and parse; every failure is a SkipDocument with the reason. Warnings of the
     decoding and of the parser are in the document's `warnings`."""
-    if kind == "pdf":
-        if not data:
-            raise SkipDocument("empty file")
-        if not data.lstrip().startswith(b"%PDF-"):
-            raise SkipDocument("not a PDF (missing %PDF- header)")
-        if not pdf_available():
-            raise SkipDocument("PDF support needs pypdf: pip install 'cdr-retrieval[pdf]'")
-        try:
-            doc = parse_pdf(data)
-        except SkipDocument:
-            raise
-        except Exception as exc:
-            raise SkipDocument(f"unreadable PDF: {exc}") from None
-        if not doc.blocks:
-            raise SkipDocument("PDF has no extractable text (scanned images?)")
-        return doc
+    k = document_kind(kind)
+    if k.binary:
+        return _parse_binary(data, k)
+    if not k.available:
+        raise SkipDocument(k.missing())
     text, warnings = decode_text(data, kind)
     try:
         doc = parse(kind, text)
@@ -287,6 +280,26 @@ def parse_bytes(data: bytes, kind: str) -> ParsedDocument:
     doc.warnings[:0] = warnings
     if not doc.blocks:
         raise SkipDocument("no text content")
+    return doc
+
+
+def _parse_binary(data: bytes, k: DocumentKind) -> ParsedDocument:
+    """A binary kind (PDF) parsed from its bytes, checked first by its header."""
+    if not data:
+        raise SkipDocument("empty file")
+    if k.magic and not data.lstrip().startswith(k.magic):
+        raise SkipDocument(f"not a {k.label} (missing {k.magic.decode()} header)")
+    if not k.available:
+        raise SkipDocument(k.missing())
+    assert k.parse_bytes is not None, k.name  # a binary kind registers its bytes parser
+    try:
+        doc = k.parse_bytes(data)
+    except SkipDocument:
+        raise
+    except Exception as exc:
+        raise SkipDocument(f"unreadable {k.label}: {exc}") from None
+    if not doc.blocks:
+        raise SkipDocument(k.no_text)
     return doc
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -38,39 +38,34 @@ class DocumentChange:
     new_rows: int  # rows this change created (vectors written)
 
 
+@dataclass(eq=False)
 class WriteTxn:
     """Holds the in-progress state; `finish` writes arrays then SQLite commits (by the caller).
 
     `status` and `importance` are private copies: readers keep seeing the committed arrays
-    until the store publishes these after COMMIT.
+    until the store publishes these after COMMIT. `n_rows` grows as rows are added;
+    `base_rows` stays the committed count the transaction started from.
     """
 
-    def __init__(
-        self,
-        conn: sqlite3.Connection,
-        files: ArrayFiles,
-        dim: int,
-        n_rows: int,
-        n_hashes: int,
-        last_offset: int,
-        status: np.ndarray,
-        importance: np.ndarray,
-        generation: int,
-    ) -> None:
-        self.conn = conn
-        self.files = files
-        self.dim = dim
-        self.base_rows = n_rows
-        self.n_rows = n_rows
-        self.n_hashes = n_hashes
-        self.last_offset = last_offset
-        self.status = status.copy()
-        self.importance = importance.copy()
-        self.generation = generation
-        self.ts = now()
-        self._vectors: list[np.ndarray] = []
-        self._tokens: list[int] = []
-        self._hashes: list[np.ndarray] = []
+    conn: sqlite3.Connection
+    files: ArrayFiles
+    dim: int
+    n_rows: int
+    n_hashes: int
+    last_offset: int
+    status: np.ndarray
+    importance: np.ndarray
+    generation: int
+    base_rows: int = field(init=False)
+    ts: str = field(init=False, default_factory=now)
+    _vectors: list[np.ndarray] = field(init=False, default_factory=list)
+    _tokens: list[int] = field(init=False, default_factory=list)
+    _hashes: list[np.ndarray] = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.base_rows = self.n_rows
+        self.status = self.status.copy()
+        self.importance = self.importance.copy()
 
     # ------------------------------------------------------------------ rows
 

@@ -172,17 +172,13 @@ def ingest_command(
         else:
             _print_report(report, ckf)
         return
-    with _errors():
-        store = CKF.open_or_create(ckf, model, dtype=dtype, recipe=recipe)
-        try:
-            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                          TimeElapsedColumn(), TimeRemainingColumn(), console=err,
-                          transient=True, disable=as_json) as bar:
-                report = ingest(store, [str(p) for p in paths], source_type=source_type,
-                                include=glob or None, exclude=exclude or None,
-                                importance=importance, progress=_RichProgress(bar))
-        finally:
-            store.close()
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=True,
+                   disable=as_json)
+    with _errors(), CKF.open_or_create(ckf, model, dtype=dtype, recipe=recipe) as index, bar:
+        report = ingest(index, [str(p) for p in paths], source_type=source_type,
+                        include=glob or None, exclude=exclude or None,
+                        importance=importance, progress=_RichProgress(bar))
     if as_json:
         out.print_json(json.dumps(report.to_dict()))
     else:
@@ -230,12 +226,8 @@ ckf_app = typer.Typer(help="Inspect and edit a Contextual Knowledge Fabric (CKF)
 @ckf_app.command("stats")
 def stats_command(ckf: CkfOption, as_json: JsonOption = False) -> None:
     """Facts, documents, statuses, model and size of a CKF."""
-    with _errors():
-        store = _open(ckf)
-        try:
-            st = store.stats()
-        finally:
-            store.close()
+    with _errors(), _open(ckf) as index:
+        st = index.stats()
     if as_json:
         out.print_json(json.dumps(st))
         return
@@ -284,11 +276,8 @@ def reembed_command(
             def run(cb: Any) -> Any:
                 from cdr.ckf.reembed import reembed
 
-                store = _open(ckf)
-                try:
-                    return reembed(store, recipe, embedder=_embedder(embedder), progress=cb)
-                finally:
-                    store.close()
+                with _open(ckf) as index:
+                    return reembed(index, recipe, embedder=_embedder(embedder), progress=cb)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), TimeRemainingColumn(), console=err,
                       transient=True, disable=as_json) as bar:
@@ -326,18 +315,14 @@ def search_command(
         err.print(f"[red]error:[/red] --lexical must be one of {', '.join(LEXICAL_MODES)}, "
                   f"got {escape(repr(lexical))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
-    with _errors():
-        store = _open(ckf, embedder)
-        try:
-            if lexical == "off":
-                hits = store.search(query, limit=limit, min_relevance=min_relevance)
-            else:  # cdr.retrieval.lexical: the loop's own fused Phase 1
-                fused = FusedIndex(store, lexical_index(store), session_terms(query, []))
-                sel = fused.select(store.embedder.encode([query])[0], min_relevance, limit)
-                hits = list(zip(store.facts(sel.indices), sel.relevances.tolist(),
-                                strict=True))
-        finally:
-            store.close()
+    with _errors(), _open(ckf, embedder) as index:
+        if lexical == "off":
+            hits = index.search(query, limit=limit, min_relevance=min_relevance)
+        else:  # cdr.retrieval.lexical: the loop's own fused Phase 1
+            fused = FusedIndex(index, lexical_index(index), session_terms(query, []))
+            sel = fused.select(index.embedder.encode([query])[0], min_relevance, limit)
+            hits = list(zip(index.facts(sel.indices), sel.relevances.tolist(),
+                            strict=True))
     if as_json:
         out.print_json(json.dumps([
             {"relevance": round(rel, 4), "fact_id": f.id, "row": f.row, "section": f.section,
@@ -371,13 +356,9 @@ def rm_command(
         out.print(f"removed {source} from shard-{shard} ({n} facts no longer selectable)",
                   highlight=False, soft_wrap=True, markup=False)
         return
-    with _errors():
-        store = _open(ckf)
-        try:
-            source = store.document(doc)["source"]
-            n = store.delete_document(doc)
-        finally:
-            store.close()
+    with _errors(), _open(ckf) as index:
+        source = index.document(doc)["source"]
+        n = index.delete_document(doc)
     out.print(f"removed {source} ({n} facts no longer selectable)", highlight=False,
               soft_wrap=True, markup=False)
 
@@ -391,11 +372,8 @@ def docs_command(ckf: CkfOption, as_json: JsonOption = False) -> None:
         if is_shard_set(ckf):
             docs = list_documents(ckf)
         else:
-            store = _open(ckf)
-            try:
-                docs = store.documents()
-            finally:
-                store.close()
+            with _open(ckf) as index:
+                docs = index.documents()
     if as_json:
         out.print_json(json.dumps(docs))
         return
@@ -415,12 +393,8 @@ def docs_command(ckf: CkfOption, as_json: JsonOption = False) -> None:
 @ckf_app.command("check")
 def check_command(ckf: CkfOption) -> None:
     """Verify that the database and the array files agree (exit 1 if not)."""
-    with _errors():
-        store = _open(ckf)
-        try:
-            problems = store.check()
-        finally:
-            store.close()
+    with _errors(), _open(ckf) as index:
+        problems = index.check()
     if problems:
         for p in problems:
             err.print(f"[red]problem:[/red] {p}", highlight=False)
@@ -431,12 +405,8 @@ def check_command(ckf: CkfOption) -> None:
 @ckf_app.command("compact")
 def compact_command(ckf: CkfOption) -> None:
     """Drop deleted facts from the arrays (renumbers rows; do it when no session is open)."""
-    with _errors():
-        store = _open(ckf)
-        try:
-            res = store.compact()
-        finally:
-            store.close()
+    with _errors(), _open(ckf) as index:
+        res = index.compact()
     out.print(f"rows: {res['rows_before']} → {res['rows_after']}")
 
 
@@ -448,12 +418,8 @@ def index_command(ckf: CkfOption) -> None:
     catch up at once. Incremental."""
     from cdr.retrieval.scan import HAVE_KERNELS, build_quantised
 
-    with _errors():
-        store = _open(ckf)
-        try:
-            n = build_quantised(store.path, store.epoch, store.embeddings)
-        finally:
-            store.close()
+    with _errors(), _open(ckf) as index:
+        n = build_quantised(index.path, index.epoch, index.embeddings)
     out.print(f"int8 copy covers {n} rows")
     if not HAVE_KERNELS:
         err.print("numba is not installed (pip install 'cdr-retrieval[fast]'): "

@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cdr.gateway.auth import is_loopback
 from cdr.gateway.errors import ApiError
+from cdr.gateway.limits import header
 
 __all__ = ["DevGuardMiddleware", "loopback_host"]
 
@@ -50,24 +51,19 @@ def loopback_host(host: str | None) -> bool:
     return is_loopback(name)
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
-    for k, v in scope.get("headers", []):
-        if k == name:
-            return v.decode("latin-1")
-    return None
 
 
 def refusal(scope: Scope) -> ApiError | None:
     """Why this request must be refused in dev mode, or None."""
-    host = _header(scope, b"host")
+    host = header(scope, b"host")
     if not loopback_host(host):
         return ApiError(403, f"this dev-mode gateway answers only requests for a loopback host "
                         f"(localhost, 127.0.0.1, [::1]), not Host {(host or '')[:100]!r}",
                         code="dev_mode_host")
     if scope.get("method", "GET").upper() in SAFE_METHODS:
         return None
-    site = (_header(scope, b"sec-fetch-site") or "").strip().lower()
-    origin = _header(scope, b"origin")
+    site = (header(scope, b"sec-fetch-site") or "").strip().lower()
+    origin = header(scope, b"origin")
     if site in CROSS or (origin is not None and origin.strip().lower()
                          != f"{scope.get('scheme', 'http')}://{(host or '').lower()}"):
         return ApiError(403, "this dev-mode gateway takes no writes from other sites "

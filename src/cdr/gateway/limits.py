@@ -18,6 +18,7 @@ import re
 from typing import Any
 
 from pydantic_core import PydanticCustomError
+from starlette.types import Scope
 
 __all__ = ["INVALID_TEXT", "check_text", "expects_json", "is_json_content_type"]
 
@@ -70,3 +71,12 @@ def expects_json(method: str, path: str) -> bool:
     return (method.upper() in ("POST", "PUT", "PATCH") and path.startswith("/v1/")
             and path != "/v1/ckf/documents"
             and not (path.startswith("/v1/kbs/") and path.endswith("/documents")))
+
+
+def header(scope: Scope, name: bytes) -> str | None:
+    """The first value of header `name` (lower-case bytes) of an ASGI request, or None: read
+    from the raw scope by the middlewares that run before any request object exists."""
+    for k, v in scope.get("headers", []):
+        if k == name:
+            return v.decode("latin-1")
+    return None

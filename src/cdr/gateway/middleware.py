@@ -23,7 +23,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cdr.gateway.errors import ApiError, BodyReadTimeoutError, BodyTooLargeError
-from cdr.gateway.limits import expects_json, is_json_content_type
+from cdr.gateway.limits import expects_json, header, is_json_content_type
 from cdr.gateway.metrics import GatewayMetrics
 
 log = logging.getLogger("cdr.gateway")
@@ -96,8 +96,8 @@ class GatewayMiddleware:
                 headers={"Connection": "close"}))
             return
         method, path = scope.get("method", "GET"), scope.get("path", "")
-        ctype = _header(scope, b"content-type")
-        has_body = (length or 0) > 0 or _header(scope, b"transfer-encoding") is not None
+        ctype = header(scope, b"content-type")
+        has_body = (length or 0) > 0 or header(scope, b"transfer-encoding") is not None
         if has_body and expects_json(method, path) and ctype is not None \
                 and not is_json_content_type(ctype):
             await send_error(ApiError(
@@ -143,18 +143,9 @@ class GatewayMiddleware:
             observe()
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
-    for k, v in scope.get("headers", []):
-        if k == name:
-            return v.decode("latin-1")
-    return None
-
-
 def _content_length(scope: Scope) -> int | None:
-    for k, v in scope.get("headers", []):
-        if k == b"content-length":
-            try:
-                return int(v)
-            except ValueError:
-                return None
-    return None
+    value = header(scope, b"content-length")
+    try:
+        return None if value is None else int(value)
+    except ValueError:
+        return None

@@ -34,23 +34,25 @@ def _gw(request: Request) -> Gateway:
 
 
 def _check_upload(name: str, data: bytes) -> str:
-    """The file's kind, or a 415 (type we do not read) / 422 (a file we cannot use)."""
-    from cdr.ckf.parse import KIND_BY_SUFFIX, pdf_available
+    """The file's kind (`cdr.ckf.kinds`), or a 415 (a type we do not read, or one whose extra
+    is not installed: the message names it) / 422 (a file we cannot use)."""
+    from cdr.ckf.kinds import available_suffixes, kind_for_suffix
     from cdr.ckf.sources import SkipDocument, parse_bytes
 
     suffix = PurePosixPath(name).suffix.lower()
-    kind = KIND_BY_SUFFIX.get(suffix)
-    if kind is None or (kind == "pdf" and not pdf_available()):
-        supported = sorted(s for s, k in KIND_BY_SUFFIX.items()
-                           if k != "pdf" or pdf_available())
+    kind = kind_for_suffix(suffix)
+    if kind is None:
         raise ApiError(415, f"{name}: unsupported file type {suffix or '(no extension)'!r}; "
-                       f"supported: {', '.join(supported)}", param="file",
+                       f"supported: {', '.join(available_suffixes())}", param="file",
+                       code="unsupported_file_type")
+    if not kind.available:
+        raise ApiError(415, f"{name}: {kind.missing()}", param="file",
                        code="unsupported_file_type")
     try:
-        parse_bytes(data, kind)
+        parse_bytes(data, kind.name)
     except SkipDocument as exc:
         raise ApiError(422, f"{name}: {exc}", param="file", code="unusable_document") from None
-    return kind
+    return kind.name
 
 
 def _clean_name(raw: str | None) -> str:

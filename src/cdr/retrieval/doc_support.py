@@ -27,44 +27,29 @@ the whole row space, so a sharded index weighs exactly as one CKF holding all th
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 
 from cdr.retrieval.factindex import Selection, check_gate
+from cdr.retrieval.per_state import PerState, every_fact
 
 # (support ratio) ** POWER: chosen on the TUNE split of the retrieval benchmark's two corpora
 # (bench/results/tune_focused_round3.md).
 POWER = 2.0
-CACHE_STATES = 4
-FACT_READ_CHUNK = 20_000
-
-_CACHE: OrderedDict[tuple[str, str, int, int], np.ndarray] = OrderedDict()
-_CACHE_LOCK = threading.Lock()
 
 
-def document_codes(index: Any) -> np.ndarray:
-    """int64 (n_rows,): a code per row naming its document (the same code for the rows of one
-    source), built on first use for `index`'s state and shared by every session on it."""
-    key = (str(index.path), str(index.model_id), int(index.generation), int(index.n_rows))
-    with _CACHE_LOCK:
-        hit = _CACHE.get(key)
-        if hit is not None:
-            _CACHE.move_to_end(key)
-            return hit
+def _document_codes(index: Any) -> np.ndarray:
     codes = np.zeros(int(index.n_rows), dtype=np.int64)
     names: dict[str, int] = {}
-    for lo in range(0, int(index.n_rows), FACT_READ_CHUNK):
-        hi = min(lo + FACT_READ_CHUNK, int(index.n_rows))
-        for row, f in zip(range(lo, hi), index.facts(np.arange(lo, hi)), strict=True):
-            codes[row] = names.setdefault(str(f.source), len(names))
-    with _CACHE_LOCK:
-        _CACHE[key] = codes
-        while len(_CACHE) > CACHE_STATES:
-            _CACHE.popitem(last=False)
+    for row, f in every_fact(index):
+        codes[row] = names.setdefault(str(f.source), len(names))
     return codes
+
+
+# int64 (n_rows,): a code per row naming its document (the same code for the rows of one
+# source), built on first use for an index's state and shared by every session on it.
+document_codes = PerState(_document_codes)
 
 
 def support_weights(rows: np.ndarray, relevances: np.ndarray, codes: np.ndarray,

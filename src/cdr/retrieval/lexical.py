@@ -27,8 +27,7 @@ order, as one CKF holding all the rows.
 from __future__ import annotations
 
 import re
-import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -38,6 +37,7 @@ import numpy as np
 
 from cdr.errors import InvalidInputError
 from cdr.retrieval.factindex import Selection, check_gate
+from cdr.retrieval.per_state import PerState, every_fact
 
 K1 = 1.2
 B = 0.75
@@ -234,32 +234,15 @@ class FusedIndex:
 
 # ---------------------------------------------------------------------- per-state cache
 
-_CACHE: OrderedDict[tuple[str, str, int, int], LexicalIndex] = OrderedDict()
-_CACHE_LOCK = threading.Lock()
-CACHE_STATES = 4
-FACT_READ_CHUNK = 20_000
+
+def _lexical_index(index: Any) -> LexicalIndex:
+    return LexicalIndex.build([lexical_text(f.source, f.section, f.content)
+                               for _, f in every_fact(index)])
 
 
-def lexical_index(index: Any) -> LexicalIndex:
-    """The `LexicalIndex` of `index`'s current state: built on first use (reading every
-    row's source, section and text once), then shared by every session on that state."""
-    key = (str(index.path), str(index.model_id), int(index.generation), int(index.n_rows))
-    with _CACHE_LOCK:
-        hit = _CACHE.get(key)
-        if hit is not None:
-            _CACHE.move_to_end(key)
-            return hit
-    texts: list[str] = []
-    for lo in range(0, int(index.n_rows), FACT_READ_CHUNK):
-        hi = min(lo + FACT_READ_CHUNK, int(index.n_rows))
-        texts.extend(lexical_text(f.source, f.section, f.content)
-                     for f in index.facts(np.arange(lo, hi)))
-    built = LexicalIndex.build(texts)
-    with _CACHE_LOCK:
-        _CACHE[key] = built
-        while len(_CACHE) > CACHE_STATES:
-            _CACHE.popitem(last=False)
-    return built
+# The `LexicalIndex` of an index's current state: built on first use (reading every row's
+# source, section and text once), then shared by every session on that state.
+lexical_index = PerState(_lexical_index)
 
 
 def session_terms(subject: str, lines: Sequence[str]) -> list[str]:
