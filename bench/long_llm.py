@@ -216,7 +216,7 @@ def finish_record(ckf: Any, own: set[int], task: Any, arm: LlmArm, words: int,
             "gen_tps": _r(t["completion_tokens"] / t["generation_s"], 2)
             if t.get("generation_s") and t.get("completion_tokens") else None,
             "completion_tokens": t.get("completion_tokens"),
-            "plan": w["plan"], "text": w["text"],
+            "plan": w["plan"], "text": w["text"], "rows": w["rows"],
         })
     delivered = sum(w["words"] for w in windows)
     again, twice = replanned(windows)
@@ -261,11 +261,18 @@ def words_per_token(runs: Sequence[dict[str, Any]], arm: str) -> tuple[float, in
 # ---------------------------------------------------------------------------------- verdicts
 
 # measure → baseline windows (1-based, inclusive): repetition measures are 0 at Window 1
-BASELINE = {"semrep": (2, 3), "lexrep": (2, 3), "cwr6": (2, 3), "grounding": (1, 1),
+BASELINE = {"semrep": (2, 3), "semrep_cal": (2, 3), "semrep_excess": (2, 3), "lexrep": (2, 3),
+            "cwr6": (2, 3),
+            "grounding": (1, 1), "ground_rest": (1, 1), "sent_off_page": (1, 1),
             "on_topic": (1, 1), "fresh": (1, 1)}
 MEASURES = ("semrep", "lexrep", "cwr6", "grounding", "on_topic", "fresh", "words", "seconds",
             "prompt_tps", "gen_tps")
-LABELS = {"semrep": "semantic repetition", "lexrep": "lexical restating", "cwr6": "CWR6",
+LABELS = {"semrep": "semantic repetition (0.607, old)",
+          "semrep_cal": "semantic repetition (recalibrated)",
+          "semrep_excess": "semantic repetition above the page's floor (recalibrated)",
+          "ground_rest": "grounding, sentences naming no name outside the envelope",
+          "sent_off_page": "sentences naming a name not on the page",
+          "lexrep": "lexical restating", "cwr6": "CWR6",
           "grounding": "grounding", "on_topic": "on-topic share", "fresh": "fresh share",
           "words": "words", "seconds": "seconds", "prompt_tps": "prompt tokens/s",
           "gen_tps": "generation tokens/s"}
@@ -369,7 +376,8 @@ def _nan(x: float | None) -> float:
     return math.nan if x is None else float(x)
 
 
-PCT = {"semrep", "lexrep", "cwr6", "grounding", "on_topic", "fresh"}
+PCT = {"semrep", "semrep_cal", "semrep_excess", "lexrep", "cwr6", "grounding", "ground_rest",
+       "sent_off_page", "on_topic", "fresh"}
 
 
 def per_window(runs: Sequence[dict[str, Any]], arm: str, measure: str) -> list[tuple[int, float]]:
@@ -393,7 +401,9 @@ def plot(runs: Sequence[dict[str, Any]], path: Any = PLOT) -> bool:
     except ImportError:
         return False
     ms = [m for m in MEASURES if m not in ("prompt_tps",)]
-    fig, axes = plt.subplots(3, 3, figsize=(13, 10))
+    ms[1:1] = ["semrep_cal"]
+    ms[5:5] = ["ground_rest", "sent_off_page"]
+    fig, axes = plt.subplots(3, 4, figsize=(16, 10))
     for ax, m in zip(axes.flat, ms, strict=False):
         for arm, style in (("focused", "o-"), ("relevance", "s--")):
             pts = [(w, v) for w, v in per_window(runs, arm, m) if not math.isnan(v)]
@@ -513,6 +523,10 @@ def render(runs: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
             k = max(1, len(reps) // 3)
             lines.append(f"| {name} | {len(reps)} | {_f(_mean(reps[1:]), '.1f', True)} | "
                          f"{_f(_mean(reps[-k:]), '.1f', True)} |")
+    from long_llm_causes import render_sections
+
+    lines += render_sections(runs, [a.name for a in ARMS], meta.get("calibration"),
+                             meta.get("floors2") or {})
     if meta.get("plot"):
         lines += ["", "## Curves", "", "![per-window measures, both arms](long-windows.png)", ""]
     return "\n".join(lines) + "\n"
@@ -536,6 +550,31 @@ def load_fixed_tasks() -> list[tuple[Any, set[int], Any]]:
                 if c == corpus]
     order = {n: i for i, (_, n) in enumerate(TASKS)}
     return sorted(out, key=lambda x: order[x[2].name])
+
+
+def add_causes(kept: Sequence[dict[str, Any]], tasks: Sequence[tuple[Any, set[int], Any]],
+               meta: dict[str, Any]) -> None:
+    """The recalibrated repetition and grounding's cause (long_llm_causes.py), added to the
+    runs' windows and `meta` for the report."""
+    from long_llm_causes import Encoder, add_excess, enrich, page_floor_at
+    from long_llm_semrep import load_calibration
+
+    cal = load_calibration()
+    meta["calibration"] = cal
+    by_name = {t.name: (ckf, own) for ckf, own, t in tasks}
+    if not tasks:
+        return
+    enc = Encoder(tasks[0][0].embedder.encode)  # one embedding model for both corpora
+    for r in kept:
+        ckf, own = by_name[r["task"]]
+        enrich(r, ckf, own, enc, cal["threshold"] if cal else None)
+    if cal:
+        meta["floors2"] = {
+            name: (meta["floors"][name],
+                   page_floor_at(*by_name[name], len(meta["floors"][name]), enc,
+                                 cal["threshold"])) for name in meta["floors"]}
+        for r in kept:
+            add_excess(r, meta["floors2"].get(r["task"], ([], []))[1])
 
 
 def main(words: Sequence[int], max_runs: int | None, report_only: bool,
@@ -592,6 +631,7 @@ def main(words: Sequence[int], max_runs: int | None, report_only: bool,
         deepest[r["task"]] = max(deepest.get(r["task"], 0), len(r["windows"]))
     meta["floors"] = {t.name: page_floor(ckf, own, deepest[t.name]) for ckf, own, t in tasks
                       if deepest.get(t.name, 0) >= 2}
+    add_causes(kept, tasks, meta)
     meta["plot"] = plot(kept)
     REPORT.write_text(render(kept, meta), encoding="utf-8")
     print(f"report: {REPORT.relative_to(ROOT)}")

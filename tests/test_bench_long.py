@@ -176,6 +176,8 @@ def test_a_run_resumes_from_its_window_checkpoint(types_ckf_path: Path, tmp_path
     assert rec["delivered"] == sum(w["words"] for w in rest)
     assert len(rec["windows"]) == len(rest) and rec["windows"][0]["semrep"] == 0.0
     assert all(w["prompt_tps"] is None for w in rec["windows"])  # no timing recorded
+    # the envelope's rows are kept: the report checks what a window names against them
+    assert [w["rows"] for w in rec["windows"]] == [w["rows"] for w in rest]
 
 
 def test_words_per_token_counts_only_windows_with_tokens():
@@ -195,3 +197,59 @@ def test_page_floor_measures_the_own_document(types_ckf_path: Path):
     assert len(reps) == 3 and reps[0] == 0.0
     assert all(0.0 <= x <= 1.0 for x in reps[1:] if not math.isnan(x))
     assert long_llm.page_floor(ckf, own, 1) == [] and long_llm.page_floor(ckf, set(), 3) == []
+
+
+# ------------------------------------------- the recalibrated repetition, invented identifiers
+
+
+def test_identifiers_are_the_names_given_as_code():
+    from long_llm_identifiers import identifiers
+
+    assert identifiers("`total_microseconds()`: Returns the microseconds.") == {
+        "total_microseconds"}
+    assert identifiers("The `timedelta` object, datetime.now() and MPOL_BIND or EFAULT.") == {
+        "timedelta", "datetime.now", "MPOL_BIND", "EFAULT"}
+    assert identifiers("mbind(2) sets it; see set_mempolicy.") == {"mbind", "set_mempolicy"}
+    assert identifiers("Use `1 day, 2:30` as an example, e.g. this one.") == set()
+
+
+def test_window_identifiers_against_the_page_and_the_envelope():
+    from long_llm_identifiers import window_identifiers, words_of
+
+    sents = ["It returns `td.total_seconds()` for the span.",
+             "It also has `total_microseconds()`, which the page lacks.",
+             "A plain sentence names nothing."]
+    page = words_of(["total_seconds() returns the seconds", "days and seconds"])
+    env = words_of(["days and seconds"])
+    w = window_identifiers(sents, page, env)
+    assert (w.named, w.not_on_page, w.not_in_envelope) == (2, 1, 2)
+    assert w.flags == (True, True, False)  # against the envelope, which lacks both
+    assert w.sentences_not_on_page == 1 and w.examples == ("total_microseconds",)
+    unknown = window_identifiers(sents, page, None)  # envelope not recorded: the page decides
+    assert unknown.not_in_envelope is None and unknown.flags == (False, True, False)
+
+
+def _encoder(table):
+    import numpy as np
+
+    return lambda texts: np.asarray([table[t] for t in texts], dtype=float)
+
+
+def test_repetition_takes_each_sentence_best_cosine_over_every_earlier_window():
+    from long_llm_semrep import best_earlier, repetition
+
+    enc = _encoder({"a": [1, 0], "b": [0, 1], "c": [0.8, 0.6], "d": [0.6, 0.8]})
+    windows = [["a"], ["b"], ["c", "d"], []]
+    assert repetition(windows, enc, 0.7)[:3] == [0.0, 0.0, 1.0]  # c ~ a (0.8), d ~ b (0.8)
+    assert repetition(windows, enc, 0.9)[:3] == [0.0, 0.0, 0.0]
+    assert math.isnan(repetition(windows, enc, 0.7)[3])  # a window with no sentence
+    assert best_earlier([["a"], ["a", "b"]], enc, skip_verbatim=True)[1] == [-1.0, 0.0]
+
+
+def test_page_windows_cut_the_text_into_equal_words():
+    from long_llm_semrep import n_windows_for, page_windows
+
+    text = " ".join(f"Sentence number {i} is here." for i in range(10))
+    wins = page_windows(text, 2)
+    assert len(wins) == 2 and sum(len(w) for w in wins) == 10
+    assert n_windows_for("word " * 100) == 2 and n_windows_for("word " * 20000) == 20
