@@ -21,6 +21,7 @@ from cdr.errors import (
     UpstreamError,
 )
 from cdr.ngrams import NgramBlacklist, NgramIndex, ngram_hashes, tokenize
+from cdr.options import RunOptions
 from cdr.ranking import (
     CDR_MIN_RELEVANCE,
     COVERAGE_PENALTY_CAP,
@@ -97,6 +98,7 @@ __all__ = [  # noqa: RUF022 - grouped: eager names, then the lazy ones
     "NgramIndex",
     "NotFoundError",
     "Ranking",
+    "RunOptions",
     "ResidualSet",
     "Session",
     "SubQuery",

@@ -20,6 +20,7 @@ from rich.table import Table
 from cdr.ckf import CKF, ingest
 from cdr.cli.samples import cache_dir, pydoc_topics_dir
 from cdr.cli.tables import window_table
+from cdr.options import DEFAULTS
 from cdr.report import write_report
 from cdr.report.quality import cwr6, fact_reuse
 from cdr.trace import build_trace
@@ -97,7 +98,7 @@ def summary_table(results: dict[str, list]) -> Table:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--windows", type=int, default=5)
+    parser.add_argument("--windows", type=int, default=DEFAULTS.max_windows)
     parser.add_argument("--words", type=int, default=3000)
     parser.add_argument("--out", type=Path, default=Path("demo-output"))
     parser.add_argument("--cache", type=Path, default=cache_dir() / "demo")

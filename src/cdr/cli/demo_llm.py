@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cdr.errors import CdrError
+from cdr.options import DEFAULTS
 
 console = Console()
 
@@ -46,10 +47,10 @@ def run_windows(
     task: str,
     outline: str | None,
     *,
-    ranking: str = "cdr",
-    windows: int = 5,
-    words: int = 1800,
-    context_tokens: int = 3072,
+    ranking: str = DEFAULTS.ranking,
+    windows: int = DEFAULTS.max_windows,
+    words: int = DEFAULTS.words,
+    context_tokens: int = 3072,  # this demo's: the reference model's small context
     generation_tokens: int = 768,
     on_window: Any = None,
     generator_cls: Any = None,
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--words", type=int, default=1200)
     parser.add_argument("--context-tokens", type=int, default=3072,
                         help="envelope budget (cl100k); the model gets 1.3x this as context")
-    parser.add_argument("--generation-tokens", type=int, default=1024)
+    parser.add_argument("--generation-tokens", type=int, default=DEFAULTS.generation_tokens)
     parser.add_argument("--out", type=Path, default=Path("demo-output"))
     parser.add_argument("--cache", type=Path, default=cache_dir() / "demo")
     parser.add_argument("--repeats", choices=("keep", "drop"), default="keep",
