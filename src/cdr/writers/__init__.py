@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import warnings
 from typing import Any, Literal
 
 from cdr.errors import InvalidInputError
@@ -98,4 +99,8 @@ def build_writer(name: str, *, model: str | None = None, base_url: str | None = 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if name == "OPENAI_BASE_URL":  # now the OpenAI writer's own `default_base_url`
+        warnings.warn("cdr.writers.OPENAI_BASE_URL is now OpenAIWriter.default_base_url",
+                      DeprecationWarning, stacklevel=2)
+        return _writer_class("openai").default_base_url
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
