@@ -55,8 +55,8 @@ class ShardServer:
     def __init__(self, path: str, shard: int) -> None:
         self.path = Path(path)
         self.shard = shard
-        self.snap = CKFSnapshot.open(self.path)
-        self._kept: OrderedDict[int, Any] = OrderedDict([(self.snap.generation, self.snap)])
+        self.index = CKFSnapshot.open(self.path)
+        self._kept: OrderedDict[int, Any] = OrderedDict([(self.index.generation, self.index)])
         self._last: tuple[tuple[int, bytes, float, int | None, int], Selection] | None = None
 
     def pid(self) -> int:
@@ -70,19 +70,19 @@ class ShardServer:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 rss = int(line.split()[1]) * 1024
-        return {"rss": rss, "matrix": int(self.snap.embeddings.nbytes)}
+        return {"rss": rss, "matrix": int(self.index.embeddings.nbytes)}
 
     def generation(self) -> int:
-        return self.snap.generation
+        return self.index.generation
 
     def refresh(self) -> int:
         """Map the shard's newest committed state if it changed (one meta-row read when it
         did not); returns the generation now served to new indexes."""
-        if self.snap.latest_generation() == self.snap.generation:
-            return self.snap.generation
+        if self.index.latest_generation() == self.index.generation:
+            return self.index.generation
         fresh = CKFSnapshot.open(self.path)
         _ = fresh.ngram_index  # build before any caller ranks on it
-        self.snap = fresh
+        self.index = fresh
         self._kept[fresh.generation] = fresh
         self._kept.move_to_end(fresh.generation)
         while len(self._kept) > KEEP_GENERATIONS:
@@ -94,13 +94,13 @@ class ShardServer:
         """The kept state of `generation` (None: the newest); an unknown one gets the
         newest, whose generation the caller then refuses."""
         if generation is None:
-            return self.snap
-        return self._kept.get(generation, self.snap)
+            return self.index
+        return self._kept.get(generation, self.index)
 
     def rows(self) -> ShardRows:
         """The newest state's per-row arrays (refreshed first: a new index starts there)."""
         self.refresh()
-        s = self.snap
+        s = self.index
         return ShardRows(s.model_id, s.dim, s.generation, np.asarray(s.active),
                          np.asarray(s.importance), np.asarray(s.token_counts),
                          np.asarray(s.ngram_offsets), np.asarray(s.ngram_hashes))
@@ -108,13 +108,13 @@ class ShardServer:
     def select(self, q: np.ndarray, gate: float, limit: int | None, offset: int,
                generation: int | None = None) -> tuple[int, Selection]:
         """(generation, Phase 1 over this shard with rows numbered from `offset`)."""
-        snap = self._at(generation)
-        key = (snap.generation, np.asarray(q, _F32).tobytes(), float(gate), limit, offset)
+        index = self._at(generation)
+        key = (index.generation, np.asarray(q, _F32).tobytes(), float(gate), limit, offset)
         if self._last is not None and self._last[0] == key:
-            return snap.generation, self._last[1]
-        sel = select_rows(snap.embeddings, snap.active, q, gate, limit, offset)
+            return index.generation, self._last[1]
+        sel = select_rows(index.embeddings, index.active, q, gate, limit, offset)
         self._last = (key, sel)
-        return snap.generation, sel
+        return index.generation, sel
 
     def rank(self, w: WindowQuery, cut: tuple[float, int] | None, offset: int,
              generation: int | None = None) -> tuple[int, ShardTop]:
@@ -125,18 +125,18 @@ class ShardServer:
         (row, relevance) head along, so the caller can find the global cut-off. `cut` given
         (relevance, row): rank only the rows ahead of it (asked when one round could not
         prove the merge)."""
-        snap = self._at(generation)
-        gen, sel = self.select(w.query, w.gate, w.limit, offset, snap.generation)
+        index = self._at(generation)
+        gen, sel = self.select(w.query, w.gate, w.limit, offset, index.generation)
         rows, rel, emb = sel.indices, sel.relevances, sel.embeddings
         if cut is not None:
             keep = ahead(rel, rows, cut)
             rows, rel, emb = rows[keep], rel[keep], emb[keep]
         local = rows - offset
-        imp = np.asarray(snap.importance, _F32)[local]
+        imp = np.asarray(index.importance, _F32)[local]
         m = len(rows)
         counts = None
         if MODE_RULES[check_mode(w.mode)].uses_ngrams and len(w.blacklist):
-            counts = snap.ngram_index.count_in(w.blacklist)[local]
+            counts = index.ngram_index.count_in(w.blacklist)[local]
         # The same terms `cdr.ranking.rank` computes in one index (one dispatch table).
         score, novelty, pull, penalty, cov = score_terms(
             w.mode, emb, rel, imp, counts, w.centroid, w.residual, w.coverage_nonempty)
@@ -148,8 +148,8 @@ class ShardServer:
         return gen, ShardTop(
             rows[order], np.stack([score, rel, novelty, pull, penalty, cov])[:, order],
             emb[order] if w.vectors else np.zeros((len(order), 0), _F32),
-            np.asarray(snap.token_counts, np.int32)[lo],
-            np.array(snap.fact_ids(lo), dtype="S"), m, int((penalty > 0).sum()),
+            np.asarray(index.token_counts, np.int32)[lo],
+            np.array(index.fact_ids(lo), dtype="S"), m, int((penalty > 0).sum()),
             rows if heads else none, rel if heads else none.astype(_F32),
             penalty > 0 if heads else none.astype(bool))
 
@@ -157,23 +157,23 @@ class ShardServer:
 
     def facts(self, local_rows: list[int], generation: int | None = None
               ) -> tuple[int, list[Any]]:
-        snap = self._at(generation)
-        return snap.generation, snap.facts(local_rows)
+        index = self._at(generation)
+        return index.generation, index.facts(local_rows)
 
     def fact_ids(self, local_rows: list[int], generation: int | None = None
                  ) -> tuple[int, list[str]]:
-        snap = self._at(generation)
-        return snap.generation, snap.fact_ids(local_rows)
+        index = self._at(generation)
+        return index.generation, index.fact_ids(local_rows)
 
     def vectors(self, local_rows: list[int], generation: int | None = None
                 ) -> tuple[int, np.ndarray]:
-        snap = self._at(generation)
-        return snap.generation, snap.vectors(local_rows)
+        index = self._at(generation)
+        return index.generation, index.vectors(local_rows)
 
     def documents(self, generation: int | None = None) -> tuple[int, list[dict[str, Any]]]:
-        snap = self._at(generation)
-        return snap.generation, snap.documents()
+        index = self._at(generation)
+        return index.generation, index.documents()
 
     def stats(self, generation: int | None = None) -> tuple[int, dict[str, Any]]:
-        snap = self._at(generation)
-        return snap.generation, snap.stats()
+        index = self._at(generation)
+        return index.generation, index.stats()

@@ -108,8 +108,8 @@ def open_shard_set(root: str | os.PathLike[str]) -> ShardSet:
 
     ss = read_manifest(root)
     for i, path in enumerate(ss.paths):
-        with CKFSnapshot.open(path) as snap:
-            check_shard_model(ss.model_id, snap.model_id, i, ss.dim, snap.dim)
+        with CKFSnapshot.open(path) as index:
+            check_shard_model(ss.model_id, index.model_id, i, ss.dim, index.dim)
     return ss
 
 
@@ -293,8 +293,8 @@ def list_documents(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
     per_shard = []
     for path in read_manifest(root).paths:
-        with CKFSnapshot.open(path) as snap:
-            per_shard.append(snap.documents())
+        with CKFSnapshot.open(path) as index:
+            per_shard.append(index.documents())
     return merge_documents(per_shard)
 
 

@@ -187,11 +187,11 @@ def create_app(
 
     @app.get("/healthz", response_model=Health, tags=["ops"], summary="Liveness and readiness")
     def healthz() -> dict[str, Any]:
-        snap = gw.kb.current()
+        index = gw.kb.current()
         info = None
-        if snap is not None:
-            info = {"path": public_path(str(snap.path)), "model_id": snap.model_id,
-                    "generation": snap.generation, "active_facts": int(snap.active.sum())}
+        if index is not None:
+            info = {"path": public_path(str(index.path)), "model_id": index.model_id,
+                    "generation": index.generation, "active_facts": int(index.active.sum())}
         return {"status": "ok", "writer": gw.writer.name, "ckf": info}
 
     @app.get("/metrics", tags=["ops"], summary="Prometheus metrics",

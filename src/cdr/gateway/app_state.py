@@ -48,10 +48,10 @@ def writer_for(settings: GatewaySettings) -> Writer:
                         api_key=None if key is None else key.get_secret_value())
 
 
-def empty_kb_error(snapshot: FactIndex | None, path: Path | None) -> EmptyKnowledgeBaseError:
+def empty_kb_error(index: FactIndex | None, path: Path | None) -> EmptyKnowledgeBaseError:
     if path is None:
         where = "no CKF is configured (set CDR_CKF or pass --ckf)"
-    elif snapshot is None:
+    elif index is None:
         where = f"there is no CKF at {path} yet"
     else:
         where = f"the CKF at {path} has no active facts"
@@ -169,13 +169,14 @@ class Gateway:
 
     # ------------------------------------------------------------------ CKF
 
-    def snapshot(self, *, require_facts: bool = True) -> FactIndex:
-        """The CKF snapshot for this request. Starting a session needs active facts; going on
-        with one needs a CKF (an emptied CKF then exhausts it, as Exit 3 intends)."""
-        snap = self.kb.current()
-        if snap is None or (require_facts and is_empty(snap)):
-            raise empty_kb_error(snap, self.kb.path)
-        return snap
+    def index(self, *, require_facts: bool = True) -> FactIndex:
+        """The fact index for this request (the knowledge base's current snapshot). Starting a
+        session needs active facts; going on with one needs a CKF (an emptied CKF then
+        exhausts it, as Exit 3 intends)."""
+        index = self.kb.current()
+        if index is None or (require_facts and is_empty(index)):
+            raise empty_kb_error(index, self.kb.path)
+        return index
 
     def context_mode_headers(self) -> dict[str, str]:
         """Defaults for responses that say nothing more specific."""
@@ -199,9 +200,9 @@ class Gateway:
         return {"max_windows": windows, "ranking": given.pop("ranking", DEFAULTS.ranking),
                 **given}
 
-    def generator(self, snapshot: FactIndex, options: Mapping[str, Any]) -> Generator:
+    def generator(self, index: FactIndex, options: Mapping[str, Any]) -> Generator:
         cfg = GenerationConfig(min_relevance=self.settings.min_relevance, **options)
-        return Generator(CachingIndex(snapshot, self.selections), self.writer, cfg)
+        return Generator(CachingIndex(index, self.selections), self.writer, cfg)
 
     # ------------------------------------------------------------------ sessions
 
@@ -213,12 +214,12 @@ class Gateway:
         return self.signer.issue(session_id, session.model_id, session.window_count,
                                  session.residual_ids)
 
-    def verify(self, token: str, session_id: str, snapshot: FactIndex | None) -> TokenPayload:
+    def verify(self, token: str, session_id: str, index: FactIndex | None) -> TokenPayload:
         """Signature, expiry, session binding and embedding model (401 / 409)."""
-        model = snapshot.model_id if snapshot is not None else None
+        model = index.model_id if index is not None else None
         return self.signer.verify(token, session_id=session_id, model_id=model)
 
-    def load(self, session_id: str, snapshot: FactIndex | None, *, fresh: bool = False
+    def load(self, session_id: str, index: FactIndex | None, *, fresh: bool = False
              ) -> tuple[StoredSession, SessionRecord]:
         """The stored row and its parsed record. Without `fresh` the record may be shared
         with other requests (read it, never change it); with `fresh` it is a private copy."""
@@ -226,18 +227,18 @@ class Gateway:
         if stored is None:
             self.sessions.discard(session_id)
             raise session_not_found(session_id)
-        record = None if fresh else self.sessions.get(session_id, stored.version, snapshot)
+        record = None if fresh else self.sessions.get(session_id, stored.version, index)
         if record is None:
-            index = snapshot.ngram_index if snapshot is not None else None
-            record = SessionRecord.from_json(stored.data, index)
-            if snapshot is not None and record.session.model_id != snapshot.model_id:
-                raise EmbeddingModelMismatchError(snapshot.model_id, record.session.model_id,
+            ngrams = index.ngram_index if index is not None else None
+            record = SessionRecord.from_json(stored.data, ngrams)
+            if index is not None and record.session.model_id != index.model_id:
+                raise EmbeddingModelMismatchError(index.model_id, record.session.model_id,
                                                   "session")
             if not fresh:
-                self.sessions.put(session_id, stored.version, snapshot, record)
+                self.sessions.put(session_id, stored.version, index, record)
         return stored, record
 
-    def authorize(self, session_id: str, token: str, snapshot: FactIndex | None, *,
+    def authorize(self, session_id: str, token: str, index: FactIndex | None, *,
                   caller: ApiKey | None, fresh: bool = False, current: bool = True
                   ) -> tuple[StoredSession, SessionRecord]:
         """Every check a session call needs: token (signature, expiry, model), the session
@@ -245,8 +246,8 @@ class Gateway:
         writes — the token is for its current window (else a replay: 409). Reads take a token
         of any earlier window: it proves its holder ran the session, and they answer with the
         current token, so a client that lost its place (a dropped stream) can get back in."""
-        payload = self.verify(token, session_id, snapshot)
-        stored, record = self.load(session_id, snapshot, fresh=fresh)
+        payload = self.verify(token, session_id, index)
+        stored, record = self.load(session_id, index, fresh=fresh)
         check_owner(session_id, record, caller, self.name)
         if current and payload.window != record.session.window_count:
             raise StaleTokenError(payload.window, record.session.window_count)

@@ -145,10 +145,10 @@ class LocalKnowledgeBase(WatchedKnowledgeBase):
     def delete_document(self, doc: str) -> Future[tuple[str, int]]:
         """Find `doc` in the current snapshot (`NotFoundError` before any write is queued),
         then delete it on the writer thread: (doc id, facts removed)."""
-        snap = self._current
-        if snap is None:
+        index = self._current
+        if index is None:
             raise NotFoundError(f"no document {doc!r}: there is no CKF yet")
-        doc_id = str(snap.document(doc)["doc_id"])
+        doc_id = str(index.document(doc)["doc_id"])
         return self.submit_write(lambda ckf: (doc_id, ckf.delete_document(doc_id)))
 
 

@@ -307,12 +307,12 @@ def readiness(kbs: Any, store: Any) -> tuple[bool, dict[str, Any]]:
     for each in kbs:
         name = getattr(each, "name", "default")
         try:
-            snap = each.kb.current()
-            if snap is None:
+            index = each.kb.current()
+            if index is None:
                 raise RuntimeError("no snapshot loaded")
-            probe = np.zeros(int(snap.dim), dtype=np.float32)
+            probe = np.zeros(int(index.dim), dtype=np.float32)
             probe[0] = 1.0
-            snap.select(probe, -1.0, 1)
+            index.select(probe, -1.0, 1)
             report["kbs"][name] = "ok"
         except Exception as exc:
             ready = False

@@ -123,13 +123,13 @@ class ChatRun:
     def start(self) -> None:
         gw = self.gw
         try:
-            snap = gw.snapshot()
+            index = gw.index()
         except EmptyKnowledgeBaseError:
             if pastes_facts(gw.writer):  # nothing to paste, and no model to pass through to
                 raise
             self.passthrough = True
             return
-        self.gen = gw.generator(snap, self.options)
+        self.gen = gw.generator(index, self.options)
         try:
             session = self.gen.start(self.task, self.outline)
         except UpstreamError as exc:  # the LLM wrote the outline

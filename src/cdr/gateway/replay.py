@@ -45,7 +45,7 @@ def with_submission(data: str, window: int, req: WindowSubmit, body: dict[str, A
 
 
 def replay_submission(gw: Gateway, sid: str, exc: StaleTokenError, req: WindowSubmit,
-                      snapshot: Any) -> tuple[dict[str, Any], dict[str, str]] | None:
+                      index: Any) -> tuple[dict[str, Any], dict[str, str]] | None:
     """The stored response (with a current token) when this stale-token submission repeats
     the last accepted one; None otherwise (the caller re-raises the 409)."""
     window = exc.token_window + 1
@@ -60,7 +60,7 @@ def replay_submission(gw: Gateway, sid: str, exc: StaleTokenError, req: WindowSu
         return None
     if req.etag is not None and last.get("etag") not in (None, req.etag):
         return None
-    _, record = gw.load(sid, snapshot)
+    _, record = gw.load(sid, index)
     token = gw.issue(sid, record.session)
     body = dict(last["response"])
     headers = {**body.get("headers", {}), SET_TOKEN_HEADER: token}

@@ -145,17 +145,17 @@ def _public_job(job: dict[str, Any]) -> dict[str, Any]:
 @router.get("/stats", summary="Facts, documents and storage of the CKF")
 def stats(request: Request) -> JSONResponse:
     gw = _gw(request)
-    snap = gw.kb.latest()
-    if snap is None:
+    index = gw.kb.latest()
+    if index is None:
         return JSONResponse({"path": public_path(str(gw.kb.path)) if gw.kb.path else None,
                              "exists": False, "active_facts": 0, "documents": 0})
-    return JSONResponse({"exists": True, **public_sources(snap.stats())})
+    return JSONResponse({"exists": True, **public_sources(index.stats())})
 
 
 @router.get("/documents", summary="Documents in the CKF")
 def documents(request: Request) -> JSONResponse:
-    snap = _gw(request).kb.latest()  # a Ray-served shard set lists every shard's, merged
-    return JSONResponse({"documents": public_sources(snap.documents()) if snap is not None
+    index = _gw(request).kb.latest()  # a Ray-served shard set lists every shard's, merged
+    return JSONResponse({"documents": public_sources(index.documents()) if index is not None
                          else []})
 
 

@@ -37,7 +37,7 @@ class SelectionCache:
         self.max_bytes = max_bytes
         self._entries: OrderedDict[tuple[bytes, float, int | None], Selection] = OrderedDict()
         self._bytes = 0
-        self._snapshot: Any = None
+        self._index: Any = None
         self._generation: int | None = None  # of `_snapshot` when its entries were made
         self._lock = threading.Lock()
         self.hits = 0
@@ -47,20 +47,20 @@ class SelectionCache:
     def _size(sel: Selection) -> int:
         return int(sel.indices.nbytes + sel.relevances.nbytes + sel.embeddings.nbytes) + 512
 
-    def select(self, snapshot: Any, query_vector: Any, min_relevance: float,
+    def select(self, index: Any, query_vector: Any, min_relevance: float,
                limit: int | None = None) -> Selection:
         """`snapshot.select(query_vector, min_relevance, limit)`, from the cache when it
         was asked before of this snapshot."""
         q = np.asarray(query_vector)
         if not isinstance(query_vector, np.ndarray) or q.dtype != np.float32 or q.ndim != 1:
-            return snapshot.select(query_vector, min_relevance, limit)  # let it refuse/convert
+            return index.select(query_vector, min_relevance, limit)  # let it refuse/convert
         key = (q.tobytes(), float(min_relevance), limit)
-        generation = snapshot.generation  # a long-lived index (Ray shard set) may move on
+        generation = index.generation  # a long-lived index (Ray shard set) may move on
         with self._lock:
-            if snapshot is not self._snapshot or generation != self._generation:
+            if index is not self._index or generation != self._generation:
                 self._entries.clear()
                 self._bytes = 0
-                self._snapshot = snapshot
+                self._index = index
                 self._generation = generation
             sel = self._entries.get(key)
             if sel is not None:
@@ -68,10 +68,10 @@ class SelectionCache:
                 self.hits += 1
                 return sel
             self.misses += 1
-        sel = _frozen(snapshot.select(query_vector, min_relevance, limit))
+        sel = _frozen(index.select(query_vector, min_relevance, limit))
         size = self._size(sel)
         with self._lock:
-            if snapshot is self._snapshot and generation == self._generation \
+            if index is self._index and generation == self._generation \
                     and size <= self.max_bytes and key not in self._entries:
                 self._entries[key] = sel
                 self._bytes += size
@@ -88,17 +88,17 @@ class CachingIndex:
     """A `FactIndex` snapshot whose `select` goes through a `SelectionCache`; everything else
     is the snapshot's own (attribute access is forwarded)."""
 
-    def __init__(self, snapshot: Any, cache: SelectionCache) -> None:
-        self._snapshot = snapshot
+    def __init__(self, index: Any, cache: SelectionCache) -> None:
+        self._index = index
         self._cache = cache
 
     @property
-    def snapshot(self) -> Any:
-        return self._snapshot
+    def index(self) -> Any:
+        return self._index
 
     def select(self, query_vector: Any, min_relevance: float,
                limit: int | None = None) -> Selection:
-        return self._cache.select(self._snapshot, query_vector, min_relevance, limit)
+        return self._cache.select(self._index, query_vector, min_relevance, limit)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._snapshot, name)
+        return getattr(self._index, name)

@@ -123,21 +123,21 @@ class SessionCache:
         counts = getattr(record.session.blacklist, "counts", None)
         return 4096 + (int(counts.nbytes) if counts is not None else 0)
 
-    def get(self, session_id: str, version: int, snapshot: Any) -> SessionRecord | None:
+    def get(self, session_id: str, version: int, index: Any) -> SessionRecord | None:
         with self._lock:
             entry = self._entries.get(session_id)
-            if entry is None or entry[0] != version or entry[1] is not snapshot:
+            if entry is None or entry[0] != version or entry[1] is not index:
                 return None
             self._entries.move_to_end(session_id)
             return entry[2]
 
-    def put(self, session_id: str, version: int, snapshot: Any, record: SessionRecord) -> None:
+    def put(self, session_id: str, version: int, index: Any, record: SessionRecord) -> None:
         size = self._size(record)
         with self._lock:
             self._drop(session_id)
             if size > self.max_bytes:
                 return
-            self._entries[session_id] = (version, snapshot, record, size)
+            self._entries[session_id] = (version, index, record, size)
             self._bytes += size
             while self._bytes > self.max_bytes:
                 self._drop(next(iter(self._entries)))

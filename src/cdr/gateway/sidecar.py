@@ -50,9 +50,9 @@ def _backoff(attempt: int) -> None:
 
 def create_session(gw: Gateway, req: SessionCreate, caller: ApiKey | None) -> Response:
     """Start a session owned by `caller` (the API key's id is stored, never the key)."""
-    snap = gw.snapshot()
+    index = gw.index()
     options = gw.options(req)
-    session = gw.generator(snap, options).start(req.task, req.outline_text())
+    session = gw.generator(index, options).start(req.task, req.outline_text())
     sid = gw.new_session_id()
     owner = caller.owner_id if caller is not None else None
     gw.store.create(sid, SessionRecord(session, mode="sidecar", options=options,
@@ -99,17 +99,17 @@ def _change(gw: Gateway, sid: str, token: str, caller: ApiKey | None, fresh: boo
     another request changed the session meanwhile (the token check then answers 409 if that
     request finished this window first). `fresh`: `compute` changes the record it is given."""
     for attempt in range(MAX_ATTEMPTS):
-        snap = gw.snapshot(require_facts=False)
-        stored, rec = gw.authorize(sid, token, snap, caller=caller, fresh=fresh)
+        index = gw.index(require_facts=False)
+        stored, rec = gw.authorize(sid, token, index, caller=caller, fresh=fresh)
         gw.require_in_progress(sid, rec.session)
-        change = compute(snap, stored, rec)
+        change = compute(index, stored, rec)
         if change.data is not None:
             try:
                 new = gw.store.cas(sid, stored.version, change.data)
             except VersionConflictError:
                 _backoff(attempt)
                 continue
-            gw.sessions.put(sid, new.version, snap, change.record)
+            gw.sessions.put(sid, new.version, index, change.record)
         return change
     raise VersionConflictError(sid, stored.version, None)
 
@@ -119,11 +119,11 @@ def envelope(gw: Gateway, sid: str, token: str, caller: ApiKey | None) -> Respon
     returns the same envelope. An empty envelope (nothing relevant and novel left) ends the
     session as ckf-exhausted right here, so the client never asks its LLM for ungrounded text.
     """
-    def compute(snap: Any, stored: StoredSession, rec: SessionRecord) -> _Change:
-        gen = gw.generator(snap, rec.options)
+    def compute(index: Any, stored: StoredSession, rec: SessionRecord) -> _Change:
+        gen = gw.generator(index, rec.options)
         prepared = gen.prepare(rec.session)  # rec is shared: read only
         if len(prepared.envelope) == 0 or gen.stale_stop(rec.session, prepared):
-            rec = SessionRecord.from_json(stored.data, snap.ngram_index)  # a private copy
+            rec = SessionRecord.from_json(stored.data, index.ngram_index)  # a private copy
             event = gen.close_if_empty(rec.session, prepared)
             assert event is not None
             rec.windows.append(window_record(event))
@@ -165,7 +165,7 @@ def submit_window(gw: Gateway, sid: str, token: str, req: WindowSubmit,
     answer and a current token (`cdr.gateway.replay`)."""
     bodies: list[dict[str, Any]] = []
 
-    def compute(snap: Any, stored: StoredSession, rec: SessionRecord) -> _Change:
+    def compute(index: Any, stored: StoredSession, rec: SessionRecord) -> _Change:
         session = rec.session  # a private copy: changed below
         pending = rec.pending
         number = session.window_count + 1
@@ -179,7 +179,7 @@ def submit_window(gw: Gateway, sid: str, token: str, req: WindowSubmit,
                            f"{number} ({pending['etag']!r}); fetch the envelope again",
                            code="etag_mismatch", headers=session_headers(session, sid))
         prepared = PreparedWindow.from_dict(pending)
-        event = gw.generator(snap, rec.options).complete(session, prepared, req.text)
+        event = gw.generator(index, rec.options).complete(session, prepared, req.text)
         rec.windows.append(window_record(event))
         rec.pending = None
         body = _window_body(sid, event, session_headers(session, sid, None, event.headers))
@@ -190,7 +190,7 @@ def submit_window(gw: Gateway, sid: str, token: str, req: WindowSubmit,
     try:
         change = _change(gw, sid, token, caller, True, compute)
     except StaleTokenError as exc:
-        done = replay_submission(gw, sid, exc, req, gw.snapshot(require_facts=False))
+        done = replay_submission(gw, sid, exc, req, gw.index(require_facts=False))
         if done is not None:
             return done
         raise
@@ -222,16 +222,16 @@ def _window_body(sid: str, event: WindowEvent, headers: dict[str, str]) -> dict[
 def trace(gw: Gateway, sid: str, token: str, caller: ApiKey | None) -> Response:
     """The trace, for a token of any window of the session (a read): the answer carries the
     current token, which is how a client that lost its place gets back in."""
-    snap = gw.kb.current()
-    _, rec = gw.authorize(sid, token, snap, caller=caller, current=False)
+    index = gw.kb.current()
+    _, rec = gw.authorize(sid, token, index, caller=caller, current=False)
     last = rec.windows[-1]["headers"] if rec.windows else None
     headers = session_headers(rec.session, sid, gw.issue(sid, rec.session), last)
     return public_sources(rec.trace(sid)), headers
 
 
 def delete(gw: Gateway, sid: str, token: str, caller: ApiKey | None) -> Response:
-    snap = gw.kb.current()
-    gw.authorize(sid, token, snap, caller=caller)
+    index = gw.kb.current()
+    gw.authorize(sid, token, index, caller=caller)
     gw.sessions.discard(sid)
     if not gw.store.delete(sid):
         raise ApiError(404, f"session {sid!r} does not exist (deleted concurrently)")
