@@ -254,6 +254,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--context-tokens", type=int, default=None)
     ap.add_argument("--generation-tokens", type=int, default=None)
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--only", default=None,
+                    help="--writer local: run only these TASK:ARM pairs, comma-separated "
+                         "(e.g. mbind:focused); the report still covers every finished run")
+    ap.add_argument("--stop-at", default=None,
+                    help="--writer local: HH:MM (UTC), start no run after it")
     args = ap.parse_args(argv)
     try:
         words = tuple(int(w) for w in args.words.split(","))
@@ -264,9 +269,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.writer == "local":
         import long_llm
 
+        only = None
+        if args.only:
+            only = [tuple(x.strip().split(":", 1)) for x in args.only.split(",") if x.strip()]
+            if any(len(x) != 2 for x in only):
+                ap.error(f"--only takes TASK:ARM pairs, got {args.only!r}")
         return long_llm.main(words, args.max_runs, args.report_only,
                              args.context_tokens or long_llm.CONTEXT_TOKENS,
-                             args.generation_tokens or long_llm.GENERATION_TOKENS)
+                             args.generation_tokens or long_llm.GENERATION_TOKENS,
+                             only=only, stop_at=args.stop_at)
     if args.restart and RUNS.exists():
         RUNS.unlink()
     done = load_runs(RUNS)

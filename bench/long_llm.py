@@ -263,7 +263,8 @@ def words_per_token(runs: Sequence[dict[str, Any]], arm: str) -> tuple[float, in
 # measure → baseline windows (1-based, inclusive): repetition measures are 0 at Window 1
 BASELINE = {"semrep": (2, 3), "semrep_cal": (2, 3), "semrep_excess": (2, 3), "lexrep": (2, 3),
             "cwr6": (2, 3),
-            "grounding": (1, 1), "ground_rest": (1, 1), "sent_off_page": (1, 1),
+            "grounding": (1, 1), "ground_page": (1, 1), "ground_rest": (1, 1),
+            "sent_off_page": (1, 1), "invented_ungrounded": (1, 1),
             "on_topic": (1, 1), "fresh": (1, 1)}
 MEASURES = ("semrep", "lexrep", "cwr6", "grounding", "on_topic", "fresh", "words", "seconds",
             "prompt_tps", "gen_tps")
@@ -272,6 +273,8 @@ LABELS = {"semrep": "semantic repetition (0.607, old)",
           "semrep_excess": "semantic repetition above the page's floor (recalibrated)",
           "ground_rest": "grounding, sentences naming no name outside the envelope",
           "sent_off_page": "sentences naming a name not on the page",
+          "ground_page": "grounding in the task's whole page",
+          "invented_ungrounded": "sentences grounded nowhere in the page naming a name not on it",
           "lexrep": "lexical restating", "cwr6": "CWR6",
           "grounding": "grounding", "on_topic": "on-topic share", "fresh": "fresh share",
           "words": "words", "seconds": "seconds", "prompt_tps": "prompt tokens/s",
@@ -377,7 +380,7 @@ def _nan(x: float | None) -> float:
 
 
 PCT = {"semrep", "semrep_cal", "semrep_excess", "lexrep", "cwr6", "grounding", "ground_rest",
-       "sent_off_page", "on_topic", "fresh"}
+       "sent_off_page", "ground_page", "invented_ungrounded", "on_topic", "fresh"}
 
 
 def per_window(runs: Sequence[dict[str, Any]], arm: str, measure: str) -> list[tuple[int, float]]:
@@ -402,7 +405,7 @@ def plot(runs: Sequence[dict[str, Any]], path: Any = PLOT) -> bool:
         return False
     ms = [m for m in MEASURES if m not in ("prompt_tps",)]
     ms[1:1] = ["semrep_cal"]
-    ms[5:5] = ["ground_rest", "sent_off_page"]
+    ms[5:5] = ["ground_page", "invented_ungrounded"]
     fig, axes = plt.subplots(3, 4, figsize=(16, 10))
     for ax, m in zip(axes.flat, ms, strict=False):
         for arm, style in (("focused", "o-"), ("relevance", "s--")):
@@ -577,8 +580,16 @@ def add_causes(kept: Sequence[dict[str, Any]], tasks: Sequence[tuple[Any, set[in
             add_excess(r, meta["floors2"].get(r["task"], ([], []))[1])
 
 
+def selected(task: Any, arm: LlmArm, only: Sequence[tuple[str, str]] | None) -> bool:
+    """Whether `--only` lets (task, arm) run: its name (or the name's last path part) and arm
+    are listed; no list lets every run."""
+    return only is None or any(arm.name == a and t in (task.name, task.name.rsplit("/", 1)[-1])
+                               for t, a in only)
+
+
 def main(words: Sequence[int], max_runs: int | None, report_only: bool,
-         context: int = CONTEXT_TOKENS, generation: int = GENERATION_TOKENS) -> int:
+         context: int = CONTEXT_TOKENS, generation: int = GENERATION_TOKENS,
+         only: Sequence[tuple[str, str]] | None = None, stop_at: str | None = None) -> int:
     from retrieval import append_run, library_commit, load_runs
 
     done = load_runs(RUNS)
@@ -592,7 +603,11 @@ def main(words: Sequence[int], max_runs: int | None, report_only: bool,
         if key in done:
             kept.append(done[key])
             continue
-        if report_only or (max_runs is not None and ran >= max_runs):
+        if report_only or (max_runs is not None and ran >= max_runs) \
+                or not selected(task, arm, only):
+            continue
+        if stop_at and time.strftime("%H:%M", time.gmtime()) >= stop_at:
+            print(f"stop-at {stop_at}: {task.name} {arm.name} {w} not started", flush=True)
             continue
         if writer is None:
             from cdr.writers.local import LocalWriter

@@ -50,11 +50,14 @@ def enrich(run: dict[str, Any], ckf: Any, own: set[int], enc: Encoder,
     """Add to each window of `run` (in memory, for the report): `semrep_cal` (semantic
     repetition at the calibrated `threshold`), the identifier counts (`ids_named`,
     `ids_off_page`, `ids_off_env` where the envelope is recorded), `sent_off_page` (share of
-    its sentences naming an identifier the page does not hold) and the grounding of the
-    sentences that name an identifier their material does not hold (`ground_flagged`) and of
-    the rest (`ground_rest`)."""
+    its sentences naming an identifier the page does not hold), `ground_page` (grounding in the
+    task's whole page instead of the window's envelope), `invented_ungrounded` (share of its
+    sentences grounded nowhere in the page that name a name the page does not hold) and, where
+    the envelope is recorded, the grounding of the sentences that name an identifier the
+    envelope does not hold (`ground_flagged`) and of the rest (`ground_rest`)."""
     page_facts = ckf.facts(np.asarray(sorted(own), dtype=np.int64)) if own else []
     page_words = words_of(f.content for f in page_facts)
+    page_vecs = enc([f.content for f in page_facts]) if page_facts else None
     sents = [quality.sentences(w["text"]) for w in run["windows"]]
     if threshold is not None:
         for w, v in zip(run["windows"], repetition(sents, enc, threshold), strict=True):
@@ -67,7 +70,15 @@ def enrich(run: dict[str, Any], ckf: Any, own: set[int], enc: Encoder,
         w.update(ids_named=ids.named, ids_off_page=ids.not_on_page,
                  ids_off_env=ids.not_in_envelope, ids_examples=list(ids.examples),
                  sent_off_page=ids.sentences_not_on_page / len(ss) if ss else None,
-                 ground_flagged=None, ground_rest=None)
+                 ground_flagged=None, ground_rest=None, ground_page=None,
+                 invented_ungrounded=None)
+        if ss and page_vecs is not None:
+            # grounded anywhere in the page (the envelope is a part of it), and the sentences
+            # grounded nowhere in it that name a name the page does not hold: invention
+            on_page = (enc(ss) @ page_vecs.T).max(axis=1) >= GROUND_THRESHOLD
+            off = np.asarray([bool(i) for i in ids.off_page_flags])
+            w["ground_page"] = float(on_page.mean())
+            w["invented_ungrounded"] = float((~on_page & off).mean())
         if not ss or rows is None or not facts:
             continue
         best = (enc(ss) @ enc([f.content for f in facts]).T).max(axis=1) >= GROUND_THRESHOLD
@@ -171,26 +182,32 @@ def render_sections(runs: Sequence[dict[str, Any]], arms: Sequence[str],
         "Identifiers (`bench/long_llm_identifiers.py`): the names a window's sentences give as "
         "code — inline code spans, calls, constants, errno names, snake_case names. *Not on "
         "the page*: the task's own document does not hold the name at all (invented, or from "
-        "the model's memory). *Not in the envelope*: the window was not given it (known for "
-        "runs recorded with their windows' rows). *Grounding, the rest*: the grounding of the "
-        "sentences that name no such identifier (envelope known).", "",
-        "| window | arm | n | grounding | sentences naming a name not on the page | names "
-        "not on the page (mean) | names not in the envelope (mean, runs with rows) | "
-        "grounding of those sentences | grounding, the rest |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+        "the model's memory). *Grounding in the page*: the same grounding measure against "
+        "every fact of the task's page instead of the window's envelope (the envelope is a "
+        "part of it): a sentence grounded in the page but not in its envelope says something "
+        "true of the page that the window was not given. *Invented, ungrounded*: sentences "
+        "grounded nowhere in the page that name a name the page does not hold. *Not in the "
+        "envelope* and *grounding, the rest* (the sentences naming no name outside the "
+        "envelope) need the windows' rows, recorded from the 5,000-word runs on.", "",
+        "| window | arm | n | grounding (envelope) | grounding in the page | sentences naming "
+        "a name not on the page | invented, ungrounded | names not on the page (mean) | names "
+        "not in the envelope (mean) | grounding, the rest |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for i in range(deepest):
         for arm in arms:
             ws = [r["windows"][i] for r in runs if r["arm"] == arm and len(r["windows"]) > i
                   and r["windows"][i].get("words")]
             if not ws:
                 continue
+
+            def m(k: str, ws: list[dict[str, Any]] = ws) -> float:
+                return _mean([w.get(k) for w in ws])
+
             lines.append(
-                f"| {i + 1} | {arm} | {len(ws)} | {_pct(_mean([w.get('grounding') for w in ws]))}"
-                f" | {_pct(_mean([w.get('sent_off_page') for w in ws]))} | "
-                f"{_num(_mean([w.get('ids_off_page') for w in ws]))} | "
-                f"{_num(_mean([w.get('ids_off_env') for w in ws]))} | "
-                f"{_pct(_mean([w.get('ground_flagged') for w in ws]))} | "
-                f"{_pct(_mean([w.get('ground_rest') for w in ws]))} |")
+                f"| {i + 1} | {arm} | {len(ws)} | {_pct(m('grounding'))} | "
+                f"{_pct(m('ground_page'))} | {_pct(m('sent_off_page'))} | "
+                f"{_pct(m('invented_ungrounded'))} | {_num(m('ids_off_page'))} | "
+                f"{_num(m('ids_off_env'))} | {_pct(m('ground_rest'))} |")
     examples = sorted({(r["task"], e) for r in runs for w in r["windows"][:1]
                        for e in w.get("ids_examples", [])})
     if examples:

@@ -68,6 +68,7 @@ class WindowIdentifiers:
     sentences: int
     sentences_not_on_page: int  # sentences naming an identifier the page does not hold
     flags: tuple[bool, ...]  # per sentence: names an identifier its material does not hold
+    off_page_flags: tuple[bool, ...]  # per sentence: names one the page does not hold
     examples: tuple[str, ...]  # a few of the names the page does not hold
 
 
@@ -86,4 +87,5 @@ def window_identifiers(sentences: Sequence[str], page_words: set[str],
     return WindowIdentifiers(len(named), len(off_page),
                              None if off_env is None else len(off_env), len(sentences),
                              sum(bool(ids & off_page) for ids in per), flags,
+                             tuple(bool(ids & off_page) for ids in per),
                              tuple(sorted(off_page))[:6])

@@ -253,3 +253,15 @@ def test_page_windows_cut_the_text_into_equal_words():
     wins = page_windows(text, 2)
     assert len(wins) == 2 and sum(len(w) for w in wins) == 10
     assert n_windows_for("word " * 100) == 2 and n_windows_for("word " * 20000) == 20
+
+
+def test_only_selects_runs_by_task_name_and_arm():
+    from types import SimpleNamespace
+
+    task = SimpleNamespace(name="library/datetime.html")
+    focused, relevance = long_llm.ARMS
+    assert long_llm.selected(task, focused, None)
+    assert long_llm.selected(task, focused, [("datetime.html", "focused")])
+    assert long_llm.selected(task, focused, [("library/datetime.html", "focused")])
+    assert not long_llm.selected(task, relevance, [("datetime.html", "focused")])
+    assert not long_llm.selected(task, focused, [("mbind", "focused")])
