@@ -383,6 +383,11 @@ PCT = {"semrep", "semrep_cal", "semrep_excess", "lexrep", "cwr6", "grounding", "
        "sent_off_page", "ground_page", "invented_ungrounded", "on_topic", "fresh"}
 
 
+# Panel titles where the report's label is too long for a panel.
+PLOT_TITLES = {"invented_ungrounded": "invented names, grounded nowhere in the page",
+               "semrep_cal": "semantic repetition (recalibrated 0.812)"}
+
+
 def per_window(runs: Sequence[dict[str, Any]], arm: str, measure: str) -> list[tuple[int, float]]:
     """(window, mean over the runs that reached it) for one arm."""
     deepest = max((len(r["windows"]) for r in runs if r["arm"] == arm), default=0)
@@ -414,7 +419,7 @@ def plot(runs: Sequence[dict[str, Any]], path: Any = PLOT) -> bool:
                 xs, ys = zip(*pts, strict=True)
                 ys = [100 * y for y in ys] if m in PCT else ys
                 ax.plot(xs, ys, style, label=arm, markersize=4)
-        ax.set_title(LABELS[m] + (" (%)" if m in PCT else ""))
+        ax.set_title(PLOT_TITLES.get(m, LABELS[m]) + (" (%)" if m in PCT else ""))
         ax.set_xlabel("window")
         ax.grid(alpha=0.3)
     axes.flat[0].legend()
