@@ -60,6 +60,17 @@ def test_matches_sentence_transformers(
     assert cos.min() >= 0.9999, f"min cosine {cos.min():.7f} on {texts[worst][:60]!r}"
 
 
+def test_default_vectors_are_unchanged_bit_for_bit(
+    model: MiniLMEmbedder, reference: tuple[list[str], np.ndarray]
+) -> None:
+    """The default float32 path is untouched by the opt-in int8 one (issue 26): the vectors of
+    the reference texts equal, bit for bit, those the code before it gave on this machine
+    (tests/data/minilm_fp32_vectors.npy, one `encode` call with the default batch size)."""
+    texts, _ = reference
+    want = np.load(Path(__file__).parent / "data" / "minilm_fp32_vectors.npy")
+    np.testing.assert_array_equal(model.encode(texts), want)
+
+
 def test_reference_exercises_truncation(
     model: MiniLMEmbedder, reference: tuple[list[str], np.ndarray]
 ) -> None:

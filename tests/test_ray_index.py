@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -428,6 +429,40 @@ def test_ingest_on_the_cluster_equals_a_local_ingest(cluster: None, tmp_path: Pa
                 np.testing.assert_allclose(v, by_id[fid], atol=1e-5)
                 n += 1
     assert n == len(by_id)
+
+
+def test_reembed_on_ray_workers_equals_a_local_reembed(cluster: None, tmp_path: Path) -> None:
+    """`cdr ckf reembed` on the cluster's embedding actors (issue 26): every fact gets the
+    vector a local re-embedding gives it, each text embedded once although the next chunk is
+    queued ahead, and the new identity committed."""
+    from cdr.ckf import CKF, ingest
+    from cdr.ckf.reembed import reembed
+    from cdr.cli.samples import pydoc_topics_dir
+    from cdr.cluster.ray_ingest import RayEmbedder
+
+    docs = pydoc_topics_dir(tmp_path / "docs", topics=["truth", "pass", "lambda"])
+    with CKF.create(tmp_path / "kb", recipe="plain") as kb:
+        ingest(kb, [str(docs)])
+    shutil.copytree(tmp_path / "kb", tmp_path / "local")
+    with CKF.open(tmp_path / "local") as local:
+        reembed(local, "title-section-short")
+        want = local.vectors(range(local.n_rows)).copy()
+    model = RayEmbedder(None, workers=2, task_texts=8)
+    asked: list[int] = []
+    real_encode = model.encode
+    model.encode = lambda texts, **kw: (asked.append(len(texts)), real_encode(texts, **kw))[1]
+    try:
+        with CKF.open(tmp_path / "kb") as kb:
+            seen: list[int] = []
+            rep = reembed(kb, "title-section-short", embedder=model, chunk_rows=3,
+                          progress=lambda d, t: seen.append(d))
+            assert rep.embedded == kb.n_rows > 6 and sum(asked) == kb.n_rows
+            assert model._prefetched == {}  # every queued chunk was asked for
+            assert seen[-1] == kb.n_rows and seen == sorted(seen)
+            assert kb.model_id.endswith("all-MiniLM-L6-v2#title-section-short")
+            np.testing.assert_allclose(kb.vectors(range(kb.n_rows)), want, atol=1e-5)
+    finally:
+        model.close()
 
 
 def test_ray_embedder_pieces_prefetch_and_a_clear_error_without_cpus(cluster: None) -> None:

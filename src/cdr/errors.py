@@ -31,6 +31,17 @@ class EmbeddingModelMismatchError(CdrError, ValueError):
                 f"(migrate a CKF with `cdr ckf reembed --recipe {recipe_g or 'plain'}`)"
             )
             return
+        if model_e != model_g and model_e.split("+")[0] == model_g.split("+")[0]:
+            # One model run two ways (float32 and int8, cdr.retrieval.embed_int8).
+            path_e, path_g = (m.partition("+")[2] or "float32" for m in (model_e, model_g))
+            super().__init__(
+                f"{what} path mismatch: this state's vectors were made by the {path_e} path "
+                f"of {model_e.split('+')[0]!r} ({expected!r}), but the {what} comes from its "
+                f"{path_g} path ({got!r}); the two paths give different vectors, so they are "
+                "not mixed (use the same embedder, or migrate a CKF with "
+                "`cdr ckf reembed --embedder ...`)"
+            )
+            return
         super().__init__(
             f"{what} model mismatch: this state was built with {expected!r}, "
             f"but the {what} comes from {got!r}; CDR scores across models are meaningless"

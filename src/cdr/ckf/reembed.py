@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,7 +30,14 @@ from cdr.ckf.arrays import (
     write_atomic,
 )
 from cdr.errors import InvalidInputError
-from cdr.retrieval.fact_recipe import bind, check_recipe, fact_text, identity, split_identity
+from cdr.retrieval.fact_recipe import (
+    base_model_id,
+    bind,
+    check_recipe,
+    fact_text,
+    identity,
+    split_identity,
+)
 
 if TYPE_CHECKING:
     from cdr.ckf.committer import CKFCommitter
@@ -95,30 +102,61 @@ class _Staging:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _embed_rows(committer: CKFCommitter, model: Any, recipe: str, lo: int, hi: int,
-                batch_size: int) -> np.ndarray:
+def _texts(committer: CKFCommitter, recipe: str, lo: int, hi: int) -> list[str]:
+    """What the model reads for rows lo..hi-1."""
     rows = committer.fact_contexts(lo, hi)
     if len(rows) != hi - lo:
         raise InvalidInputError(f"{committer.path}: facts table has {len(rows)} of rows "
                                 f"{lo}..{hi - 1}; run `cdr ckf check`")
-    texts = [fact_text(recipe, c, t, s) for c, t, s in rows]
+    return [fact_text(recipe, c, t, s) for c, t, s in rows]
+
+
+def _embed_rows(committer: CKFCommitter, model: Any, recipe: str, lo: int, hi: int,
+                batch_size: int) -> np.ndarray:
+    texts = _texts(committer, recipe, lo, hi)
     return np.asarray(model.encode(texts, batch_size=batch_size), dtype=np.float32)
+
+
+def _embed_chunks(committer: CKFCommitter, model: Any, recipe: str, done: int, total: int,
+                  chunk_rows: int, batch_size: int) -> Iterator[tuple[int, np.ndarray]]:
+    """(rows done after the chunk, its vectors) for each chunk from `done` to `total`.
+
+    A model that can queue work ahead (`prefetch`: `cdr.cluster.ray_ingest.RayEmbedder`) is
+    given the next chunk's texts before this chunk's vectors are asked for, so its workers
+    keep embedding while the driver stages and fsyncs a chunk. A local model runs each chunk
+    on every core itself (threads over batches)."""
+    prefetch = getattr(model, "prefetch", None)
+    texts = _texts(committer, recipe, done, min(done + chunk_rows, total)) if done < total \
+        else []
+    if prefetch is not None and texts:
+        prefetch(texts, batch_size=batch_size)
+    while done < total:
+        hi = min(done + chunk_rows, total)
+        nxt = _texts(committer, recipe, hi, min(hi + chunk_rows, total)) if hi < total else []
+        if prefetch is not None and nxt:
+            prefetch(nxt, batch_size=batch_size)
+        yield hi, np.asarray(model.encode(texts, batch_size=batch_size), dtype=np.float32)
+        done, texts = hi, nxt
 
 
 def reembed(ckf: CKF, recipe: str, *, embedder: Any = None, batch_size: int = 32,
             chunk_rows: int = CHUNK_ROWS, progress: ReembedProgress | None = None
             ) -> ReembedReport:
-    """Re-embed every row of `ckf` under `recipe`, resuming a run a kill interrupted."""
+    """Re-embed every row of `ckf` under `recipe`, resuming a run a kill interrupted. With
+    `embedder`, its model (or path: `cdr.retrieval.embed_int8`) becomes the CKF's identity;
+    without, the CKF keeps its model and changes only its recipe."""
     check_recipe(recipe)
     if chunk_rows < 1:
         raise InvalidInputError(f"chunk_rows must be ≥ 1, got {chunk_rows}")
-    model_id, _ = split_identity(ckf.model_id)
+    if embedder is None:  # the path that built the CKF, under the new recipe
+        from cdr.retrieval.embed import embedder_for
+
+        model_id, _ = split_identity(ckf.model_id)
+        embedder = embedder_for(ckf.model_id)
+    else:  # another model or path (e.g. the int8 one) takes over the CKF
+        model_id = base_model_id(embedder)
     target = identity(model_id, recipe)
     committer = ckf.committer
-    if embedder is None:
-        from cdr.retrieval.embed import default_embedder
-
-        embedder = default_embedder()
     model = bind(getattr(embedder, "base", embedder), target)
     if int(model.dim) != ckf.dim:
         raise InvalidInputError(f"the embedder gives {model.dim}-d vectors; the CKF holds "
@@ -133,12 +171,15 @@ def reembed(ckf: CKF, recipe: str, *, embedder: Any = None, batch_size: int = 32
         total = st.n_rows
         if progress:
             progress(done, total)
-        while done < total:
-            hi = min(done + chunk_rows, total)
-            staging.append(_embed_rows(committer, model, recipe, done, hi, batch_size), hi)
-            done = hi
+        for upto, vecs in _embed_chunks(committer, model, recipe, done, total, chunk_rows,
+                                        batch_size):
+            staging.append(vecs, upto)
+            done = upto
             if progress:
                 progress(done, total)
+        forget = getattr(model, "forget", None)
+        if forget is not None:  # texts queued for a chunk a restart will not ask for
+            forget()
         with committer.locked() as st:
             if st.epoch != staging.epoch:  # a compaction renumbered rows: start over
                 staging.clear()

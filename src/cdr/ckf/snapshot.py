@@ -129,9 +129,9 @@ class CKFSnapshot:
     @property
     def embedder(self) -> Embedder:
         if self._embedder is None:
-            from cdr.retrieval.embed import default_embedder
+            from cdr.retrieval.embed import embedder_for
 
-            self._embedder = self._check_embedder(default_embedder())
+            self._embedder = self._check_embedder(embedder_for(self.model_id))
         return self._embedder
 
     def encode_query(self, text: str) -> np.ndarray:
@@ -161,7 +161,12 @@ class CKFSnapshot:
                 self.layout = layout
                 if self._embedder is not None:
                     base = getattr(self._embedder, "base", self._embedder)
-                    self._embedder = self._check_embedder(base)
+                    try:
+                        self._embedder = self._check_embedder(base)
+                    except EmbeddingModelMismatchError:
+                        # Re-embedded by another model or path: the new identity's own model
+                        # is picked when next needed (`embedder`).
+                        self._embedder = None
             self._state = read_state(self._conn, self.path, self.layout)
             self._ngram_index = None
 

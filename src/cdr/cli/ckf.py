@@ -37,7 +37,9 @@ CkfOption = Annotated[Path, typer.Option("--ckf", envvar="CDR_CKF", help="CKF di
                                          show_default=False)]
 EmbedderOption = Annotated[str | None, typer.Option(
     "--embedder", envvar="CDR_EMBEDDER",
-    help="Embedding model: 'minilm' (default, offline) or 'openai:<model>@<base_url>'.")]
+    help="Embedding model: 'minilm' (default, offline), 'minilm-int8' (the same model with "
+         "int8 weights on onnxruntime: faster, its own embedding identity; the `int8` extra) "
+         "or 'openai:<model>@<base_url>'.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 RecipeOption = Annotated[str | None, typer.Option(
     "--recipe",
@@ -255,29 +257,41 @@ def reembed_command(
                          "'title-section' or 'plain'.")
     ] = "title-section-short",
     embedder: EmbedderOption = None,
+    ray_address: Annotated[str | None, typer.Option(
+        "--ray", help="Embed on this Ray cluster (GCS HOST:PORT, e.g. 127.0.0.1:6379) with "
+                      "--ray-workers embedding actors.")] = None,
+    ray_workers: Annotated[int, typer.Option(
+        "--ray-workers", help="Embedding actors with --ray (one CPU each).")] = 2,
     as_json: JsonOption = False,
 ) -> None:
-    """Re-embed every fact under another recipe, in place.
+    """Re-embed every fact under another recipe (or, with --embedder, another model or path
+    such as 'minilm-int8'), in place.
 
-    Readers keep the old vectors until the new ones commit. A killed run resumes where it
-    stopped when run again; sessions started under the old recipe are refused afterwards
-    (their vectors are not comparable)."""
+    Runs on every core of this machine, or on a Ray cluster with --ray. Readers keep the old
+    vectors until the new ones commit. A killed run resumes where it stopped when run again;
+    sessions started under the old identity are refused afterwards (their vectors are not
+    comparable)."""
     from cdr.cluster.shardset import is_shard_set
     from cdr.retrieval.fact_recipe import check_recipe, describe
 
     with _errors():
         check_recipe(recipe)
+        model = _embedder(embedder)
+        if ray_address is not None:
+            from cdr.cluster.ray_ingest import RayEmbedder
+
+            model = RayEmbedder(ray_address, workers=ray_workers, spec=embedder)
         if is_shard_set(ckf):
             from cdr.cluster.shardset import reembed_shards
 
-            run = lambda cb: reembed_shards(ckf, recipe, embedder=_embedder(embedder),  # noqa: E731
+            run = lambda cb: reembed_shards(ckf, recipe, embedder=model,  # noqa: E731
                                            progress=cb)
         else:
             def run(cb: Any) -> Any:
                 from cdr.ckf.reembed import reembed
 
                 with _open(ckf) as index:
-                    return reembed(index, recipe, embedder=_embedder(embedder), progress=cb)
+                    return reembed(index, recipe, embedder=model, progress=cb)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), TimeRemainingColumn(), console=err,
                       transient=True, disable=as_json) as bar:

