@@ -1,7 +1,7 @@
 """The document kinds ingest reads, in one registry: suffixes, binary or not, parser,
 availability and what a document may declare about itself.
 
-Finding files (`cdr.ckf.sources.find_files`), decoding and parsing them
+Finding files (`cdr.ckf.sources.discover`), decoding and parsing them
 (`cdr.ckf.sources.parse_bytes`), planning an ingest (`cdr.ckf.ingest`) and the gateway's upload
 route (`cdr.gateway.routes_ckf`) all ask this table, so a kind is added in one place and a kind
 that needs an optional extra (PDF needs pypdf, the `pdf` extra) is refused the same way
