@@ -385,7 +385,7 @@ PCT = {"semrep", "semrep_cal", "semrep_excess", "lexrep", "cwr6", "grounding", "
 
 # Panel titles where the report's label is too long for a panel.
 PLOT_TITLES = {"invented_ungrounded": "invented names, grounded nowhere in the page",
-               "semrep_cal": "semantic repetition (recalibrated 0.812)"}
+               "semrep_cal": "semantic repetition (recalibrated)"}
 
 
 def per_window(runs: Sequence[dict[str, Any]], arm: str, measure: str) -> list[tuple[int, float]]:

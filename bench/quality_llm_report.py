@@ -309,6 +309,9 @@ def write_report(ckf: Any, corpus: Corpus, tasks: Sequence[Task], arms: Sequence
 
     total_windows = sum(len(r["windows"]) for r in runs)
     cli_args = " --corpus man" if corpus_name == "man" else ""
+    n_ctx_note = ("1.6× that: man-page text counts ~1.5× more model tokens than cl100k, "
+                  "`N_CTX_RATIO` in bench/quality_llm.py" if corpus_name == "man"
+                  else "1.3× that")
     make_args = ' ARGS="--corpus man"' if corpus_name == "man" else ""
     win_seconds = [w["seconds"] for r in runs for w in r["windows"]]
     lines += [
@@ -326,7 +329,7 @@ def write_report(ckf: Any, corpus: Corpus, tasks: Sequence[Task], arms: Sequence
          f"{settings.seed}, 1 thread (`CDR_LOCAL_THREADS=1`: faster than 2 on this loaded "
          "2-core machine)." if settings.writer == "local" else
          "- Writer: **extractive** (a smoke run of the pipeline, not the benchmark)."),
-        f"- Context {settings.context_tokens} tokens (the model's n_ctx is 1.3× that), "
+        f"- Context {settings.context_tokens} tokens (the model's n_ctx is {n_ctx_note}), "
         f"generation ≤ {settings.generation_tokens} tokens per window, document planned for "
         f"{settings.words} words, at most {n_win} windows; every window goes through "
         "`Generator.step` — the envelopes, prompts, Stage 8 and exit rules of `cdr generate`. "
