@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import pickle
+import re
 import subprocess
 import sys
 import warnings
@@ -155,3 +156,71 @@ def test_renamed_names_and_keywords_keep_working_with_a_warning() -> None:
         assert run(ckf=4, limit=1) == (4, 1)
     with pytest.raises(TypeError, match="got both ckf= and its new name index="):
         run(ckf=1, index=2)
+
+
+@pytest.mark.parametrize(("module", "old"), sorted(
+    (module, old) for module, names in RENAMED.items() for old in names))
+def test_every_renamed_name_warns_at_the_caller_with_its_release(module: str, old: str) -> None:
+    """Each old name in `RENAMED` answers with the new object, with one warning that names the
+    new home and the release it goes away in, pointing at the line that used it."""
+    home, _, path = RENAMED[module][old].rpartition(":")
+    new: object = importlib.import_module(home or module)
+    for attr in path.split("."):
+        new = getattr(new, attr)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = getattr(importlib.import_module(module), old)
+    assert got is new
+    [w] = [w for w in caught if issubclass(w.category, DeprecationWarning)]
+    assert f"{module}.{old} is now {home or module}.{path}" in str(w.message)
+    assert f"stops working in cdr {REMOVED_IN}" in str(w.message)
+    assert w.filename == __file__
+
+
+def test_renamed_keyword_and_properties_of_real_objects_warn_with_the_release() -> None:
+    """`Generator(ckf=...)`, `Generator.ckf` and `CKF.writer`, on the classes themselves."""
+    from types import SimpleNamespace
+
+    from cdr.ckf.handle import CKF
+    from cdr.window.loop import Generator
+    from cdr.writers import get_writer
+
+    index = SimpleNamespace(embedder=None)
+    with pytest.warns(DeprecationWarning, match=rf"\(ckf=...\) is now index=.*{REMOVED_IN}"):
+        gen = Generator(ckf=index, writer=get_writer("extractive"))  # type: ignore[call-arg]
+    assert gen.index is index
+    with pytest.warns(DeprecationWarning, match=rf"Generator.ckf is now Generator.index.*"
+                                                rf"{REMOVED_IN}"):
+        assert gen.ckf is index
+    committer = object()
+    with pytest.warns(DeprecationWarning, match=rf"CKF.writer is now CKF.committer.*{REMOVED_IN}"):
+        assert CKF.writer.fget(SimpleNamespace(committer=committer)) is committer  # type: ignore[attr-defined]
+
+
+def _changelog_section(heading: str) -> str:
+    """The text of one `### heading` of the changelog's Unreleased part."""
+    text = (SRC.parents[1] / "CHANGELOG.md").read_text(encoding="utf-8")
+    unreleased = text[text.index("## [Unreleased]"):]
+    unreleased = unreleased[:unreleased.index("\n## [", 1)]
+    start = unreleased.index(f"### {heading}\n")
+    end = unreleased.find("\n### ", start + 1)
+    return re.sub(r"\s+", " ", unreleased[start:end if end > 0 else None])
+
+
+def test_the_changelog_lists_every_deprecated_name_and_when_it_goes() -> None:
+    """What warns is under "Deprecated" with the release it is removed in; that release is
+    after this one (`cdr.__version__` is the last released, the deprecations are unreleased)."""
+    deprecated = _changelog_section("Deprecated")
+    assert f"removed in {REMOVED_IN}" in deprecated
+    assert "cdr.old_paths.MOVED" in deprecated  # the table of the old module paths
+    for module, names in RENAMED.items():
+        for old in names:
+            assert f"{old}`" in deprecated, f"{module}.{old} is not under Deprecated"
+    for old in ("Generator(ckf=...)", "Generator.ckf", "CKF.writer", "cdr.ckf.writer"):
+        assert f"`{old}`" in deprecated, old
+
+    def version(v: str) -> tuple[int, ...]:
+        return tuple(int(p) for p in v.split("."))
+
+    assert version(REMOVED_IN) > version(cdr.__version__)
+    assert f"## [{cdr.__version__}]" in (SRC.parents[1] / "CHANGELOG.md").read_text("utf-8")

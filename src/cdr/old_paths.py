@@ -73,14 +73,19 @@ MOVED: dict[str, str] = {
     "cdr.ckf.writer": "cdr.ckf.committer",  # the CKF's storage side, apart from `cdr.writers`
 }
 
-# Module -> {old attribute name: new name}, for names renamed in place ("Name") or moved to
-# another module ("cdr.module:Name").
+# Module -> {old attribute name: new name}, for names renamed in place ("Name"), moved to
+# another module ("cdr.module:Name") or become an attribute of a class there
+# ("cdr.module:Class.attribute").
 RENAMED: dict[str, dict[str, str]] = {
     "cdr.ckf": {"CKFWriter": "CKFCommitter"},
     "cdr.ckf.committer": {"CKFWriter": "CKFCommitter"},
     # the document kinds' table, now the registry of cdr.ckf.kinds
     "cdr.ckf.parse": {name: f"cdr.ckf.kinds:{name}" for name in (
         "KINDS", "KIND_BY_SUFFIX", "parse", "pdf_available")},
+    # the local backend; the name is the protocol's (cdr.gateway.knowledge_base.KnowledgeBase)
+    "cdr.gateway.ckf_snapshots": {"KnowledgeBase": "LocalKnowledgeBase"},
+    # the OpenAI writer's own default, read by build_writer from the writer's class
+    "cdr.writers": {"OPENAI_BASE_URL": "cdr.writers.openai_writer:OpenAIWriter.default_base_url"},
 }
 
 
@@ -132,20 +137,27 @@ class MovedModuleFinder(importlib.abc.MetaPathFinder):
                                                origin=real.origin if real else None)
 
 
-def renamed_getattr(module: str) -> Callable[[str], Any]:
+def renamed_getattr(module: str, others: Callable[[str], Any] | None = None
+                    ) -> Callable[[str], Any]:
     """A module-level `__getattr__` for `module` that answers its old names (`RENAMED`) with
-    the new objects, warning at the caller's line."""
+    the new objects, warning at the caller's line; any other name goes to `others` (a module
+    that also has lazily imported names), else is an `AttributeError`."""
     names = RENAMED[module]
 
     def __getattr__(name: str) -> Any:
         new = names.get(name)
         if new is None:
+            if others is not None:
+                return others(name)
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        home, _, attr = new.rpartition(":")
+        home, _, path = new.rpartition(":")
         home = home or module
-        warnings.warn(f"{module}.{name} is now {home}.{attr}; the old name stops working in "
+        warnings.warn(f"{module}.{name} is now {home}.{path}; the old name stops working in "
                       f"cdr {REMOVED_IN}", DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(home), attr)
+        found: Any = importlib.import_module(home)
+        for attr in path.split("."):
+            found = getattr(found, attr)
+        return found
 
     return __getattr__
 

@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import logging
 import threading
-import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from cdr.errors import NotFoundError
 from cdr.gateway.knowledge_base import WATCH_SECONDS, WatchedKnowledgeBase, submit_then_reload
+from cdr.old_paths import renamed_getattr
 
 if TYPE_CHECKING:
     from cdr.ckf.handle import CKF
@@ -152,11 +152,5 @@ class LocalKnowledgeBase(WatchedKnowledgeBase):
         return self.submit_write(lambda ckf: (doc_id, ckf.delete_document(doc_id)))
 
 
-def __getattr__(name: str) -> Any:
-    """`KnowledgeBase`, this class's name until the protocol took it: one more release."""
-    if name == "KnowledgeBase":
-        warnings.warn("cdr.gateway.ckf_snapshots.KnowledgeBase is now LocalKnowledgeBase (the "
-                      "protocol is cdr.gateway.knowledge_base.KnowledgeBase)",
-                      DeprecationWarning, stacklevel=2)
-        return LocalKnowledgeBase
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# `KnowledgeBase`, this class's name until the protocol took it (cdr.old_paths.RENAMED)
+__getattr__ = renamed_getattr(__name__)

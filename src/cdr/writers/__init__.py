@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import warnings
 from typing import Any, Literal
 
 from cdr.errors import InvalidInputError
+from cdr.old_paths import renamed_getattr
 from cdr.writers.base import StreamInterruptedError, Writer, WriterResult, pastes_facts
 
 __all__ = [
@@ -96,11 +96,13 @@ def build_writer(name: str, *, model: str | None = None, base_url: str | None = 
     return get_writer(name, **settings)
 
 
-def __getattr__(name: str) -> Any:
+def _lazy(name: str) -> Any:
+    """A writer class, imported on first use (`_REGISTRY`)."""
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
-    if name == "OPENAI_BASE_URL":  # now the OpenAI writer's own `default_base_url`
-        warnings.warn("cdr.writers.OPENAI_BASE_URL is now OpenAIWriter.default_base_url",
-                      DeprecationWarning, stacklevel=2)
-        return _writer_class("openai").default_base_url
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# The writer classes, and OPENAI_BASE_URL (now the OpenAI writer's own `default_base_url`,
+# cdr.old_paths.RENAMED) for one more release.
+__getattr__ = renamed_getattr(__name__, others=_lazy)
