@@ -49,9 +49,9 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers onl
 
 # Heavier parts, imported on first use so that `import cdr` stays cheap.
 _LAZY = {
-    "CKF": "cdr.ckf",
+    "CKF": "cdr.ckf.handle",
     "FactIndex": "cdr.retrieval.factindex",
-    "ingest": "cdr.ckf",
+    "ingest": "cdr.ckf.ingest",
     "Generator": "cdr.window.loop",
     "GenerationConfig": "cdr.window.loop",
     "WindowEvent": "cdr.window.loop",
