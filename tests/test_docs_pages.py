@@ -95,3 +95,13 @@ def test_spec_copy_is_unchanged_and_attributed():
     for part in ("CRP-SPEC-024", "Constantinos Vidiniotis, AutoCyber AI Pty Ltd",
                  "CC BY 4.0", "https://creativecommons.org/licenses/by/4.0/", "unchanged"):
         assert part in note
+
+
+def test_api_reference_documents_the_public_modules_and_the_seams():
+    """Each public import path and each seam (docs/design.md §7.5) has its mkdocstrings
+    block, and every block names a module that imports."""
+    page = (DOCS / "reference" / "api.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^::: ([\w.]+)$", page, re.M)
+    assert {"cdr", "cdr.spec", "cdr.ranking", "cdr.session", "cdr.options", "cdr.window.config",
+            "cdr.writers.base", "cdr.gateway.knowledge_base", "cdr.ckf.kinds"} <= set(blocks)
+    assert [b for b in blocks if importlib.util.find_spec(b) is None] == []
