@@ -36,10 +36,11 @@ def reference_score(
         coverage_score = math.fsum(w * cosine(fact, e) for e, w in coverage) / total
     else:
         coverage_score = 0.0
-    # DESIGN §3.2: no residual pull while the Coverage Set is empty (Window 1 = Phase 2).
+    # docs/design.md §3.2: no residual pull while the Coverage Set is empty (Window 1 = Phase 2).
     residual_pull = max((cosine(fact, r) for r in residual), default=0.0) if coverage else 0.0
     effective = max(relevance, residual_pull)
-    penalty = min(max(coverage_score, 0.0), 0.80)  # DESIGN §3.3: no boost when anti-correlated
+    # docs/design.md §3.3: no boost when anti-correlated
+    penalty = min(max(coverage_score, 0.0), 0.80)
     novelty = max(1.0 - penalty, 0.20)
     ngram_penalty = min(0.80, ngram_count * 0.15)
     return importance * effective * novelty * (1.0 - ngram_penalty)

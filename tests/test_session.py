@@ -1,4 +1,5 @@
-"""Session state: §7.2 updates with DESIGN §3.4–3.6 readings, exits, exact JSON round trips."""
+"""Session state: §7.2 updates with docs/design.md §3.4–3.6 readings, exits, exact JSON round
+trips."""
 
 from __future__ import annotations
 

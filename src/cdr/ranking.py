@@ -141,7 +141,8 @@ def row_dots(rows: np.ndarray, vectors: np.ndarray) -> np.ndarray:
 
 
 def novelty_from_coverage(coverage_score: np.ndarray) -> np.ndarray:
-    """max(1 − clip(coverage, 0, 0.80), 0.20): anti-correlation is not rewarded (DESIGN §3.3)."""
+    """max(1 − clip(coverage, 0, 0.80), 0.20): anti-correlation is not rewarded
+    (docs/design.md §3.3)."""
     penalty = np.clip(coverage_score, 0.0, COVERAGE_PENALTY_CAP)
     return np.maximum(1.0 - penalty, MIN_NOVELTY_FLOOR).astype(coverage_score.dtype, copy=False)
 
@@ -159,7 +160,7 @@ def cdr_components(
 
     `centroid` is the Coverage Set's weighted centroid (None when its weight is 0); `residual`
     the (R, d) unit embeddings of the Residual Set. Residual pull applies only once the Coverage
-    Set has entries (DESIGN §3.2), so Window 1 is exactly importance × relevance (§2.7).
+    Set has entries (docs/design.md §3.2), so Window 1 is exactly importance × relevance (§2.7).
     Results keep the inputs' float type (float32 in the core, float64 in `cdr.spec`).
     """
     m = embeddings.shape[0]

