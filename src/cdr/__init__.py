@@ -39,7 +39,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers only
     from cdr.ckf.handle import CKF
     from cdr.ckf.ingest import ingest
-    from cdr.retrieval.embed import default_embedder
+    from cdr.retrieval.embed import default_embedder, get_embedder
     from cdr.retrieval.factindex import FactIndex
     from cdr.trace import build_trace
     from cdr.window.length import LengthReport, length_score
@@ -57,6 +57,7 @@ _LAZY = {
     "WindowEvent": "cdr.window.loop",
     "get_writer": "cdr.writers",
     "default_embedder": "cdr.retrieval.embed",
+    "get_embedder": "cdr.retrieval.embed",
     "build_trace": "cdr.trace",
     "RepeatGuard": "cdr.window.repeat_guard",
     "LengthReport": "cdr.window.length",
@@ -81,6 +82,7 @@ __all__ = [  # noqa: RUF022 - grouped: eager names, then the lazy ones
     "WindowEvent",
     "build_trace",
     "default_embedder",
+    "get_embedder",
     "get_writer",
     "ingest",
     "length_score",

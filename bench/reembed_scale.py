@@ -1,0 +1,155 @@
+"""Re-embedding at scale (issue 26): `cdr ckf reembed` on Ray embedding actors, 2 workers
+against 1, and on this machine's cores without Ray, on the same CKF.
+
+The CKF holds `--facts` distinct real facts: the contents of the retrieval benchmark's two
+CKFs (Python docs, then man pages), stored with placeholder vectors (re-embedding replaces
+every vector, so what they were does not matter). Each arm re-embeds a fresh copy of it from
+the plain recipe to `title-section-short` through `cdr.ckf.reembed.reembed`, the function
+behind `cdr ckf reembed`, with its default chunking (the Ray arms queue the next chunk while one
+is staged). Arms: `local` (the default embedder in this process, threads on every core), and
+Ray with 1 and 2 actors (`cdr.cluster.ray_ingest.RayEmbedder`, one CPU and one BLAS thread
+each) on a Ray head this script starts on 127.0.0.1 with 2 CPUs and stops at the end. The
+arms alternate (local, 1, 2, 2, 1, local) so drifting load hits each alike; the actors load
+their model before the clock starts.
+
+Usage: `python bench/reembed_scale.py [--facts 2000]` — writes bench/results/reembed.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+import _paths  # noqa: F401  (cdr importable from a checkout)
+from _machine import cpu_name
+from cdr.ckf import CKF
+from cdr.ckf.committer import CKFCommitter, create_ckf
+from cdr.ckf.reembed import reembed
+from cdr.retrieval.embed import MINILM_MODEL_ID, default_embedder
+from cdr.retrieval.fact_recipe import TITLE_SECTION_SHORT
+from retrieval import CKF_DIR
+
+OUT = Path(__file__).parent / "results" / "reembed.md"
+SOURCES = ("pydocs-title-section-short.ckf", "man-title-section-short.ckf")
+PER_DOC = 200  # facts per stored document
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def real_facts(n: int) -> list[str]:
+    """`n` distinct fact contents from the retrieval benchmark's CKFs (built by
+    `bench/retrieval.py`)."""
+    out: dict[str, None] = {}
+    for name in SOURCES:
+        with CKF.open(CKF_DIR / name) as ckf:
+            for content, _t, _s in ckf.committer.fact_contexts(0, ckf.n_rows):
+                out.setdefault(content)
+                if len(out) == n:
+                    return list(out)
+    raise SystemExit(f"--facts {n}: only {len(out)} distinct facts in {CKF_DIR}; run "
+                     "bench/retrieval.py first or ask for fewer")
+
+
+def build(root: Path, facts: list[str]) -> Path:
+    rng = np.random.default_rng(0)
+    vecs = rng.standard_normal((len(facts), 384)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    w = CKFCommitter(create_ckf(root, MINILM_MODEL_ID, 384))
+    for s in range(0, len(facts), PER_DOC):
+        w.append_raw(facts[s : s + PER_DOC], vecs[s : s + PER_DOC], source=f"doc/{s // PER_DOC}")
+    w.close()
+    return root
+
+
+def run_arm(base: Path, work: Path, arm: str) -> dict[str, float]:
+    from cdr.cluster.ray_ingest import RayEmbedder
+
+    path = work / f"kb-{arm}-{time.monotonic_ns()}"
+    shutil.copytree(base, path)
+    model = default_embedder() if arm == "local" else RayEmbedder(None, workers=int(arm))
+    cpu0 = model.cpu_seconds() if arm != "local" else [time.process_time()]
+    try:
+        with CKF.open(path) as ckf:
+            t0 = time.perf_counter()
+            rep = reembed(ckf, TITLE_SECTION_SHORT, embedder=model)
+            wall = time.perf_counter() - t0
+        cpu1 = model.cpu_seconds() if arm != "local" else [time.process_time()]
+    finally:
+        if arm != "local":
+            model.close()
+        shutil.rmtree(path, ignore_errors=True)
+    cpu = sum(cpu1) - sum(cpu0)
+    print(f"  {arm:>5}: {rep.embedded} facts in {wall:.1f} s = {rep.embedded / wall:.1f} "
+          f"facts/s, embedding CPU {cpu:.0f} s, load {load()}", flush=True)
+    return {"facts": rep.embedded, "wall": wall, "cpu": cpu, "load": load()}  # type: ignore[dict-item]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--facts", type=int, default=2000)
+    args = ap.parse_args()
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    start_load = load()
+    work = Path(tempfile.mkdtemp(prefix="cdr-reembed-"))
+    import ray
+
+    from cdr.cluster.ray_index import connect
+
+    try:
+        base = build(work / "base", real_facts(args.facts))
+        connect(None, num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1")
+        from cdr.cluster.ray_ingest import RayEmbedder
+
+        warm = RayEmbedder(None, workers=2)  # the workers' processes and imports, untimed
+        warm.encode(["warm up"] * 8)
+        warm.close()
+        default_embedder().encode(["warm up"])
+        runs: dict[str, list[dict[str, float]]] = {"local": [], "1": [], "2": []}
+        for arm in ("local", "1", "2", "2", "1", "local"):
+            runs[arm].append(run_arm(base, work, arm))
+    finally:
+        ray.shutdown()
+        shutil.rmtree(work, ignore_errors=True)
+    fps = {a: [r["facts"] / r["wall"] for r in rs] for a, rs in runs.items()}
+    pair = [fps["2"][i] / fps["1"][i] for i in range(2)]  # the adjacent (1, 2) and (2, 1)
+    lines = [
+        "# Re-embedding at scale: `cdr ckf reembed` on Ray embedding actors", "",
+        f"- {args.facts:,} distinct real facts (Python-docs and man-page facts of the retrieval "
+        "benchmark), re-embedded from the plain recipe to `title-section-short` by the default "
+        "(float32) path; the count is what this session's time allowed, not 100k.",
+        f"- Machine: {cpu_name(platform.processor() or 'unknown')}, {os.cpu_count()} logical "
+        f"CPUs, shared; load average at the start {start_load}, at the end {load()}.",
+        f"- Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC.",
+        f"- Command: `python bench/reembed_scale.py --facts {args.facts}`", "",
+        "| arm | runs, facts/s | mean facts/s | embedding CPU s per run | load average after |",
+        "|---|---|---:|---|---|",
+    ]
+    names = {"local": "this process, every core (no Ray)", "1": "Ray, 1 actor",
+             "2": "Ray, 2 actors"}
+    for arm, rs in runs.items():
+        speeds = ", ".join(f"{x:.1f}" for x in fps[arm])
+        cpus = ", ".join(f"{r['cpu']:.0f}" for r in rs)
+        loads = "; ".join(str(r["load"]) for r in rs)
+        lines.append(f"| {names[arm]} | {speeds} | {np.mean(fps[arm]):.1f} | {cpus} | {loads} |")
+    lines += [
+        "", f"2 actors over 1: **{np.mean(fps['2']) / np.mean(fps['1']):.2f}×** (means); the "
+        f"two adjacent pairs: {pair[0]:.2f}× and {pair[1]:.2f}×. Embedding CPU: the actors' "
+        "own process time on Ray, this process's for the local arm.",
+    ]
+    OUT.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
