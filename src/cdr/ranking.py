@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 import numpy as np
 
@@ -117,9 +117,11 @@ class Ranking:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Ranking:
         """The `Ranking` `to_dict` saw (KeyError/TypeError/ValueError on a damaged copy)."""
+        score, relevance, novelty, residual_pull, ngram_penalty, coverage_score = (
+            np.asarray(data[k], dtype=_F32) for k in RANKING_ARRAYS)
         return cls(
             np.asarray(data["indices"], dtype=np.int64),
-            *(np.asarray(data[k], dtype=_F32) for k in RANKING_ARRAYS),
+            score, relevance, novelty, residual_pull, ngram_penalty, coverage_score,
             mode=data["mode"], n_candidates=int(data["n_candidates"]),
             ngram_activations=int(data["ngram_activations"]), extra=dict(data["extra"]),
             memory=np.asarray(data["memory"], dtype=_F32) if "memory" in data else None,
@@ -435,8 +437,8 @@ def rank_all(
     check_relevance(relevance, f, q, "facts")
     min_rel = float(kwargs.get("min_relevance", CDR_MIN_RELEVANCE))  # type: ignore[arg-type]
     gate = np.flatnonzero(relevance >= _F32(min_rel))
-    importance = kwargs.pop("importance", None)
-    counts = kwargs.pop("ngram_counts", None)
+    importance = cast("np.ndarray | None", kwargs.pop("importance", None))
+    counts = cast("np.ndarray | None", kwargs.pop("ngram_counts", None))
     if gate.shape[0] == f.shape[0]:  # everything passes (e.g. Phase 1 output): no copy
         block, rel = f, relevance
     else:  # np.take gathers the gated rows a little faster than fancy indexing

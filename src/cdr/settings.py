@@ -22,6 +22,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import overload
 
 __all__ = ["GROUPS", "SETTINGS", "Setting", "cache_dir", "env", "environment", "export",
            "setting"]
@@ -300,6 +301,12 @@ def setting(name: str) -> Setting:
         if entry.name == name:
             return entry
     raise KeyError(f"{name} is not a documented setting: add it to cdr.settings")
+
+
+@overload
+def env(name: str, default: str) -> str: ...
+@overload
+def env(name: str, default: None = None) -> str | None: ...
 
 
 def env(name: str, default: str | None = None) -> str | None:

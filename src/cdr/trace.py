@@ -73,7 +73,7 @@ def trace_document(session: Session, windows: Sequence[dict[str, Any]]) -> dict[
     # not see an unwritten fact sent again; this shows it, whatever the options.
     shares = sent_before_per_window([[f["fact_id"] for f in w.get("envelope", ())]
                                      for w in windows])
-    doc = {
+    doc: dict[str, Any] = {
         "task": session.task,
         "embedding_model": session.model_id,
         "ranking": session.ranking,

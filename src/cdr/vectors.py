@@ -24,7 +24,7 @@ def to_b64(arr: np.ndarray) -> str:
 
 def from_b64(text: str, dtype: type, shape: tuple[int, ...] | None = None) -> np.ndarray:
     """The array `to_b64` saw, given its dtype (and shape; flat when None)."""
-    arr = np.frombuffer(base64.b64decode(text), dtype=dtype)
+    arr: np.ndarray = np.frombuffer(base64.b64decode(text), dtype=dtype)
     return (arr if shape is None else arr.reshape(shape)).copy()
 
 
@@ -164,11 +164,12 @@ def check_query(x: object, dim: int, *, name: str = "query", model_id: str | Non
         q = as_vector(x, name, dim)
     else:
         q = np.asarray(x, dtype=np.float32)
+        given = q.shape
         if q.ndim == 2 and q.shape[0] == 1:
             q = q[0]
         if q.ndim != 1 or q.shape[0] != dim:
             raise InvalidInputError(
-                f"{name} vector has shape {tuple(np.shape(x))}; the index's model "
+                f"{name} vector has shape {given}; the index's model "
                 f"{model_id!r} has dimension {dim}")
         if not np.isfinite(q).all():
             raise InvalidInputError(f"{name}: contains NaN or infinite values")

@@ -10,19 +10,18 @@ the side that writes (file lifecycle, locking, all changes); `CKF` is a snapshot
 itself and forwards administration to its committer.
 """
 
-from cdr.ckf.chunk import DEFAULT_CHUNKING, ChunkConfig, chunk_blocks, fact_id, split_sentences
+from cdr.ckf.chunk import DEFAULT_CHUNKING, ChunkConfig, chunk_blocks, fact_id
 from cdr.ckf.committer import CKFBusyError, CKFCommitter
 from cdr.ckf.handle import CKF
 from cdr.ckf.ingest import (
     DocumentInput,
     IngestProgress,
     IngestReport,
-    declared_settings,
     ingest,
     ingest_documents,
     ingest_texts,
 )
-from cdr.ckf.kinds import DocumentKind, parse
+from cdr.ckf.kinds import DocumentKind, declared_settings, parse
 from cdr.ckf.parse import parse_html, parse_markdown, parse_pdf, parse_text
 from cdr.ckf.records import (
     MAX_FACT_TOKENS,
@@ -39,6 +38,7 @@ from cdr.ckf.records import (
 )
 from cdr.ckf.snapshot import CKFSnapshot
 from cdr.old_paths import renamed_getattr
+from cdr.text.sentences import split_sentences
 
 __all__ = [
     "CKF",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import re
 import textwrap
+from typing import Any
 
 from cdr.ckf.html_blocks import parse_html
 from cdr.ckf.markdown_blocks import front_matter, parse_markdown
@@ -126,7 +127,7 @@ def _pdf_outline(reader: object) -> list[tuple[int, tuple[str, ...]]]:
     """(first page index, heading path) for each outline entry, in page order."""
     out: list[tuple[int, tuple[str, ...]]] = []
 
-    def visit(items: list, path: tuple[str, ...]) -> None:
+    def visit(items: list[Any], path: tuple[str, ...]) -> None:
         last: tuple[str, ...] = path
         for item in items:
             if isinstance(item, list):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -21,10 +22,11 @@ from cdr.ckf.schema import doc_id_for, now, write_meta
 from cdr.errors import InvalidInputError
 from cdr.ngrams import ngram_hashes
 
+_T = TypeVar("_T")
 _BATCH = 900  # SQLite host-parameter limit is 999 on old builds
 
 
-def chunks(seq: Sequence, size: int = _BATCH) -> Iterable[Sequence]:
+def chunks(seq: Sequence[_T], size: int = _BATCH) -> Iterable[Sequence[_T]]:
     for i in range(0, len(seq), size):
         yield seq[i : i + size]
 
@@ -272,8 +274,8 @@ class WriteTxn:
         rows = sorted({int(r) for r in rows})
         if not rows:
             return
-        facts: dict[int, tuple] = {}
-        holders: dict[int, list[tuple]] = {}
+        facts: dict[int, tuple[Any, ...]] = {}
+        holders: dict[int, list[tuple[Any, ...]]] = {}
         for part in chunks(rows):
             marks = ",".join("?" * len(part))
             for r in self.conn.execute(

@@ -16,12 +16,11 @@ from cdr.cli.keys import keygen_command
 from cdr.cli.models import models_app
 from cdr.errors import CdrError
 from cdr.options import DEFAULTS as D
-from cdr.options import meaning
+from cdr.options import MAX_WINDOWS_LIMIT, meaning
 from cdr.ranking import RANKING_MODES
 from cdr.session import (
     CKF_EXHAUSTED,
     IN_PROGRESS,
-    MAX_WINDOWS_LIMIT,
     RUN_FAILED,
     UPSTREAM_ERROR,
 )

@@ -284,8 +284,8 @@ def reembed_command(
         if is_shard_set(ckf):
             from cdr.cluster.shardset import reembed_shards
 
-            run = lambda cb: reembed_shards(ckf, recipe, embedder=model,  # noqa: E731
-                                           progress=cb)
+            def run(cb: Any) -> Any:
+                return reembed_shards(ckf, recipe, embedder=model, progress=cb)
         else:
             def run(cb: Any) -> Any:
                 from cdr.ckf.reembed import reembed

@@ -25,7 +25,7 @@ from cdr.report import write_report
 from cdr.report.quality import cwr6, fact_reuse
 from cdr.trace import build_trace
 from cdr.window.assemble import assemble_document
-from cdr.window.loop import GenerationConfig, Generator
+from cdr.window.loop import GenerationConfig, Generator, WindowEvent
 from cdr.writers.extractive import ExtractiveWriter
 
 TASK = "Write a guide to Python's built-in types"
@@ -60,7 +60,8 @@ def build_ckf(root: Path) -> CKF:
     return ckf
 
 
-def run_arm(ckf: CKF, ranking: str, windows: int, words: int, out_dir: Path) -> list:
+def run_arm(ckf: CKF, ranking: str, windows: int, words: int, out_dir: Path
+            ) -> list[WindowEvent]:
     gen = Generator(ckf, ExtractiveWriter(),
                     GenerationConfig(max_windows=windows, words=words, ranking=ranking))
     session = gen.start(TASK, OUTLINE)
@@ -78,7 +79,7 @@ def run_arm(ckf: CKF, ranking: str, windows: int, words: int, out_dir: Path) -> 
     return events
 
 
-def summary_table(results: dict[str, list]) -> Table:
+def summary_table(results: dict[str, list[WindowEvent]]) -> Table:
     t = Table(title="Windows 2+ compared (CWR6 and reuse: mean over windows 2+)")
     for col in ("ranking", "windows", "CWR6", "reuse", "distinct facts", "complete", "status"):
         t.add_column(col, justify="left" if col == "status" else "right",

@@ -224,7 +224,7 @@ class RayShardedIndex:
 
     # ------------------------------------------------------------------ calls with retry
 
-    def _gather(self, method: str, args: Sequence[tuple], *, check_gen: bool = True,
+    def _gather(self, method: str, args: Sequence[tuple[Any, ...]], *, check_gen: bool = True,
                 shards: Sequence[int] | None = None, seconds: float | None = None
                 ) -> list[Any]:
         """Call `method(*args[j])` on shards (all, or `shards`) in parallel; retry the ones

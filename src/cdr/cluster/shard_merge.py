@@ -109,7 +109,7 @@ def merge_window(tops: list[ShardTop], limit: int | None, top_k: int | None, dim
         kth = keys[top_k - 1] if len(order) >= top_k else None
         again = [i for i, t in enumerate(tops)
                  if not t.complete and (kth is None or kth > t.last_key())]
-    if again:
+    if again and cut is not None:  # (only a cut asks again)
         for i, t in zip(again, ask_again(again, cut), strict=True):
             tops[i] = t
             kept[i] = np.ones(len(t.rows), bool)
@@ -139,7 +139,9 @@ def _gather(tops: Sequence[ShardTop], kept: Sequence[np.ndarray], order: np.ndar
     rows = cat(lambda t: t.rows).astype(np.int64)
     parts = np.concatenate([t.parts[:, k] for t, k in zip(tops, kept, strict=True)],
                            axis=1)[:, order].astype(_F32, copy=False)
-    ranking = Ranking(rows, *parts, mode=mode, n_candidates=n_candidates,
+    score, relevance, novelty, residual_pull, ngram_penalty, coverage_score = parts
+    ranking = Ranking(rows, score, relevance, novelty, residual_pull, ngram_penalty,
+                      coverage_score, mode=mode, n_candidates=n_candidates,
                       ngram_activations=n_penalized, extra={})
     if any(len(t.rows) and not t.embeddings.size for t in tops):  # ranked without vectors
         emb = np.zeros((len(order), 0), _F32)

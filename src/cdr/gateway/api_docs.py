@@ -55,8 +55,8 @@ def install_api_docs(app: FastAPI) -> None:
     """Serve `/docs` and `/redoc` with their CSP (the app must be built with `docs_url` and
     `redoc_url` None, so FastAPI's own unguarded routes do not exist)."""
     title = f"{app.title} — API"
-    swagger = get_swagger_ui_html(openapi_url="/openapi.json", title=title).body.decode()
-    redoc = get_redoc_html(openapi_url="/openapi.json", title=title).body.decode()
+    swagger = bytes(get_swagger_ui_html(openapi_url="/openapi.json", title=title).body).decode()
+    redoc = bytes(get_redoc_html(openapi_url="/openapi.json", title=title).body).decode()
 
     @app.get("/docs", include_in_schema=False)
     def docs() -> HTMLResponse:

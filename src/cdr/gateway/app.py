@@ -111,9 +111,9 @@ def create_app(
             from cdr.retrieval.index_open import open_fact_index
 
             specs[name] = open_fact_index(spec, retry_seconds=settings.ray_retry_seconds)
-    for path in (settings.ckf, settings.session_db, Path.cwd(), tempfile.gettempdir(),
-                 *(p for p in specs.values() if isinstance(p, str | Path))):
-        register_path(path)
+    for where in (settings.ckf, settings.session_db, Path.cwd(), tempfile.gettempdir(),
+                  *(p for p in specs.values() if isinstance(p, str | Path))):
+        register_path(where)
     if settings.llm_api_key is not None:
         register_secret(settings.llm_api_key.get_secret_value())
     blas_threads = _blas_threads()

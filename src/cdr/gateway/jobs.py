@@ -116,7 +116,7 @@ class IngestJobs:
         # clients, who only learn that the lease ran out).
         self.owner = uuid.uuid4().hex
         self._leases: JobLeases | None = (
-            self.store if isinstance(self.store, JobLeases) else None)  # type: ignore[assignment]
+            self.store if isinstance(self.store, JobLeases) else None)
         self._held: set[str] = set()
         self._held_lock = threading.Lock()
         self._stop = threading.Event()

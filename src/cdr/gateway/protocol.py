@@ -58,7 +58,7 @@ class _GuardedH11Protocol(H11Protocol):
     header_timeout: float = 15.0
     _header_timer: asyncio.TimerHandle | None = None
 
-    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+    def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
         set_nodelay(transport)
         self._arm()

@@ -14,6 +14,7 @@ from pydantic_core import PydanticCustomError
 from cdr.gateway.limits import check_text
 from cdr.options import (
     DEFAULTS,
+    MAX_WINDOWS_LIMIT,
     DocumentsMode,
     EnvelopeMode,
     LengthMode,
@@ -28,7 +29,6 @@ from cdr.options import (
     wire_names,
 )
 from cdr.ranking import RankingMode
-from cdr.session import MAX_WINDOWS_LIMIT
 
 MAX_TASK_CHARS = 20_000
 MAX_OUTLINE_ITEMS = 50
@@ -77,7 +77,7 @@ class GenerationOptions(_Strict):
     fields are the run options a request may set (`cdr.options.wire_names`)."""
 
     outline: str | list[str] | None = Field(
-        None, description="Sub-queries: a Markdown/plain outline (one per line) or a list. "
+        default=None, description="Sub-queries: a Markdown/plain outline (one per line) or a list. "
         "Omitted: decomposed automatically (by the LLM writer, else from the CKF).")
     max_windows: int | None = option_field("max_windows", ge=1, le=MAX_WINDOWS_LIMIT)
     words: int | None = option_field("words", ge=1, le=MAX_WORDS)

@@ -201,6 +201,8 @@ class LangChainWriter:
     reply (`max_tokens` for ChatOpenAI and ChatAnthropic); None sends no cap."""
 
     name = "langchain"
+    pastes_facts = False  # a model writes
+    needs_model = False  # the chat model object names its own model
 
     def __init__(self, llm: Any, *, max_tokens_arg: str | None = "max_tokens") -> None:
         self.llm = llm
@@ -281,6 +283,7 @@ class CDRLoop(Runnable[Any, dict[str, Any]]):
         gen = self._generator()
         session = await asyncio.to_thread(gen.start, task, outline)
         events: list[WindowEvent] = []
+        error: UpstreamError | None
         while True:
             prepared = await asyncio.to_thread(gen.prepare, session)
             if len(prepared.envelope) == 0:
@@ -290,7 +293,7 @@ class CDRLoop(Runnable[Any, dict[str, Any]]):
                 result = await self.writer.agenerate(prepared.messages, prepared.max_tokens)
                 text, error = result.text, None
             except UpstreamError as exc:
-                result, text, error = None, "", str(exc)
+                result, text, error = None, "", exc
             event = await asyncio.to_thread(gen.complete, session, prepared, text,
                                             result=result, error=error)
             events.append(event)

@@ -69,8 +69,8 @@ class CDRNodePostprocessor(BaseNodePostprocessor):
     _session: Any = PrivateAttr(default=None)
     _embedder: Any = PrivateAttr(default=None)
     _last: Any = PrivateAttr(default=None)  # (nodes, ranking, tokens) handed out last
-    _windows: list = PrivateAttr(default_factory=list)
-    _vectors: dict = PrivateAttr(default_factory=dict)  # text -> unit vector, this session
+    _windows: list[Any] = PrivateAttr(default_factory=list)
+    _vectors: dict[str, Any] = PrivateAttr(default_factory=dict)  # text -> unit vector
     _lock: Any = PrivateAttr(default_factory=threading.Lock)
 
     @classmethod

@@ -5,7 +5,7 @@ report (`cdr report`) and the gateway's live inspector, which swaps it in as win
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
@@ -197,7 +197,7 @@ def window_card(run: RunView, w: WindowView | None, index: int) -> str:
         f'<div class="text">{window_text(run, w)}</div></details>{dropped_text(r)}</div>')
 
 
-def dropped_text(record: dict) -> str:
+def dropped_text(record: Mapping[str, Any]) -> str:
     """What the repeat guard (`repeats: "drop"`) took out of the window, if anything."""
     units = record.get("dropped") or []
     if not units:

@@ -107,11 +107,11 @@ class LexicalIndex:
         np.cumsum(counts, out=offsets[1:])
         n = len(texts)
         rows = np.asarray(t_rows, dtype=np.int64)[order]
-        tf = np.asarray(t_tf, dtype=np.float32)[order]
+        tfs = np.asarray(t_tf, dtype=np.float32)[order]
         avg = float(doc_len.mean()) if n else 0.0
         norm = 1.0 - B + B * doc_len[rows].astype(np.float64) / max(avg, 1e-9)
-        part = (tf * (K1 + 1.0) / (tf + K1 * norm)).astype(np.float32)
-        return cls(n, vocab, offsets, rows, tf, doc_len, avg, part)
+        part = (tfs * (K1 + 1.0) / (tfs + K1 * norm)).astype(np.float32)
+        return cls(n, vocab, offsets, rows, tfs, doc_len, avg, part)
 
     def query_ids(self, query_terms: Sequence[str]) -> np.ndarray:
         """Distinct known term ids of a query, in first-seen order."""

@@ -41,11 +41,13 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from cdr.retrieval.row_products import row_products
 
+_nb: Any
 try:  # the `fast` extra
     import numba as _nb
 except ImportError:  # pragma: no cover - exercised only where numba is absent

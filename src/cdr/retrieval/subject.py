@@ -19,8 +19,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from cdr.coverage import SubQuery
 from cdr.retrieval.fact_recipe import TITLE_WORDS, clean_context
-from cdr.window.dpe import SubQuery, task_topic
+from cdr.window.dpe import task_topic
 
 # About a title's length: enough to name a subject, too short to drown the line.
 SUBJECT_WORDS = TITLE_WORDS + 2

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 from markdown_it import MarkdownIt
+from markdown_it.token import Token
 
 from cdr.text.blocks import Block
 from cdr.text.sentences import finished_end
@@ -23,7 +24,7 @@ _PARSER = MarkdownIt("commonmark")
 _BOLD_LINE = re.compile(r"^\s*(?:\*\*|__)(?P<t>[^*_\n]{1,80})(?:\*\*|__)\s*:?\s*$")
 
 
-def _inline_text(tokens: list, i: int) -> str:
+def _inline_text(tokens: list[Token], i: int) -> str:
     tok = tokens[i]
     return tok.content if tok.type == "inline" else ""
 
@@ -91,7 +92,7 @@ def _is_label(content: str) -> bool:
             and line[:1].isupper())
 
 
-def _has_next_block(tokens: list, i: int) -> bool:
+def _has_next_block(tokens: list[Token], i: int) -> bool:
     return any(t.level == 0 and t.map is not None for t in tokens[i + 3:])
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -17,7 +18,7 @@ TOKENIZER_NAME = "cl100k_base"
 
 
 @lru_cache(maxsize=1)
-def _encoding():  # returns bpe_openai.Encoding
+def _encoding() -> Any:  # a bpe_openai.Encoding (the package has no type information)
     import bpe_openai
 
     return bpe_openai.get_encoding(TOKENIZER_NAME)

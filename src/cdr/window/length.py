@@ -29,7 +29,8 @@ from cdr.errors import InvalidInputError
 
 # The stop rule is one of the session's exits, so it lives with them in `cdr.session`; it is
 # importable from here too, beside the rest of the length contract.
-from cdr.session import LENGTH_TOLERANCE, MAX_WINDOWS_LIMIT
+from cdr.options import MAX_WINDOWS_LIMIT
+from cdr.session import LENGTH_TOLERANCE
 from cdr.session import contract_met as contract_met
 
 # Words per completion token the reference model wrote on the quality benchmark: 31,628 words

@@ -23,7 +23,7 @@ import numpy as np
 from cdr.coverage import SubQuery
 from cdr.errors import CdrError, InvalidInputError, UpstreamError
 from cdr.old_paths import REMOVED_IN, renamed_keywords
-from cdr.options import DEFAULTS, SessionOptions
+from cdr.options import DEFAULTS, MAX_WINDOWS_LIMIT, SessionOptions
 from cdr.ranking import ONE_PASS_MODES, Ranking, rank
 from cdr.retrieval.doc_support import SupportedIndex, document_codes
 from cdr.retrieval.expansion import (
@@ -39,7 +39,6 @@ from cdr.session import (
     CKF_EXHAUSTED,
     EXHAUSTION_RATIO,
     IN_PROGRESS,
-    MAX_WINDOWS_LIMIT,
     UPSTREAM_ERROR,
     Session,
 )
@@ -394,7 +393,7 @@ class Generator:
         messages = [{"role": "system", "content": cfg.system_prompt},
                     {"role": "user", "content": user}]
         envelope.messages = messages
-        return PreparedWindow(session.window_count + 1, envelope, packed_rows, facts, plan,
+        return PreparedWindow(session.window_count + 1, envelope, packed_rows, list(facts), plan,
                               messages, len(session.coverage), cfg.generation_tokens)
 
     def _continued(self, session: Session, plan: list[PlanSection]) -> dict[str, str]:

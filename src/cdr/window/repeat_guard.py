@@ -32,6 +32,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -146,7 +147,7 @@ class RepeatGuard:
         # Headings waiting for kept content under them: [level, source, emptied] — emptied
         # once a unit after it was dropped. A heading the guard emptied goes; one the model
         # left empty stays, as it would with nothing dropped.
-        pending: list[list] = []
+        pending: list[list[Any]] = []
         dropped: list[str] = []
         kept_prose: list[str] = []
         this_window: set[int] = set()

@@ -65,8 +65,9 @@ def _writer_class(name: str) -> type:
     if name not in _REGISTRY:
         raise InvalidInputError(
             f"unknown writer {name!r}; choose one of: {', '.join(WRITER_NAMES)}")
-    module, cls = _REGISTRY[name]  # type: ignore[index]
-    return getattr(importlib.import_module(module), cls)
+    module, cls = _REGISTRY[name]
+    found: type = getattr(importlib.import_module(module), cls)
+    return found
 
 
 def get_writer(name: str, **settings: Any) -> Writer:
