@@ -83,7 +83,7 @@ def expand_sub_queries(title_embeddings: np.ndarray, pool_embeddings: np.ndarray
     return out
 
 
-def widened_selection(ckf: Any, query: np.ndarray, expanded: np.ndarray, gate: float,
+def widened_selection(index: Any, query: np.ndarray, expanded: np.ndarray, gate: float,
                       limit: int, per_expansion: int = EXPANSION_WIDEN_LIMIT,
                       top_up: bool = EXPANSION_TOP_UP) -> Any:
     """Phase 1 over the union of the query's gate and each expansion's gate: the CKF's
@@ -95,7 +95,7 @@ def widened_selection(ckf: Any, query: np.ndarray, expanded: np.ndarray, gate: f
     own selection already reach the gate against the expansion, it adds its best
     `per_expansion − n` facts not yet selected (none when n ≥ per_expansion). Without it each
     expansion adds its best `per_expansion` outright."""
-    base = ckf.select(query, gate, limit)
+    base = index.select(query, gate, limit)
     parts = [base.indices]
     base_emb = np.asarray(base.embeddings, dtype=np.float32)
     for v in np.asarray(expanded, dtype=np.float32):
@@ -106,12 +106,12 @@ def widened_selection(ckf: Any, query: np.ndarray, expanded: np.ndarray, gate: f
         if want <= 0:
             continue
         # `want` facts new to the selection: the expansion's best `want + have` include them.
-        own = ckf.select(v, gate, per_expansion).indices
+        own = index.select(v, gate, per_expansion).indices
         parts.append(own[~np.isin(own, base.indices)][:want])
     rows = np.unique(np.concatenate(parts)).astype(np.int64)
     if rows.shape[0] == base.indices.shape[0]:
         return base
-    emb = np.asarray(ckf.vectors(rows), dtype=np.float32)
+    emb = np.asarray(index.vectors(rows), dtype=np.float32)
     rel = (emb @ np.asarray(query, dtype=np.float32)).astype(np.float32)
     order = np.lexsort((rows, -rel))
     return type(base)(rows[order], rel[order], emb[order])
