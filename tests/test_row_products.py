@@ -3,6 +3,7 @@ einsum over the whole matrix, whatever the block size, thread count or row layou
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 
 import numpy as np
@@ -206,3 +207,42 @@ def test_cdr_scores_and_rank_all_are_the_same_on_any_thread_count(monkeypatch, t
     assert np.array_equal(got_rank.indices, want_rank.indices)
     assert np.array_equal(got_rank.score, want_rank.score)
     assert np.array_equal(got_rank.relevance, want_rank.relevance)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), cuts=st.lists(st.integers(1, 5_999), max_size=4),
+       block=st.integers(64, 5_000), threads=st.integers(1, 6),
+       min_rows=st.sampled_from([0, 2_000, 10**7]))
+def test_every_score_is_the_same_bits_in_any_shard_layout_block_size_and_thread_count(
+    seed, cuts, block, threads, min_rows
+):
+    """The array face end to end (issue 26): `cdr_scores` of a matrix cut into shards at any
+    rows, each shard scored with its own block size and thread count, gives every fact the
+    bits one single-threaded call over the whole matrix gives it — the relevance, the coverage
+    and residual-pull products of the gated rows, and the score built from them."""
+    rng = np.random.default_rng(seed)
+    n, d = 6_000, 384
+    q = rng.standard_normal(d).astype(np.float32)
+    q /= np.linalg.norm(q)
+    f = _rows(seed, n, d, np.float32)
+    near = rng.random(n) < 0.3  # a share near the query passes the gate
+    f[near] = f[near] * 0.3 + q * 0.8
+    f /= np.linalg.norm(f, axis=1, keepdims=True)
+    cov = f[rng.choice(np.flatnonzero(near), 4)]
+    res = f[rng.choice(np.flatnonzero(near), 6)]
+    imp = rng.uniform(0.5, 1, n).astype(np.float32)
+    counts = rng.integers(0, 3, n)
+    w = np.full(4, 0.5)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(rp.ROW_THREADS_ENV, "1")
+        mp.setattr(rp, "PARALLEL_MIN_ROWS", 10**9)
+        whole = cdr_scores(f, q, cov, w, res, imp, counts)
+    assert np.isfinite(whole).sum() > 100
+    edges = [0, *sorted(set(cuts)), n]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(rp.ROW_THREADS_ENV, str(threads))
+        mp.setattr(rp, "BLOCK_ROWS", block)
+        mp.setattr(rp, "PARALLEL_MIN_ROWS", min_rows)
+        parts = [cdr_scores(f[a:b], q, cov, w, res, imp[a:b], counts[a:b])
+                 for a, b in itertools.pairwise(edges) if b > a]
+    np.testing.assert_array_equal(np.concatenate(parts), whole)
