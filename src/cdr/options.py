@@ -192,6 +192,13 @@ def _choices(name: str, meanings: str) -> str:
     return f"{OPTION_CHOICES[name][0]} (spec) | {meanings}"
 
 
+def _session_option(name: str, meanings: str) -> Any:
+    """An opt-in rule of the session (`OPTION_NAMES`): None (the profile's) by default, its
+    choices listed with the spec's first, and spelt with its own name on every face
+    (`--NAME`, the request field NAME), so that a rule has one name wherever it is set."""
+    return _option(None, _choices(name, meanings), flag=f"--{name}", wire=name)
+
+
 @dataclass
 class RunOptions:
     """What a user chooses about one run, each with its default and meaning (see the module
@@ -225,36 +232,29 @@ class RunOptions:
         "envelopes, expanded sub-queries) | focused (fact memory, BM25 fused relevance, "
         "document support, a stop on stale envelopes, the length contract). Single options "
         "override it.", flag="--profile", wire="profile")
-    memory: str | None = _option(None, _choices(
-        "memory", "facts: facts already shown or written lose score in later windows."),
-        flag="--memory", wire="memory")
-    envelope: str | None = _option(None, _choices(
-        "envelope", "fit: pack as many facts as the window's planned words can use."),
-        flag="--envelope", wire="envelope")
-    queries: str | None = _option(None, _choices(
-        "queries", "expanded: sub-queries expanded from the CKF at session start."),
-        flag="--queries", wire="queries")
-    repeats: str | None = _option(None, _choices(
+    memory: str | None = _session_option(
+        "memory", "facts: facts already shown or written lose score in later windows.")
+    envelope: str | None = _session_option(
+        "envelope", "fit: pack as many facts as the window's planned words can use.")
+    queries: str | None = _session_option(
+        "queries", "expanded: sub-queries expanded from the CKF at session start.")
+    repeats: str | None = _session_option(
         "repeats", "drop: take out of each window the sentences, list items and code an "
-        "earlier window already wrote (same words or same meaning)."),
-        flag="--repeats", wire="repeats")
-    subject: str | None = _option(None, _choices(
-        "subject", "anchor: embed each sub-query as the task's subject plus its line."),
-        flag="--subject", wire="subject")
-    lexical: str | None = _option(None, _choices(
-        "lexical", "bm25: relevance fuses the cosine with BM25 over the task's words."),
-        flag="--lexical", wire="lexical")
-    stale: str | None = _option(None, _choices(
+        "earlier window already wrote (same words or same meaning).")
+    subject: str | None = _session_option(
+        "subject", "anchor: embed each sub-query as the task's subject plus its line.")
+    lexical: str | None = _session_option(
+        "lexical", "bm25: relevance fuses the cosine with BM25 over the task's words.")
+    stale: str | None = _session_option(
         "stale", "stop: end the run (ckf-exhausted) instead of writing a window whose "
-        "envelope is mostly facts already sent."), flag="--stale", wire="stale")
-    length: str | None = _option(None, _choices(
+        "envelope is mostly facts already sent.")
+    length: str | None = _session_option(
         "length", "contract: plan each window for the words still owed, write a section "
         "once (continue only one cut off), end task-complete once the words asked are "
-        "delivered within ±15%."), flag="--length", wire="length")
-    documents: str | None = _option(None, _choices(
+        "delivered within ±15%.")
+    documents: str | None = _session_option(
         "documents", "support: weigh each fact's relevance by how well its document matches "
-        "the task against the best-matching document."), flag="--documents",
-        wire="documents")
+        "the task against the best-matching document.")
 
     def session_options(self) -> SessionOptions:
         """The profile's options with single ones on top; an unknown value is refused."""
