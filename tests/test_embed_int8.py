@@ -158,3 +158,25 @@ def test_the_cached_graph_is_reused(int8: MiniLMInt8Embedder, tmp_path: Path,
     np.testing.assert_array_equal(fresh.encode(["a crowd at the final"]),
                                   int8.encode(["a crowd at the final"]))
     shutil.rmtree(tmp_path / "cache")
+
+
+def test_a_shard_set_keeps_its_path_when_ingested_again(int8: MiniLMInt8Embedder,
+                                                        tmp_path: Path) -> None:
+    """A shard set built by the int8 path takes new documents with that path when no embedder
+    is named, and refuses the float32 one."""
+    from cdr.cluster.shardset import ingest_sharded, read_manifest
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for d in DOCS:
+        (docs / d.source).write_text(str(d.data), encoding="utf-8")
+    ingest_sharded(tmp_path / "set", [str(docs)], 2, embedder=int8)
+    assert read_manifest(tmp_path / "set").model_id.startswith(MINILM_INT8_MODEL_ID)
+    (docs / "more.md").write_text("# More\n\nA third page arrived later, with a sentence of "
+                                  "its own about the crowd.\n", encoding="utf-8")
+    rep = ingest_sharded(tmp_path / "set", [str(docs)], 2)
+    assert rep.facts_added > 0
+    with pytest.raises(EmbeddingModelMismatchError, match="path mismatch"):
+        (docs / "last.md").write_text("# Last\n\nOne more page about the final.\n",
+                                      encoding="utf-8")
+        ingest_sharded(tmp_path / "set", [str(docs)], 2, embedder=default_embedder())

@@ -309,10 +309,11 @@ class RayShardedIndex:
     def embedder(self) -> Embedder:
         if self._embedder is None:
             from cdr.cluster.shardset import check_shard_model
-            from cdr.retrieval.embed import default_embedder
+            from cdr.retrieval.embed import embedder_for
             from cdr.retrieval.fact_recipe import bind
 
-            candidate = bind(default_embedder(), self.model_id)  # the shards' recipe
+            # The local model (or path) of the shards' identity, bound to their recipe.
+            candidate = bind(embedder_for(self.model_id), self.model_id)
             check_shard_model(self.model_id, candidate.model_id, None, self.dim,
                               int(candidate.dim))
             self._embedder = candidate

@@ -207,10 +207,13 @@ def ingest_sharded(
     its own batches). `embedder` may be a Ray-parallel one (`cdr.cluster.ray_ingest`)."""
     from cdr.ckf.ingest import IngestReport, ingest_documents, mark_vanished, read_inputs
     from cdr.ckf.sources import discover
-    from cdr.retrieval.embed import default_embedder
+    from cdr.retrieval.embed import default_embedder, embedder_for
     from cdr.retrieval.fact_recipe import DEFAULT_RECIPE, base_model_id, identity
 
-    model = embedder or default_embedder()
+    # An existing set is embedded with its own model (or path, e.g. int8), a new one with the
+    # default.
+    model = embedder or (embedder_for(read_manifest(root).model_id) if is_shard_set(root)
+                         else default_embedder())
     if is_shard_set(root):
         ident = read_manifest(root).model_id
         if recipe is not None and identity(base_model_id(model), recipe) != ident:
