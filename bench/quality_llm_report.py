@@ -256,10 +256,19 @@ def write_report(ckf: Any, corpus: Corpus, tasks: Sequence[Task], arms: Sequence
     dim = int(ckf.dim)
     out.parent.mkdir(parents=True, exist_ok=True)
 
-    def fvec(rows: Sequence[int]) -> np.ndarray:
-        return np.asarray(ckf.vectors(np.asarray(rows, dtype=np.int64)), dtype=np.float32)
-
     emb = Embeddings(ckf.embedder.encode)
+    # A CKF built with a context recipe stores each fact's vector of "title — section: fact":
+    # grounding asks whether a sentence says what a fact says, so it compares with the fact's
+    # own text, embedded alone (what the stored vector is on a plain CKF).
+    plain = getattr(ckf, "recipe", "plain") == "plain"
+
+    def fvec(rows: Sequence[int]) -> np.ndarray:
+        if plain:
+            return np.asarray(ckf.vectors(np.asarray(rows, dtype=np.int64)), dtype=np.float32)
+        texts = [f.content for f in ckf.facts(np.asarray(rows, dtype=np.int64))]
+        emb.add(texts)
+        return emb.of(texts, dim)
+
     sents = {(r["task"], r["arm"]): [sentences(w["text"]) for w in r["windows"]] for r in runs}
     emb.add([s for ws in sents.values() for w in ws for s in w])
     lines: list[str] = []
