@@ -4,6 +4,9 @@ gate's edge; the copy builds incrementally and survives a torn tail."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -212,3 +215,20 @@ def test_compaction_drops_the_old_epochs_copy(tmp_path):
         assert ckf.epoch == 1 and ckf.n_rows == 50
         assert not any(p.exists() for p in scan.quant_paths(ckf.path, 0))
         assert open_quantised(ckf.path, 1, ckf.dim, ckf.n_rows) is None
+
+
+def test_numba_is_imported_only_when_a_kernel_runs() -> None:
+    """Every process that touches a fact index imports the scan module; numba's own import is
+    left to the first kernel call, so a gateway or a `cdr` command on a float32 store never
+    pays it."""
+    code = ("import sys, numpy as np\n"
+            "import cdr.gateway.app, cdr.cli\n"
+            "from cdr.retrieval import scan\n"
+            "before = 'numba' in sys.modules\n"
+            "rows = np.eye(4, dtype=np.float32)\n"
+            "scan.gated_rows(rows, rows[0], 0.5, np.ones(4, bool))  # float32: exact BLAS path\n"
+            "print(before, 'numba' in sys.modules, scan.HAVE_KERNELS)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "False", str(scan.HAVE_KERNELS)]

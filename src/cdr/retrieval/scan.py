@@ -35,25 +35,26 @@ copy of the first n rows stays valid as the store grows; rows past it are scanne
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import mmap
 import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from cdr.retrieval.row_products import row_products
 
-_nb: Any
-try:  # the `fast` extra
-    import numba as _nb
-except ImportError:  # pragma: no cover - exercised only where numba is absent
-    _nb = None
-
-HAVE_KERNELS = _nb is not None
+# The `fast` extra (numba): whether it is installed is a look-up, not an import. Every process
+# that touches a fact index imports this module (each gateway, each `cdr` command, each test
+# worker), and importing numba took 0.4-0.8 s of a 1.5 s gateway import on the build machine
+# (`python -X importtime -c "import cdr.gateway.app"`), spent by every process although only a
+# float16 store or an int8 copy runs a kernel. `_kernels` imports it on first use; a numba that
+# is installed but cannot be imported (built for another numpy) leaves the exact numpy paths,
+# as if it were absent.
+HAVE_KERNELS = importlib.util.find_spec("numba") is not None
 # From this many rows on, the store keeps the int8 copy (its writer extends it after every
 # commit that adds rows); below it exact float32 is the only path. Chosen by measurement
 # (bench/results/ranking.md, scan paths): at 100k rows the copy saved nothing in one run
@@ -72,13 +73,18 @@ _KERNEL_LOCK = threading.Lock()  # numba's default threading layer is not re-ent
 
 # ----------------------------------------------------------------------------- kernels
 
-def _kernels() -> dict[str, Callable[..., None]]:
-    """Compile (or load from numba's cache) the scan kernels, once per process."""
+def _kernels() -> dict[str, Callable[..., None]] | None:
+    """The scan kernels, compiled (or loaded from numba's cache) once per process; None
+    without numba (or with `HAVE_KERNELS` off), when the numpy paths run instead."""
     global _COMPILED
+    if not HAVE_KERNELS:
+        return None
     if _COMPILED is not None:
         return _COMPILED
-    nb = _nb
-    assert nb is not None
+    try:
+        import numba as nb
+    except ImportError:  # installed but unusable: the exact numpy paths
+        return None
     jit = nb.njit(parallel=True, fastmath=True, cache=True, nogil=True)
 
     @jit
@@ -152,11 +158,12 @@ def exact_relevance(
     out = np.empty(count, np.float32)
     if not count:
         return out
-    if HAVE_KERNELS and emb.dtype == np.float16:
+    kernels = _kernels() if emb.dtype == np.float16 else None
+    if kernels is not None:
         base = np.asarray(emb)
         with _KERNEL_LOCK:
-            _kernels()["f16"](base.view(np.uint16), idx, start, (q * _POW112).astype(np.float32),
-                              out)
+            kernels["f16"](base.view(np.uint16), idx, start, (q * _POW112).astype(np.float32),
+                           out)
         return out
     for s in range(0, count, _BLOCK):
         block = (np.take(emb, idx[s : s + _BLOCK], axis=0) if rows is not None
@@ -193,9 +200,10 @@ def quantise(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     n, d = x.shape
     codes = np.empty((n, d), np.int8)
     params = np.empty((n, 2), np.float32)
-    if HAVE_KERNELS and x.dtype in (np.float32, np.float16) and n:
+    kernels = _kernels() if x.dtype in (np.float32, np.float16) and n else None
+    if kernels is not None:
         with _KERNEL_LOCK:
-            _kernels()["quantise"](x.astype(np.float32, copy=False), codes, params)
+            kernels["quantise"](x.astype(np.float32, copy=False), codes, params)
         return codes, params
     x64 = x.astype(np.float64)
     peak = np.abs(x64).max(axis=1) if n else np.zeros(0)
@@ -212,7 +220,7 @@ def wants_quantised(n_rows: int) -> bool:
     """Whether a store of `n_rows` facts keeps an int8 copy: at `QUANT_MIN_ROWS` and above,
     and only where the kernels that scan it exist (without numba `select` ignores a copy).
     The store's writer extends the copy after every commit that adds rows."""
-    return HAVE_KERNELS and n_rows >= QUANT_MIN_ROWS
+    return n_rows >= QUANT_MIN_ROWS and _kernels() is not None
 
 
 def quant_paths(root: Path, epoch: int) -> tuple[Path, Path]:
@@ -295,8 +303,8 @@ def gated_rows(
     `q` is ≥ `gate`, ascending by row, and that cosine. Picks the path (module docstring)."""
     g = np.float32(gate)
     n = emb.shape[0]
-    use_quant = HAVE_KERNELS and quantised is not None and quantised.n > 0
-    if use_quant:
+    kernels = _kernels() if quantised is not None and quantised.n > 0 else None
+    if kernels is not None:
         assert quantised is not None
         emb = _random_rows(emb)
         m = quantised.n
@@ -304,7 +312,7 @@ def gated_rows(
         mask = np.empty(m, np.uint8)
         act = np.ascontiguousarray(active[:m], dtype=np.bool_)  # a view, no copy
         with _KERNEL_LOCK:
-            _kernels()["int8_bound"](
+            kernels["int8_bound"](
                 np.asarray(quantised.codes), np.asarray(quantised.params), q, lo, act, mask)
         cand = np.flatnonzero(mask)
         if m < n:  # rows appended after the copy was built: exact scan of the tail
@@ -316,7 +324,7 @@ def gated_rows(
             rel = exact_relevance(emb, cand, q)
         keep = rel >= g
         return cand[keep], rel[keep]
-    if emb.dtype == np.float32 or not HAVE_KERNELS:
+    if emb.dtype == np.float32 or _kernels() is None:
         sims = _blas_similarities(emb, q)
         idx = np.flatnonzero((sims >= g) & active)
         return idx, sims[idx]
