@@ -130,7 +130,8 @@ class CoverageSet:
         c = self.centroid()
         if c is None:
             return np.zeros(facts.shape[0], dtype=np.float32)
-        return facts @ c
+        out: np.ndarray = facts @ c
+        return out
 
 
 @dataclass(frozen=True)
@@ -173,4 +174,5 @@ class ResidualSet:
         """max cosine of each fact to the residual sub-queries (§2.2); 0 when empty."""
         if not self.sub_queries:
             return np.zeros(facts.shape[0], dtype=np.float32)
-        return (facts @ self.embeddings.T).max(axis=1)
+        out: np.ndarray = (facts @ self.embeddings.T).max(axis=1)
+        return out

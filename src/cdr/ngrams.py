@@ -137,7 +137,8 @@ class NgramIndex:
         lengths = hi - lo
         starts = np.repeat(lo - np.cumsum(lengths) + lengths, lengths)
         positions = starts + np.arange(lengths.sum())
-        return self._sorted_facts[positions]
+        out: np.ndarray = self._sorted_facts[positions]
+        return out
 
     def count_in(self, blacklist: np.ndarray) -> np.ndarray:
         """Per-fact count of distinct 6-grams in `blacklist` (a full recount, O(B log M))."""

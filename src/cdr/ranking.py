@@ -146,7 +146,9 @@ def novelty_from_coverage(coverage_score: np.ndarray) -> np.ndarray:
     """max(1 − clip(coverage, 0, 0.80), 0.20): anti-correlation is not rewarded
     (docs/design.md §3.3)."""
     penalty = np.clip(coverage_score, 0.0, COVERAGE_PENALTY_CAP)
-    return np.maximum(1.0 - penalty, MIN_NOVELTY_FLOOR).astype(coverage_score.dtype, copy=False)
+    out: np.ndarray = np.maximum(1.0 - penalty, MIN_NOVELTY_FLOOR).astype(coverage_score.dtype,
+                                                                          copy=False)
+    return out
 
 
 def cdr_components(

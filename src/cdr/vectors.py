@@ -80,7 +80,8 @@ def unit_rows(
         raise refuse(int(bad[0]), int(bad.size))
     if keep_unit:
         norms = np.where(np.abs(norms - 1.0) <= _UNIT_TOLERANCE, 1.0, norms)
-    return x / norms[:, None].astype(x.dtype)
+    out: np.ndarray = x / norms[:, None].astype(x.dtype)
+    return out
 
 
 def normalize_rows(x: np.ndarray, name: str) -> np.ndarray:

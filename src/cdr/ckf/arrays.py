@@ -17,10 +17,12 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-DTYPES = {"float32": ("f32", np.dtype("<f4")), "float16": ("f16", np.dtype("<f2"))}
+DTYPES: dict[str, tuple[str, np.dtype[Any]]] = {
+    "float32": ("f32", np.dtype("<f4")), "float16": ("f16", np.dtype("<f2"))}
 # `quant`: the int8 copy of cdr.retrieval.scan, per epoch too, so compaction drops the old one.
 _NAME = re.compile(
     r"^(embeddings|tokens|ngram_offsets|ngram_hashes|quant)\.e(\d+)\.(f32|f16|i32|i64|u64|i8)$")

@@ -138,7 +138,8 @@ class CKFSnapshot:
         """The unit query vector of `text` under this CKF's model."""
         if not isinstance(text, str) or not text.strip():
             raise InvalidInputError("query text is empty")
-        return self.embedder.encode([text])[0]
+        out: np.ndarray = self.embedder.encode([text])[0]
+        return out
 
     # ------------------------------------------------------------------ per-row state
 
@@ -251,7 +252,8 @@ class CKFSnapshot:
         bad = arr[(arr < 0) | (arr >= n)]
         if bad.size:
             raise InvalidInputError(f"row {int(bad[0])} out of range (CKF has {n} rows)")
-        return arr.astype(np.int64).tolist()
+        out: list[int] = arr.astype(np.int64).tolist()
+        return out
 
     @contextlib.contextmanager
     def _rows_read(self) -> Iterator[CommittedState]:

@@ -243,7 +243,7 @@ class RayShardedIndex:
             got: dict[int, Any] = {}
             # One get for all (the common case): a get per shard costs a wake-up each. On a
             # failure, the answers are sorted from the failures one by one below.
-            with contextlib.suppress(self._retryable):
+            with contextlib.suppress(*self._retryable):
                 got = dict(zip(refs, ray.get(list(refs.values()), timeout=max(
                     0.1, deadline - time.monotonic())), strict=True))
             for i, ref in refs.items():

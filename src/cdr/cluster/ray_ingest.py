@@ -158,7 +158,8 @@ class RayEmbedder:
         """CPU seconds each worker has used so far (a benchmark's busy share)."""
         import ray
 
-        return ray.get([a.cpu_seconds.remote() for a in self._actors])
+        out: list[float] = ray.get([a.cpu_seconds.remote() for a in self._actors])
+        return out
 
     def forget(self) -> None:
         """Drop prefetched texts nobody asked for (their results are released)."""

@@ -85,7 +85,8 @@ def ahead(rel: np.ndarray, rows: np.ndarray, cut: Cut | None) -> np.ndarray:
     if cut is None:
         return np.ones(len(rows), bool)
     c_rel, c_row = _F32(cut[0]), int(cut[1])
-    return (rel > c_rel) | ((rel == c_rel) & (rows <= c_row))
+    out: np.ndarray = (rel > c_rel) | ((rel == c_rel) & (rows <= c_row))
+    return out
 
 
 def merge_window(tops: list[ShardTop], limit: int | None, top_k: int | None, dim: int,
@@ -134,7 +135,9 @@ def _gather(tops: Sequence[ShardTop], kept: Sequence[np.ndarray], order: np.ndar
             mode: str, n_candidates: int, n_penalized: int
             ) -> tuple[Ranking, np.ndarray, np.ndarray, list[str]]:
     def cat(get: Callable[[ShardTop], np.ndarray]) -> np.ndarray:
-        return np.concatenate([get(t)[k] for t, k in zip(tops, kept, strict=True)])[order]
+        out: np.ndarray = np.concatenate([get(t)[k] for t, k in zip(tops, kept,
+                                                                     strict=True)])[order]
+        return out
 
     rows = cat(lambda t: t.rows).astype(np.int64)
     parts = np.concatenate([t.parts[:, k] for t, k in zip(tops, kept, strict=True)],

@@ -301,6 +301,12 @@ def list_documents(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return merge_documents(per_shard)
 
 
+def _offset(progress: Callable[[int, int], None], base: int, total: int
+            ) -> Callable[[int, int], None]:
+    """One shard's progress (rows done of its own) as the whole set's."""
+    return lambda done, _shard_total: progress(base + done, total)
+
+
 def reembed_shards(root: str | os.PathLike[str], recipe: str, *,
                    embedder: Embedder | None = None,
                    progress: Callable[[int, int], None] | None = None) -> Any:
@@ -322,7 +328,7 @@ def reembed_shards(root: str | os.PathLike[str], recipe: str, *,
         store = CKF.open(path)
         try:
             rep = reembed(store, recipe, embedder=embedder, progress=(
-                None if progress is None else lambda d, _t, b=base: progress(b + d, total)))
+                None if progress is None else _offset(progress, base, total)))
         finally:
             store.close()
         embedded += rep.embedded

@@ -68,9 +68,9 @@ def token_from_headers(headers: Mapping[str, str]) -> str:
         scheme, _, value = auth.strip().partition(" ")
         if scheme.lower() == "bearer" and value.strip():
             return value.strip()
-    value = headers.get(TOKEN_HEADER.lower())
-    if value and value.strip():
-        return value.strip()
+    header = headers.get(TOKEN_HEADER.lower())
+    if header and header.strip():
+        return header.strip()
     raise ApiError(401, "missing session token: send `Authorization: Bearer <token>` or "
                    f"`{TOKEN_HEADER}: <token>` with the token from the last `{SET_TOKEN_HEADER}`",
                    code="missing_token")

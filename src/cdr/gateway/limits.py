@@ -78,5 +78,6 @@ def header(scope: Scope, name: bytes) -> str | None:
     from the raw scope by the middlewares that run before any request object exists."""
     for k, v in scope.get("headers", []):
         if k == name:
-            return v.decode("latin-1")
+            out: str | None = v.decode("latin-1")
+            return out
     return None

@@ -118,7 +118,8 @@ def log_config(level: str = "info", fmt: str = "text") -> dict[str, Any]:
 def _header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope.get("headers", []):
         if key.lower() == name:
-            return value.decode("latin-1")
+            out: str | None = value.decode("latin-1")
+            return out
     return None
 
 
@@ -220,7 +221,8 @@ class RateLimits:
         if self.limiter.hit(item, scope_name, who):
             return None
         stats = self.limiter.get_window_stats(item, scope_name, who)
-        return max(1.0, stats.reset_time - time.time())
+        out: float | None = max(1.0, stats.reset_time - time.time())
+        return out
 
 
 def load_rate_limits(env: dict[str, str] | None = None) -> RateLimits | None:

@@ -70,7 +70,8 @@ async def chat_completions(request: Request, body: ChatCompletionRequest) -> Res
         work = loop.run_in_executor(gw.executor, run_to_completion, run, cancelled)
         watcher = asyncio.ensure_future(_disconnected(request))
         try:
-            done, _ = await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            waiting: set[asyncio.Future[Any]] = {work, watcher}
+            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             if watcher in done:
                 cancelled.set()  # the run stops between windows and is stored as cancelled
             result, headers = await work
@@ -146,7 +147,8 @@ async def _stream(gw: Gateway, run: ChatRun, body: ChatCompletionRequest) -> Res
     first = await queue.get()
     if isinstance(first, tuple) and first[0] == "error":
         await queue.get()  # _END: the worker is done
-        return first[1].response()
+        out: Response = first[1].response()
+        return out
 
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
 

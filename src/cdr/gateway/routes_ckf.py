@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 from pathlib import PurePosixPath, PureWindowsPath
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol, cast
 
 from fastapi import APIRouter, File, Form, Path, Request, UploadFile
 from fastapi.responses import JSONResponse
@@ -136,7 +136,7 @@ def get_job(request: Request,
 
 def _public_job(job: dict[str, Any]) -> dict[str, Any]:
     """A job as clients see it: sources and error text without server paths."""
-    out = public_sources(job)
+    out: dict[str, Any] = public_sources(job)
     if isinstance(out.get("error"), str):
         out["error"] = scrub_paths(out["error"])
     return out
@@ -152,9 +152,17 @@ def stats(request: Request) -> JSONResponse:
     return JSONResponse({"exists": True, **public_sources(index.stats())})
 
 
+class _ListsDocuments(Protocol):
+    """What both knowledge bases' indexes answer beyond `FactIndex` (a CKF snapshot; a
+    Ray-served shard set, every shard's list merged): not part of the protocol the loop
+    sees, since windows never list documents."""
+
+    def documents(self) -> list[dict[str, Any]]: ...
+
+
 @router.get("/documents", summary="Documents in the CKF")
 def documents(request: Request) -> JSONResponse:
-    index = _gw(request).kb.latest()  # a Ray-served shard set lists every shard's, merged
+    index = cast("_ListsDocuments | None", _gw(request).kb.latest())
     return JSONResponse({"documents": public_sources(index.documents()) if index is not None
                          else []})
 

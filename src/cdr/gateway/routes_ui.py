@@ -63,7 +63,8 @@ def _security_headers() -> dict[str, str]:
 
 
 def _gw(request: Request) -> Gateway:
-    return request.app.state.gateway
+    out: Gateway = request.app.state.gateway
+    return out
 
 
 def is_admin(request: Request, gw: Gateway) -> bool:

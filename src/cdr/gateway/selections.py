@@ -53,7 +53,9 @@ class SelectionCache:
         was asked before of this snapshot."""
         q = np.asarray(query_vector)
         if not isinstance(query_vector, np.ndarray) or q.dtype != np.float32 or q.ndim != 1:
-            return index.select(query_vector, min_relevance, limit)  # let it refuse/convert
+            # let it refuse or convert
+            out: Selection = index.select(query_vector, min_relevance, limit)
+            return out
         key = (q.tobytes(), float(min_relevance), limit)
         generation = index.generation  # a long-lived index (Ray shard set) may move on
         with self._lock:

@@ -333,7 +333,7 @@ class SQLiteSessionStore:
         a process boundary)."""
         if self._closed:
             raise InvalidInputError(f"session store {self.path} is closed")
-        conn = getattr(self._local, "conn", None)
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is not None and self._local.pid == os.getpid():
             return conn
         conn = sqlite3.connect(

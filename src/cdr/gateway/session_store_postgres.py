@@ -313,7 +313,8 @@ class PostgresSessionStore:
         _check(session_id)
         with self._shared.connection() as conn:
             cur = conn.execute(f"DELETE FROM {self._table} WHERE id = %s", (session_id,))
-            return cur.rowcount > 0
+            out: bool = cur.rowcount > 0
+            return out
 
     def list_ids(self) -> list[str]:
         # COLLATE "C": code-point order, as Python's sorted() and SQLite give.

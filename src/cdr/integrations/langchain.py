@@ -109,7 +109,8 @@ class CDRRetriever(BaseRetriever):
             if not task or not task.strip():
                 raise InvalidInputError("no task: pass task= or a non-empty query")
             self.session = self.generator.start(task, self.outline)
-        return self.session
+        out: Session = self.session
+        return out
 
     def prepared(self) -> PreparedWindow | None:
         """The envelope handed out and not yet recorded, if any."""
@@ -145,7 +146,8 @@ class CDRRetriever(BaseRetriever):
         event = self.generator.complete(self.session, self._prepared, text)
         self._prepared = None
         self._events.append(event)
-        return event
+        out: WindowEvent = event
+        return out
 
     def record(self, text: str | BaseMessage) -> WindowEvent:
         """Record what the model wrote from the last envelope: DPE Stage 8 verifies it, the

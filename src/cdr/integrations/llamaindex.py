@@ -109,7 +109,8 @@ class CDRNodePostprocessor(BaseNodePostprocessor):
     def session(self) -> Session:
         if self._session is None:
             raise InvalidInputError("no CDR session: build with CDRNodePostprocessor.from_task")
-        return self._session
+        out: Session = self._session
+        return out
 
     @property
     def done(self) -> bool:

@@ -69,7 +69,7 @@ def render_report(traces: Sequence[Mapping[str, Any]], labels: Sequence[str] | N
 def load_trace(path: Path) -> dict[str, Any]:
     """Read a trace file, with a message naming the file when it is not one."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data: dict[str, Any] = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise InvalidInputError(f"cannot read trace {path}: {exc.strerror or exc}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -70,7 +70,8 @@ def support_weights(rows: np.ndarray, relevances: np.ndarray, codes: np.ndarray,
     if top <= 0:  # a gate at or below zero: nothing to weigh against
         return np.ones(len(rows), np.float32)
     ratio = np.clip(best / top, 0.0, 1.0)
-    return (ratio[inv] ** power).astype(np.float32)
+    out: np.ndarray = (ratio[inv] ** power).astype(np.float32)
+    return out
 
 
 def supported_select(index: Any, codes: np.ndarray, query_vector: Any, min_relevance: float,
@@ -81,7 +82,8 @@ def supported_select(index: Any, codes: np.ndarray, query_vector: Any, min_relev
     gate, limit = check_gate(min_relevance, limit)
     base = index.select(query_vector, gate, None)
     if not len(base.indices):
-        return base
+        out: Selection = base
+        return out
     w = support_weights(base.indices, base.relevances, codes, power)
     rel = (np.asarray(base.relevances, np.float32) * w).astype(np.float32)
     keep = rel >= np.float32(gate)

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -46,7 +46,12 @@ class Embedder(Protocol):
     """What ingest, queries and coverage updates need from an embedding model."""
 
     model_id: str
-    dim: int
+
+    @property
+    def dim(self) -> int:
+        """The vectors' width: an attribute, or a property (a remote model's is learnt from
+        its first answer)."""
+        ...
 
     def encode(
         self,
@@ -87,7 +92,9 @@ class _CheckedEncoder:
     it alike: texts pass `validate_texts`, the batch size is a positive integer, and no texts
     give a (0, dim) array without touching the model. Subclasses write `_encode`."""
 
-    dim: int
+    if TYPE_CHECKING:  # each subclass's, an attribute or (remote) a property
+        @property
+        def dim(self) -> int: ...
 
     def encode(
         self,
@@ -132,7 +139,8 @@ def _layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) 
     xc /= var
     xc *= gamma
     xc += beta
-    return xc
+    out: np.ndarray = xc
+    return out
 
 
 _GELU_C = math.sqrt(2.0 / math.pi)

@@ -178,7 +178,8 @@ class RecipeEmbedder:
 
     def encode(self, texts: Sequence[str], *, batch_size: int = 32,
                progress: Any = None) -> np.ndarray:
-        return self.base.encode(texts, batch_size=batch_size, progress=progress)
+        out: np.ndarray = self.base.encode(texts, batch_size=batch_size, progress=progress)
+        return out
 
     def __getattr__(self, name: str) -> Any:  # prefetch, close, token_ids… of the model
         return getattr(self.base, name)

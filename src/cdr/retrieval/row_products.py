@@ -90,7 +90,8 @@ def row_products(
         raise ValueError(f"block_rows must be at least 1, got {block_rows}")
     blocks = -(-n // block_rows)
     if workers <= 1 or n * k < min_rows or n < 2 or blocks < 2 or not r.flags.c_contiguous:
-        return np.einsum(spec, r, v)
+        out: np.ndarray = np.einsum(spec, r, v)
+        return out
     out = np.empty((n,) if v.ndim == 1 else (n, v.shape[0]), dtype=np.result_type(r, v))
 
     tasks = min(workers, blocks)

@@ -267,7 +267,7 @@ def build_quantised(
                 progress(min(s + _BLOCK, n), n)
         os.fsync(fc.fileno())
         os.fsync(fp.fileno())
-    return n
+    return int(n)
 
 
 _OPEN: dict[tuple[str, int, int], QuantisedRows] = {}

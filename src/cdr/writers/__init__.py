@@ -77,7 +77,8 @@ def get_writer(name: str, **settings: Any) -> Writer:
         inspect.signature(cls).bind(**settings)
     except TypeError as err:
         raise InvalidInputError(f"{name} writer: bad settings: {err}") from None
-    return cls(**settings)
+    out: Writer = cls(**settings)
+    return out
 
 
 def build_writer(name: str, *, model: str | None = None, base_url: str | None = None,

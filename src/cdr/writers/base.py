@@ -211,7 +211,8 @@ def error_excerpt(body: str, limit: int = 300) -> str:
     if isinstance(payload, dict):
         err = payload.get("error")
         if isinstance(err, dict) and isinstance(err.get("message"), str):
-            return err["message"][:limit]
+            out: str = err["message"][:limit]
+            return out
         if isinstance(err, str):
             return err[:limit]
     text = " ".join(body.split())
