@@ -132,8 +132,9 @@ def main() -> None:
         f"CPUs, shared; load average at the start {start_load}, at the end {load()}.",
         f"- Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC.",
         f"- Command: `python bench/reembed_scale.py --facts {args.facts}`", "",
-        "| arm | runs, facts/s | mean facts/s | embedding CPU s per run | load average after |",
-        "|---|---|---:|---|---|",
+        "| arm | runs, facts/s | mean facts/s | embedding CPU s per run | facts per embedding "
+        "CPU-s | load average after |",
+        "|---|---|---:|---|---:|---|",
     ]
     names = {"local": "this process, every core (no Ray)", "1": "Ray, 1 actor",
              "2": "Ray, 2 actors"}
@@ -141,11 +142,15 @@ def main() -> None:
         speeds = ", ".join(f"{x:.1f}" for x in fps[arm])
         cpus = ", ".join(f"{r['cpu']:.0f}" for r in rs)
         loads = "; ".join(str(r["load"]) for r in rs)
-        lines.append(f"| {names[arm]} | {speeds} | {np.mean(fps[arm]):.1f} | {cpus} | {loads} |")
+        per_cpu = sum(r["facts"] for r in rs) / max(sum(r["cpu"] for r in rs), 1e-9)
+        lines.append(f"| {names[arm]} | {speeds} | {np.mean(fps[arm]):.1f} | {cpus} | "
+                     f"{per_cpu:.1f} | {loads} |")
     lines += [
         "", f"2 actors over 1: **{np.mean(fps['2']) / np.mean(fps['1']):.2f}×** (means); the "
         f"two adjacent pairs: {pair[0]:.2f}× and {pair[1]:.2f}×. Embedding CPU: the actors' "
-        "own process time on Ray, this process's for the local arm.",
+        "own process time on Ray, this process's for the local arm; facts per CPU-second is the "
+        "work done per core-second each arm actually got, which other jobs on a shared machine "
+        "move less than wall time.",
     ]
     OUT.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
