@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -107,13 +108,24 @@ def test_loop_async_and_upstream_failure(types_ckf_path: Path, server: ChatServe
     loop = CDRLoop(types_ckf_path, chat_openai(server),
                    GenerationConfig(max_windows=2, words=3000))
     task = {"task": BUILTIN_TYPES_TASK, "outline": BUILTIN_TYPES_OUTLINE}
-    result = asyncio.run(loop.ainvoke(task))
+
+    async def run_then_fail() -> tuple[dict[str, Any], dict[str, Any]]:
+        # one event loop for both: the chat model's async client stays bound to the first
+        result = await loop.ainvoke(task)
+        server.reset()
+        server.fail_next(1, status=400, message="bad request from the test")
+        return result, await loop.ainvoke(task)
+
+    result, failed_async = asyncio.run(run_then_fail())
     assert result["windows"] == 2 and result["status"] == "limit-reached"
     server.reset()
     server.fail_next(1, status=400, message="bad request from the test")
     failed = loop.invoke(task)
     assert failed["status"] == "upstream-error" and failed["windows"] == 1
     assert "bad request from the test" in failed["trace"]["windows"][0]["error"]
+    # the asynchronous run records the failure as the synchronous one does
+    assert failed_async["status"] == "upstream-error" and failed_async["windows"] == 1
+    assert failed_async["trace"]["windows"][0]["error"] == failed["trace"]["windows"][0]["error"]
     with pytest.raises(Exception, match="input must be the task"):
         loop.invoke(42)
 
