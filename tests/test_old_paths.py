@@ -224,3 +224,27 @@ def test_the_changelog_lists_every_deprecated_name_and_when_it_goes() -> None:
 
     assert version(REMOVED_IN) > version(cdr.__version__)
     assert f"## [{cdr.__version__}]" in (SRC.parents[1] / "CHANGELOG.md").read_text("utf-8")
+
+
+def test_only_deprecation_notes_name_an_old_path() -> None:
+    """A reader meets the old dotted names (`MOVED`, and `RENAMED` as `module.Name`) only
+    where a paragraph says they are old: the source, the docs, the README, the changelog, the
+    examples and the tests otherwise use the current names."""
+    root = SRC.parents[1]
+    old = sorted({*MOVED, *(f"{m}.{a}" for m, names in RENAMED.items() for a in names)},
+                 key=len, reverse=True)
+    pattern = re.compile("|".join(rf"(?<![\w.]){re.escape(n)}(?!\w)" for n in old))
+    says_old = re.compile(r"deprecat|old (name|path|module)|\bwas\b|moved|renamed|"
+                          r"stops working", re.I)
+    texts = [*(root / "src").rglob("*.py"), *(root / "docs").rglob("*.md"),
+             root / "README.md", root / "CHANGELOG.md", *(root / "examples").iterdir(),
+             *(root / "tests").glob("*.py")]
+    skip = {SRC / "old_paths.py", Path(__file__).resolve(), *(root / "docs" / "spec").glob("*")}
+    found = []
+    for path in texts:
+        if path in skip or not path.is_file():
+            continue
+        for para in re.split(r"\n\s*\n", path.read_text(encoding="utf-8", errors="replace")):
+            if not says_old.search(para):
+                found += [f"{path.relative_to(root)}: {m.group(0)}" for m in pattern.finditer(para)]
+    assert found == []
