@@ -35,7 +35,7 @@ demo: $(STAMP)
 # the modules that share the Ray head one at a time (the `serial` marker, tests/conftest.py;
 # exit 5 = none collected, when Ray tests are not there).
 test: $(STAMP)
-	$(BIN)/python -m ruff check src tests bench examples
+	$(BIN)/python -m ruff check src tests bench examples docs
 	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not llm and not serial"
 	$(BIN)/python -m pytest -q -m "serial and not llm" || [ $$? -eq 5 ]
 
@@ -62,7 +62,7 @@ docs: $(DOCS_STAMP)
 	$(BIN)/mkdocs build --strict
 
 lint: $(STAMP)
-	$(BIN)/python -m ruff check src tests bench examples
+	$(BIN)/python -m ruff check src tests bench examples docs
 
 bench-ranking: $(STAMP)
 	$(BIN)/python bench/ranking.py
