@@ -27,6 +27,7 @@ import argparse
 import logging
 import os
 import platform
+import re
 import shutil
 import time
 from dataclasses import dataclass, replace
@@ -196,7 +197,11 @@ def main() -> None:
             lines.append(f"| {label} | {name} | {len(pair[0].tasks['report'])} | "
                          f"{cells[0][0]:.1%} | {cells[1][0]:.1%} | {cells[0][1]:.1%} | "
                          f"{cells[1][1]:.1%} |")
-    OUT.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    text = "\n".join(lines) + "\n"
+    old = OUT.read_text(encoding="utf-8") if OUT.exists() else ""
+    # The quality section comes from `bench/quality.py` runs (its commands are in it): kept.
+    m = re.search(r"<!-- quality -->.*?<!-- /quality -->\n?", old, flags=re.S)
+    OUT.write_text(text + ("\n" + m.group(0) if m else ""), encoding="utf-8")
     print("\n".join(lines))
 
 
