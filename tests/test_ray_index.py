@@ -465,6 +465,30 @@ def test_reembed_on_ray_workers_equals_a_local_reembed(cluster: None, tmp_path: 
         model.close()
 
 
+def test_cli_reembed_on_the_cluster(cluster: None, tmp_path: Path) -> None:
+    """`cdr ckf reembed --ray HOST:PORT --ray-workers 2` re-embeds on the cluster's actors."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from cdr.ckf import CKF, ingest
+    from cdr.cli import app
+    from cdr.cli.samples import pydoc_topics_dir
+
+    docs = pydoc_topics_dir(tmp_path / "docs", topics=["truth", "pass"])
+    with CKF.create(tmp_path / "kb") as kb:
+        ingest(kb, [str(docs)])
+        n = kb.n_rows
+    address = os.environ.get("CDR_RAY_ADDRESS") or "127.0.0.1:6379"  # joined already
+    res = CliRunner().invoke(app, ["ckf", "reembed", "--ckf", str(tmp_path / "kb"), "--recipe",
+                                   "plain", "--ray", address, "--ray-workers", "2", "--json"])
+    assert res.exit_code == 0, res.output
+    rep = json.loads(res.output[res.output.index("{"):])
+    assert rep["embedded"] == rep["rows"] == n and not rep["model_id"].endswith("#plain")
+    with CKF.open(tmp_path / "kb") as kb:
+        assert kb.recipe == "plain" and kb.check() == []
+
+
 def test_ray_embedder_pieces_prefetch_and_a_clear_error_without_cpus(cluster: None) -> None:
     from cdr.cluster.ray_ingest import RayEmbedder
     from cdr.errors import CdrError

@@ -276,8 +276,9 @@ def reembed_command(
 
     with _errors():
         check_recipe(recipe)
-        model = _embedder(embedder)
-        if ray_address is not None:
+        if ray_address is None:
+            model = _embedder(embedder)
+        else:  # the model loads in the actors, not here
             from cdr.cluster.ray_ingest import RayEmbedder
 
             model = RayEmbedder(ray_address, workers=ray_workers, spec=embedder)
