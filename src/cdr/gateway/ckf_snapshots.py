@@ -55,7 +55,7 @@ class LocalKnowledgeBase(WatchedKnowledgeBase):
                  watch_seconds: float = WATCH_SECONDS) -> None:
         super().__init__(initial, watch_seconds=watch_seconds, name="ckf")
         self.path = Path(initial.path) if initial is not None else path
-        self._writer: CKF | None = None
+        self._writable: CKF | None = None
         self._probe: CKFSnapshot | None = None
         self._probe_lock = threading.Lock()
         if self._current is None and self.path is not None:
@@ -123,24 +123,24 @@ class LocalKnowledgeBase(WatchedKnowledgeBase):
 
     # ------------------------------------------------------------------ writers
 
-    def writer(self) -> CKF:
+    def writable_ckf(self) -> CKF:
         """The CKF object writes go through (created on first use); writer thread only."""
         if self.path is None:
             raise NotFoundError("no CKF directory is configured: set CDR_CKF or pass --ckf")
-        if self._writer is None:
+        if self._writable is None:
             from cdr.ckf.handle import CKF
 
-            self._writer = CKF.open_or_create(self.path)
-        return self._writer
+            self._writable = CKF.open_or_create(self.path)
+        return self._writable
 
     def route(self, sources: Sequence[str]) -> list[tuple[CKF, list[int]]]:
-        """Where documents `sources` are written: all to the one writer (a shard set splits
-        them by owner, `shard_kb`). Writer thread only."""
-        return [(self.writer(), list(range(len(sources))))]
+        """Where documents `sources` are written: all to the one writable CKF (a shard set
+        splits them by owner, `shard_kb`). Writer thread only."""
+        return [(self.writable_ckf(), list(range(len(sources))))]
 
     def submit_write(self, fn: Callable[[CKF], _T]) -> Future[_T]:
-        """Run `fn(writer_ckf)` on the single writer thread, then swap in the new state."""
-        return self.submit(lambda: fn(self.writer()))
+        """Run `fn(writable_ckf)` on the single writer thread, then swap in the new state."""
+        return self.submit(lambda: fn(self.writable_ckf()))
 
     def delete_document(self, doc: str) -> Future[tuple[str, int]]:
         """Find `doc` in the current snapshot (`NotFoundError` before any write is queued),

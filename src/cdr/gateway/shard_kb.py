@@ -13,8 +13,8 @@ Requests still holding the old index finish on it: the actors keep the last few 
 mapped (`shard_server.KEEP_GENERATIONS`).
 
 Writes: an upload's documents go to the shard `shardset.shard_of(source, S)` names — the
-placement of `cdr ingest --shards` — and are ingested there by this process with the ordinary
-CKF writer (same batches, same crash safety, the CKF's file lock against other writers), on
+placement of `cdr ingest --shards` — and are ingested there by this process through the CKF's
+own committer (same batches, same crash safety, the CKF's file lock against other writers), on
 one writer thread; then the index is reloaded before the job says it succeeded. This needs
 the shard set's directory on this machine (one machine or a shared file system, as the actors
 need it). A delete finds the document in its owning shard (by source), or shard by shard (by
@@ -58,7 +58,7 @@ class ShardSetKnowledgeBase(WatchedKnowledgeBase):
         self.address = str(index.path)
         self.path = root  # the shard set's directory: where sessions default to
         self._set = read_manifest(root)
-        self._writers: dict[int, CKF] = {}
+        self._shard_ckfs: dict[int, CKF] = {}
 
     # ------------------------------------------------------------------ readers
 
@@ -89,20 +89,20 @@ class ShardSetKnowledgeBase(WatchedKnowledgeBase):
 
     # ------------------------------------------------------------------ writers
 
-    def _writer(self, shard: int) -> CKF:
-        """Shard `shard`'s CKF writer (writer thread only; opened on first use)."""
-        if shard not in self._writers:
+    def _shard_ckf(self, shard: int) -> CKF:
+        """Shard `shard`'s CKF, opened for writes (writer thread only; on first use)."""
+        if shard not in self._shard_ckfs:
             from cdr.ckf.handle import CKF
 
-            self._writers[shard] = CKF.open(self._set.paths[shard])
-        return self._writers[shard]
+            self._shard_ckfs[shard] = CKF.open(self._set.paths[shard])
+        return self._shard_ckfs[shard]
 
-    def writer(self) -> CKF:
-        """There is no single writer: uploads are split by `route`."""
-        raise NotImplementedError("a shard set has one writer per shard; use route()")
+    def writable_ckf(self) -> CKF:
+        """There is no single writable CKF: uploads are split by `route`."""
+        raise NotImplementedError("a shard set writes each shard's CKF; use route()")
 
     def route(self, sources: Sequence[str]) -> list[tuple[CKF, list[int]]]:
-        """(the owning shard's writer, positions in `sources`) per shard that owns any —
+        """(the owning shard's CKF, positions in `sources`) per shard that owns any —
         the placement `cdr ingest --shards` uses. Writer thread only."""
         from cdr.cluster.shardset import shard_of
 
@@ -111,7 +111,7 @@ class ShardSetKnowledgeBase(WatchedKnowledgeBase):
             groups.setdefault(shard_of(source, self._set.n_shards), []).append(pos)
         out = []
         for i in sorted(groups):
-            ckf = self._writer(i)
+            ckf = self._shard_ckf(i)
             ckf.refresh()  # another replica or `cdr ingest --shards` may have written
             out.append((ckf, groups[i]))
         return out
@@ -121,13 +121,13 @@ class ShardSetKnowledgeBase(WatchedKnowledgeBase):
         removed); `NotFoundError` if no shard holds it."""
         from cdr.cluster.shardset import delete_from_shards
 
-        def fresh_writer(i: int) -> AbstractContextManager[CKF]:
-            ckf = self._writer(i)
+        def fresh_shard(i: int) -> AbstractContextManager[CKF]:
+            ckf = self._shard_ckf(i)
             ckf.refresh()  # another replica or `cdr ingest --shards` may have written
-            return nullcontext(ckf)  # the writer stays open for later writes
+            return nullcontext(ckf)  # it stays open for later writes
 
         def run() -> tuple[str, int]:
-            _, found, removed = delete_from_shards(doc, self._set.n_shards, fresh_writer,
+            _, found, removed = delete_from_shards(doc, self._set.n_shards, fresh_shard,
                                                    f"no document {doc!r} in the CKF")
             return str(found["doc_id"]), removed
 
@@ -137,6 +137,6 @@ class ShardSetKnowledgeBase(WatchedKnowledgeBase):
         """Stop watching and writing; forget the actors (detached: they keep serving other
         drivers)."""
         super().close()
-        for ckf in self._writers.values():
+        for ckf in self._shard_ckfs.values():
             ckf.close()
         self._current.close()
