@@ -42,8 +42,9 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers onl
     from cdr.retrieval.embed import default_embedder, get_embedder
     from cdr.retrieval.factindex import FactIndex
     from cdr.trace import build_trace
+    from cdr.window.config import GenerationConfig
     from cdr.window.length import LengthReport, length_score
-    from cdr.window.loop import GenerationConfig, Generator, WindowEvent
+    from cdr.window.loop import Generator, WindowEvent
     from cdr.window.repeat_guard import RepeatGuard
     from cdr.writers import get_writer
 
@@ -53,7 +54,7 @@ _LAZY = {
     "FactIndex": "cdr.retrieval.factindex",
     "ingest": "cdr.ckf.ingest",
     "Generator": "cdr.window.loop",
-    "GenerationConfig": "cdr.window.loop",
+    "GenerationConfig": "cdr.window.config",
     "WindowEvent": "cdr.window.loop",
     "get_writer": "cdr.writers",
     "default_embedder": "cdr.retrieval.embed",

@@ -5,9 +5,9 @@ the ranking mode, the token budgets and the opt-in rules below. The three faces 
 `cdr generate`'s flags take their defaults and help from it, the gateway's request schema
 (`cdr.gateway.schemas.GenerationOptions`) its descriptions and published defaults and its
 wire names (`window_tokens` on the wire is `generation_tokens` here), and the library's
-`cdr.window.loop.GenerationConfig` is a `RunOptions` plus the knobs and hooks no user sets
-per run (`cdr.window.config`). `tests/test_options.py` checks that the CLI's, the schema's
-and the config's defaults are these (docs/design.md §7.5 "Seams").
+`GenerationConfig` (`cdr.window.config`) is a `RunOptions` plus the knobs and hooks no user
+sets per run. `tests/test_run_options.py` checks that the CLI's, the schema's and the
+config's defaults are these (docs/design.md §7.5 "Seams").
 
 Opt-in session options beyond CRP-SPEC-024 (issue 13), and the presets that bundle them.
 
