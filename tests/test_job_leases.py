@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from cdr.gateway.job_store import LEASE_EXPIRED, JobLeases, reap_job
-from cdr.gateway.session_store import MemorySessionStore, SQLiteSessionStore
+from cdr.gateway.job_store import LEASE_EXPIRED, reap_job
+from cdr.gateway.session_store import MemorySessionStore, SessionStore, SQLiteSessionStore
 
 pytest_plugins = ["tests.pg_server"]
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
-def jobs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[JobLeases]:
+def jobs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SessionStore]:
     if request.param == "memory":
         yield MemorySessionStore()  # type: ignore[misc]
     elif request.param == "sqlite":

@@ -84,6 +84,8 @@ RENAMED: dict[str, dict[str, str]] = {
         "KINDS", "KIND_BY_SUFFIX", "parse", "pdf_available")},
     # the local backend; the name is the protocol's (cdr.gateway.knowledge_base.KnowledgeBase)
     "cdr.gateway.ckf_snapshots": {"KnowledgeBase": "LocalKnowledgeBase"},
+    # the job leases' protocol is the session store contract, leases included
+    "cdr.gateway.job_store": {"JobLeases": "cdr.gateway.session_store:SessionStore"},
     # the OpenAI writer's own default, read by build_writer from the writer's class
     "cdr.writers": {"OPENAI_BASE_URL": "cdr.writers.openai_writer:OpenAIWriter.default_base_url"},
 }

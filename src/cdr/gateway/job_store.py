@@ -37,15 +37,17 @@ from cdr.gateway.session_store import (
     SessionStore,
     SQLiteSessionStore,
 )
+from cdr.old_paths import renamed_getattr
 
-__all__ = ["LEASE_EXPIRED", "JobLeases", "job_store_for", "jobs_path", "reap_job"]
+__all__ = ["LEASE_EXPIRED", "job_store_for", "jobs_path", "reap_job"]
 
 LEASE_EXPIRED = "lease_expired"
 UNFINISHED = ("queued", "running")
 
 
-# A job store is a session store: the leases are part of the one store contract.
-JobLeases = SessionStore
+# A job store is a session store: the leases are part of the one store contract, whose old name
+# here (`JobLeases`) answers for one more release (cdr.old_paths.RENAMED).
+__getattr__ = renamed_getattr(__name__)
 
 
 def abandoned_error(until: float) -> str:
@@ -56,7 +58,7 @@ def abandoned_error(until: float) -> str:
             "already ingested are recognised and cost nothing)")
 
 
-def reap_job(store: JobLeases, job_id: str, now: float | None = None) -> dict[str, Any] | None:
+def reap_job(store: SessionStore, job_id: str, now: float | None = None) -> dict[str, Any] | None:
     """If `job_id` is unfinished and its lease ran out, mark it failed and return its new
     status; else None (nothing to do, or another replica did it or the owner renewed)."""
     now = time.time() if now is None else now

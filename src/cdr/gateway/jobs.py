@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from cdr.errors import NotFoundError
-from cdr.gateway.job_store import JobLeases, reap_job
+from cdr.gateway.job_store import reap_job
 from cdr.gateway.knowledge_base import KnowledgeBase
 from cdr.gateway.session_store import MemorySessionStore, SessionStore, update_with_retry
 
@@ -115,8 +115,8 @@ class IngestJobs:
         # Which replica runs a job: random per process, logged with its PID (never shown to
         # clients, who only learn that the lease ran out).
         self.owner = uuid.uuid4().hex
-        self._leases: JobLeases | None = (
-            self.store if isinstance(self.store, JobLeases) else None)
+        self._leases: SessionStore | None = (
+            self.store if isinstance(self.store, SessionStore) else None)
         self._held: set[str] = set()
         self._held_lock = threading.Lock()
         self._stop = threading.Event()
