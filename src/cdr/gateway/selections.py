@@ -38,7 +38,7 @@ class SelectionCache:
         self._entries: OrderedDict[tuple[bytes, float, int | None], Selection] = OrderedDict()
         self._bytes = 0
         self._index: Any = None
-        self._generation: int | None = None  # of `_snapshot` when its entries were made
+        self._generation: int | None = None  # of `_index` when its entries were made
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -49,8 +49,8 @@ class SelectionCache:
 
     def select(self, index: Any, query_vector: Any, min_relevance: float,
                limit: int | None = None) -> Selection:
-        """`snapshot.select(query_vector, min_relevance, limit)`, from the cache when it
-        was asked before of this snapshot."""
+        """`index.select(query_vector, min_relevance, limit)`, from the cache when it was
+        asked before of this index (in the same state)."""
         q = np.asarray(query_vector)
         if not isinstance(query_vector, np.ndarray) or q.dtype != np.float32 or q.ndim != 1:
             # let it refuse or convert
