@@ -592,6 +592,23 @@ def selected(task: Any, arm: LlmArm, only: Sequence[tuple[str, str]] | None) -> 
                                for t, a in only)
 
 
+def _whole_matrix(tasks: Sequence[tuple[Any, set[int], Any]], context: int, generation: int,
+                  kept: list[dict[str, Any]], plan: list[Any]
+                  ) -> tuple[list[dict[str, Any]], list[Any]]:
+    """The finished runs and the plan of the whole matrix (`WORDS`), in matrix order."""
+    from retrieval import load_runs
+
+    done = load_runs(RUNS)
+    done.update({r["key"]: r for r in kept if "key" in r})
+    whole = [(ckf, own, t, a, w) for w in WORDS for ckf, own, t in tasks for a in ARMS]
+    out = []
+    for ckf, _own, t, a, w in whole:
+        key = run_key(t, a, w, ckf.n_rows, context, generation)
+        if key in done:
+            out.append(done[key])
+    return out, whole if len(whole) >= len(plan) else plan
+
+
 def main(words: Sequence[int], max_runs: int | None, report_only: bool,
          context: int = CONTEXT_TOKENS, generation: int = GENERATION_TOKENS,
          only: Sequence[tuple[str, str]] | None = None, stop_at: str | None = None) -> int:
@@ -634,6 +651,8 @@ def main(words: Sequence[int], max_runs: int | None, report_only: bool,
               f"{rec['delivered']}/{w} words ({rec['ratio']:.2f}), score "
               f"{rec['length_score']:.1f}, {len(rec['windows'])} windows, {rec['status']}, "
               f"{rec['seconds']:.0f} s", flush=True)
+    # The report covers every finished run of the whole matrix, whatever `words` ran now.
+    kept, plan = _whole_matrix(tasks, context, generation, kept, plan)
     if not kept:
         print("no finished runs to report")
         return 1
@@ -645,7 +664,7 @@ def main(words: Sequence[int], max_runs: int | None, report_only: bool,
             "load": ", ".join(f"{x:.1f}" for x in os.getloadavg()),
             "matrix": len(plan),
             "matrix_desc": f"{len(tasks)} tasks × {len(ARMS)} arms × "
-                           f"{', '.join(f'{w:,}' for w in words)} words"}
+                           f"{', '.join(f'{w:,}' for w in WORDS)} words"}
     deepest: dict[str, int] = {}
     for r in kept:
         deepest[r["task"]] = max(deepest.get(r["task"], 0), len(r["windows"]))
