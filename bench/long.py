@@ -28,7 +28,6 @@ import hashlib
 import inspect
 import json
 import math
-import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,6 +43,7 @@ from cdr.window.loop import GenerationConfig, Generator
 from cdr.writers import get_writer
 from retrieval import RTask, append_run, library_commit, load_runs, own_rows
 from retrieval_metrics import window_measures
+from window_rows import nan_mean as _mean
 
 RESULTS = BENCH / "results"
 RUNS = RESULTS / "long-runs.jsonl"
@@ -127,11 +127,6 @@ def _r(x: float) -> float | None:
 
 
 # ------------------------------------------------------------------------------------ report
-
-
-def _mean(xs: Sequence[float | None]) -> float:
-    vals = [x for x in xs if x is not None and not math.isnan(x)]
-    return statistics.fmean(vals) if vals else math.nan
 
 
 def _pct(x: float) -> str:

@@ -54,6 +54,8 @@ from cdr.window.length import length_score, within_tolerance
 from cdr.window.loop import GenerationConfig, Generator
 from quality_llm_metrics import grounding, lexical_restating
 from retrieval_metrics import window_measures
+from window_rows import arm_windows
+from window_rows import nan_mean as _mean
 
 RESULTS = BENCH / "results"
 RUNS = RESULTS / "long-llm-runs.jsonl"
@@ -353,12 +355,6 @@ def verdicts(runs: Sequence[dict[str, Any]], arm: str) -> dict[str, tuple[float,
 # ------------------------------------------------------------------------------------ report
 
 
-def _mean(xs: Sequence[Any]) -> float:
-    vals = [float(x) for x in xs if x is not None and not (isinstance(x, float) and
-                                                           math.isnan(x))]
-    return statistics.fmean(vals) if vals else math.nan
-
-
 def _f(x: float, fmt: str = ".1f", pct: bool = False) -> str:
     if x is None or math.isnan(x):
         return "–"
@@ -478,7 +474,7 @@ def render(runs: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
     deepest = max((len(r["windows"]) for r in runs), default=0)
     for i in range(deepest):
         for arm in ARMS:
-            ws = [r["windows"][i] for r in runs if r["arm"] == arm.name and len(r["windows"]) > i]
+            ws = arm_windows(runs, arm.name, i)
             if not ws:
                 continue
 

@@ -12,7 +12,6 @@ their windows' rows (`rows`); runs recorded before that are checked against the 
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +20,8 @@ import numpy as np
 from cdr.report import quality
 from long_llm_identifiers import window_identifiers, words_of
 from long_llm_semrep import leading_windows, repetition
+from window_rows import arm_windows
+from window_rows import nan_mean as _mean
 
 GROUND_THRESHOLD = 0.508  # long_llm's, the quality benchmark's calibrated grounding
 
@@ -112,12 +113,6 @@ def add_excess(run: dict[str, Any], floor: Sequence[float]) -> None:
         w["semrep_excess"] = None if v is None or math.isnan(f) else v - f
 
 
-def _mean(xs: Sequence[Any]) -> float:
-    vals = [float(x) for x in xs if x is not None and not (isinstance(x, float)
-                                                             and math.isnan(x))]
-    return statistics.fmean(vals) if vals else math.nan
-
-
 def _pct(x: float) -> str:
     return "–" if math.isnan(x) else f"{100 * x:.1f}%"
 
@@ -195,8 +190,7 @@ def render_sections(runs: Sequence[dict[str, Any]], arms: Sequence[str],
         "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for i in range(deepest):
         for arm in arms:
-            ws = [r["windows"][i] for r in runs if r["arm"] == arm and len(r["windows"]) > i
-                  and r["windows"][i].get("words")]
+            ws = arm_windows(runs, arm, i, written_only=True)
             if not ws:
                 continue
 
