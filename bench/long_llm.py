@@ -54,8 +54,8 @@ from cdr.window.length import length_score, within_tolerance
 from cdr.window.loop import GenerationConfig, Generator
 from quality_llm_metrics import grounding, lexical_restating
 from retrieval_metrics import window_measures
-from window_rows import arm_windows
 from window_rows import nan_mean as _mean
+from window_rows import window_means
 
 RESULTS = BENCH / "results"
 RUNS = RESULTS / "long-llm-runs.jsonl"
@@ -471,22 +471,13 @@ def render(runs: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
               "| window | arm | n | words | seconds | prompt tok/s | gen tok/s | semrep | "
               "restating | CWR6 | grounding | on-topic | fresh |",
               "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    deepest = max((len(r["windows"]) for r in runs), default=0)
-    for i in range(deepest):
-        for arm in ARMS:
-            ws = arm_windows(runs, arm.name, i)
-            if not ws:
-                continue
-
-            def m(k: str, ws: list[dict[str, Any]] = ws) -> float:
-                return _mean([w.get(k) for w in ws])
-
-            lines.append(
-                f"| {i + 1} | {arm.name} | {len(ws)} | {_f(m('words'), '.0f')} | "
-                f"{_f(m('seconds'), '.0f')} | {_f(m('prompt_tps'))} | {_f(m('gen_tps'))} | "
-                f"{_f(m('semrep'), '.1f', True)} | {_f(m('lexrep'), '.1f', True)} | "
-                f"{_f(m('cwr6'), '.1f', True)} | {_f(m('grounding'), '.1f', True)} | "
-                f"{_f(m('on_topic'), '.1f', True)} | {_f(m('fresh'), '.1f', True)} |")
+    for n, arm_name, count, m in window_means(runs, [a.name for a in ARMS]):
+        lines.append(
+            f"| {n} | {arm_name} | {count} | {_f(m('words'), '.0f')} | "
+            f"{_f(m('seconds'), '.0f')} | {_f(m('prompt_tps'))} | {_f(m('gen_tps'))} | "
+            f"{_f(m('semrep'), '.1f', True)} | {_f(m('lexrep'), '.1f', True)} | "
+            f"{_f(m('cwr6'), '.1f', True)} | {_f(m('grounding'), '.1f', True)} | "
+            f"{_f(m('on_topic'), '.1f', True)} | {_f(m('fresh'), '.1f', True)} |")
     lines += ["", "## Verdicts: last third of a run against its first windows", "",
               "Per run: mean of its last third of windows minus the mean of its baseline "
               "(Window 1; Windows 2–3 for repetition, restating and CWR6, which are 0 at "

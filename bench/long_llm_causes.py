@@ -20,8 +20,8 @@ import numpy as np
 from cdr.report import quality
 from long_llm_identifiers import window_identifiers, words_of
 from long_llm_semrep import leading_windows, repetition
-from window_rows import arm_windows
 from window_rows import nan_mean as _mean
+from window_rows import window_means
 
 GROUND_THRESHOLD = 0.508  # long_llm's, the quality benchmark's calibrated grounding
 
@@ -188,20 +188,12 @@ def render_sections(runs: Sequence[dict[str, Any]], arms: Sequence[str],
         "a name not on the page | invented, ungrounded | names not on the page (mean) | names "
         "not in the envelope (mean) | grounding, the rest |",
         "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for i in range(deepest):
-        for arm in arms:
-            ws = arm_windows(runs, arm, i, written_only=True)
-            if not ws:
-                continue
-
-            def m(k: str, ws: list[dict[str, Any]] = ws) -> float:
-                return _mean([w.get(k) for w in ws])
-
-            lines.append(
-                f"| {i + 1} | {arm} | {len(ws)} | {_pct(m('grounding'))} | "
-                f"{_pct(m('ground_page'))} | {_pct(m('sent_off_page'))} | "
-                f"{_pct(m('invented_ungrounded'))} | {_num(m('ids_off_page'))} | "
-                f"{_num(m('ids_off_env'))} | {_pct(m('ground_rest'))} |")
+    for n, arm, count, m in window_means(runs, arms, written_only=True):
+        lines.append(
+            f"| {n} | {arm} | {count} | {_pct(m('grounding'))} | "
+            f"{_pct(m('ground_page'))} | {_pct(m('sent_off_page'))} | "
+            f"{_pct(m('invented_ungrounded'))} | {_num(m('ids_off_page'))} | "
+            f"{_num(m('ids_off_env'))} | {_pct(m('ground_rest'))} |")
     examples = sorted({(r["task"], e) for r in runs for w in r["windows"][:1]
                        for e in w.get("ids_examples", [])})
     if examples:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 
@@ -23,3 +23,16 @@ def arm_windows(runs: Sequence[dict[str, Any]], arm: str, i: int, *,
     windows that wrote words."""
     return [r["windows"][i] for r in runs if r["arm"] == arm and len(r["windows"]) > i
             and (not written_only or r["windows"][i].get("words"))]
+
+
+def window_means(runs: Sequence[dict[str, Any]], arms: Sequence[str], *,
+                 written_only: bool = False
+                 ) -> Iterator[tuple[int, str, int, Callable[[str], float]]]:
+    """(window number from 1, arm, runs that reached it, mean of a measure over them) for each
+    window depth and arm that has windows: the rows of a per-window table."""
+    deepest = max((len(r["windows"]) for r in runs), default=0)
+    for i in range(deepest):
+        for arm in arms:
+            ws = arm_windows(runs, arm, i, written_only=written_only)
+            if ws:
+                yield i + 1, arm, len(ws), lambda k, ws=ws: nan_mean(w.get(k) for w in ws)
