@@ -46,18 +46,25 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def real_facts(n: int) -> list[str]:
-    """`n` distinct fact contents from the retrieval benchmark's CKFs (built by
-    `bench/retrieval.py`)."""
+def real_facts(n: int) -> tuple[list[str], int]:
+    """`n` fact contents from the retrieval benchmark's CKFs (built by `bench/retrieval.py`),
+    and how many of them are distinct real facts. Past the ~8k distinct facts the corpora hold,
+    the real facts come round again with a copy marker (" [2]", " [3]", ...) appended: every
+    text stays distinct, as a CKF stores it, and nothing on the path caches by text, so a copy
+    costs the embedder what the original did."""
     out: dict[str, None] = {}
     for name in SOURCES:
         with CKF.open(CKF_DIR / name) as ckf:
             for content, _t, _s in ckf.committer.fact_contexts(0, ckf.n_rows):
                 out.setdefault(content)
                 if len(out) == n:
-                    return list(out)
-    raise SystemExit(f"--facts {n}: only {len(out)} distinct facts in {CKF_DIR}; run "
-                     "bench/retrieval.py first or ask for fewer")
+                    return list(out), n
+    real = list(out)
+    if not real:
+        raise SystemExit(f"no facts in {CKF_DIR}; run bench/retrieval.py first")
+    facts = real + [f"{real[i % len(real)]} [{i // len(real) + 1}]"
+                    for i in range(len(real), n)]
+    return facts, len(real)
 
 
 def build(root: Path, facts: list[str]) -> Path:
@@ -97,7 +104,13 @@ def run_arm(base: Path, work: Path, arm: str) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--facts", type=int, default=2000)
+    ap.add_argument("--arms", default="local,1,2,2,1,local",
+                    help="arms in the order they run: local (this process, no Ray) or a "
+                    "number of Ray actors; each arm at least once")
     args = ap.parse_args()
+    order = tuple(a.strip() for a in args.arms.split(",") if a.strip())
+    if not order or any(a not in ("local", "1", "2") for a in order):
+        raise SystemExit(f"--arms {args.arms!r}: give local, 1 or 2, comma-separated")
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     start_load = load()
@@ -107,7 +120,8 @@ def main() -> None:
     from cdr.cluster.ray_index import connect
 
     try:
-        base = build(work / "base", real_facts(args.facts))
+        facts, n_real = real_facts(args.facts)
+        base = build(work / "base", facts)
         connect(None, num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1")
         from cdr.cluster.ray_ingest import RayEmbedder
 
@@ -115,23 +129,27 @@ def main() -> None:
         warm.encode(["warm up"] * 8)
         warm.close()
         default_embedder().encode(["warm up"])
-        runs: dict[str, list[dict[str, float]]] = {"local": [], "1": [], "2": []}
-        for arm in ("local", "1", "2", "2", "1", "local"):
+        runs: dict[str, list[dict[str, float]]] = {a: [] for a in dict.fromkeys(order)}
+        for arm in order:
             runs[arm].append(run_arm(base, work, arm))
     finally:
         ray.shutdown()
         shutil.rmtree(work, ignore_errors=True)
     fps = {a: [r["facts"] / r["wall"] for r in rs] for a, rs in runs.items()}
-    pair = [fps["2"][i] / fps["1"][i] for i in range(2)]  # the adjacent (1, 2) and (2, 1)
+    n_pairs = min(len(fps.get("1", [])), len(fps.get("2", [])))
+    pair = [fps["2"][i] / fps["1"][i] for i in range(n_pairs)]
+    what = (f"{args.facts:,} distinct real facts" if n_real == args.facts else
+            f"{args.facts:,} facts: the {n_real:,} distinct real facts, then the same again "
+            "with a copy marker appended (` [2]`, ` [3]`, ...) so every text is distinct")
     lines = [
         "# Re-embedding at scale: `cdr ckf reembed` on Ray embedding actors", "",
-        f"- {args.facts:,} distinct real facts (Python-docs and man-page facts of the retrieval "
-        "benchmark), re-embedded from the plain recipe to `title-section-short` by the default "
-        "(float32) path; the count is what this session's time allowed, not 100k.",
+        f"- {what} (Python-docs and man-page facts of the retrieval benchmark), re-embedded "
+        "from the plain recipe to `title-section-short` by the default (float32) path.",
         f"- Machine: {cpu_name(platform.processor() or 'unknown')}, {os.cpu_count()} logical "
         f"CPUs, shared; load average at the start {start_load}, at the end {load()}.",
         f"- Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC.",
-        f"- Command: `python bench/reembed_scale.py --facts {args.facts}`", "",
+        f"- Command: `python bench/reembed_scale.py --facts {args.facts} --arms {','.join(order)}`",
+        "",
         "| arm | runs, facts/s | mean facts/s | embedding CPU s per run | facts per embedding "
         "CPU-s | load average after |",
         "|---|---|---:|---|---:|---|",
@@ -145,9 +163,11 @@ def main() -> None:
         per_cpu = sum(r["facts"] for r in rs) / max(sum(r["cpu"] for r in rs), 1e-9)
         lines.append(f"| {names[arm]} | {speeds} | {np.mean(fps[arm]):.1f} | {cpus} | "
                      f"{per_cpu:.1f} | {loads} |")
+    ratio = (f"2 actors over 1: **{np.mean(fps['2']) / np.mean(fps['1']):.2f}×** (means); "
+             "per pair of runs in order: " + ", ".join(f"{p:.2f}×" for p in pair) + ". "
+             if pair else "")
     lines += [
-        "", f"2 actors over 1: **{np.mean(fps['2']) / np.mean(fps['1']):.2f}×** (means); the "
-        f"two adjacent pairs: {pair[0]:.2f}× and {pair[1]:.2f}×. Embedding CPU: the actors' "
+        "", f"{ratio}Embedding CPU: the actors' "
         "own process time on Ray, this process's for the local arm; facts per CPU-second is the "
         "work done per core-second each arm actually got, which other jobs on a shared machine "
         "move less than wall time.",
