@@ -498,8 +498,9 @@ def render(runs: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
                          f"{_f(mean * scale, fmt)}{' pts' if pct else '×' if fmt == '.2f' else ''}"
                          f" | {_f(lo * scale, fmt)} to {_f(hi * scale, fmt)} |")
     lines += ["", "## Words per completion token", "",
-              "What the length contract plans a window's words with (`cdr.length`: 0.577 for "
-              "the reference model, measured on the quality benchmark's windows): words kept "
+              "What the length contract plans a window's words with (`cdr.window.length`: "
+              "0.577 for the reference model, measured on the quality benchmark's windows): "
+              "words kept "
               "over tokens generated, per arm (a window cut at its limit drops its unfinished "
               "tail, so this is below the model's raw rate).", ""]
     for arm in ARMS:

@@ -194,7 +194,7 @@ def test_renamed_keyword_and_properties_of_real_objects_warn_with_the_release() 
         assert gen.ckf is index
     committer = object()
     with pytest.warns(DeprecationWarning, match=rf"CKF.writer is now CKF.committer.*{REMOVED_IN}"):
-        assert CKF.writer.fget(SimpleNamespace(committer=committer)) is committer  # type: ignore[attr-defined]
+        assert CKF.writer.__get__(SimpleNamespace(committer=committer), CKF) is committer
 
 
 def _changelog_section(heading: str) -> str:
@@ -216,7 +216,8 @@ def test_the_changelog_lists_every_deprecated_name_and_when_it_goes() -> None:
     for module, names in RENAMED.items():
         for old in names:
             assert f"{old}`" in deprecated, f"{module}.{old} is not under Deprecated"
-    for old in ("Generator(ckf=...)", "Generator.ckf", "CKF.writer", "cdr.ckf.writer"):
+    for old in ("Generator(ckf=...)", "Generator.ckf", "CKF.writer", "cdr.ckf.writer",
+                "Gateway.snapshot()", "Gateway.generator(snapshot=...)"):
         assert f"`{old}`" in deprecated, old
 
     def version(v: str) -> tuple[int, ...]:
@@ -229,7 +230,8 @@ def test_the_changelog_lists_every_deprecated_name_and_when_it_goes() -> None:
 def test_only_deprecation_notes_name_an_old_path() -> None:
     """A reader meets the old dotted names (`MOVED`, and `RENAMED` as `module.Name`) only
     where a paragraph says they are old: the source, the docs, the README, the changelog, the
-    examples and the tests otherwise use the current names."""
+    examples, the tests, the benchmarks and their committed reports otherwise use the current
+    names."""
     root = SRC.parents[1]
     old = sorted({*MOVED, *(f"{m}.{a}" for m, names in RENAMED.items() for a in names)},
                  key=len, reverse=True)
@@ -238,7 +240,8 @@ def test_only_deprecation_notes_name_an_old_path() -> None:
                           r"stops working", re.I)
     texts = [*(root / "src").rglob("*.py"), *(root / "docs").rglob("*.md"),
              root / "README.md", root / "CHANGELOG.md", *(root / "examples").iterdir(),
-             *(root / "tests").glob("*.py")]
+             *(root / "tests").glob("*.py"), *(root / "bench").glob("*.py"),
+             *(root / "bench" / "results").glob("*.md")]
     skip = {SRC / "old_paths.py", Path(__file__).resolve(), *(root / "docs" / "spec").glob("*")}
     found = []
     for path in texts:

@@ -10,7 +10,8 @@ old name emits one `DeprecationWarning` naming the new one. One table, no shim f
 Names inside a module and keyword arguments that were renamed so that one thing has one name
 (docs/design.md §7.4 "One name per thing") keep working the same way: `RENAMED` answers an
 old attribute of a module with the new one (`renamed_getattr`, the module's `__getattr__`), and
-`renamed_keywords` lets a function take an old keyword, each with one warning.
+`renamed_keywords` lets a function take an old keyword, and `RenamedAttribute` answers a
+class's old method or property name, each with one warning.
 """
 
 from __future__ import annotations
@@ -187,6 +188,29 @@ def renamed_keywords(**old_to_new: str) -> Callable[[F], F]:
         return call  # type: ignore[return-value]
 
     return wrap
+
+
+class RenamedAttribute:
+    """A method or property of a class renamed in place, kept under its old name for one
+    release: reading the old name on an instance warns at the caller's line and gives what the
+    new name gives (a bound method for a method, the value for a property), so
+    `gateway.snapshot(require_facts=False)` still calls `gateway.index`. Declared in the class
+    body as `old = RenamedAttribute("new")`."""
+
+    def __init__(self, new: str) -> None:
+        self.new = new
+        self.old = new  # set from the class body by __set_name__
+        self.owner = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.old, self.owner = name, owner.__name__
+
+    def __get__(self, obj: object, objtype: type | None = None) -> Any:
+        if obj is None:
+            return self
+        warnings.warn(f"{self.owner}.{self.old} is now {self.owner}.{self.new}; the old name "
+                      f"stops working in cdr {REMOVED_IN}", DeprecationWarning, stacklevel=2)
+        return getattr(obj, self.new)
 
 
 def install() -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,7 +24,7 @@ from cdr.ckf.schema import DB_NAME
 from cdr.ckf.snapshot import CKFSnapshot
 from cdr.ckf.txn import WriteTxn
 from cdr.errors import InvalidInputError, NotFoundError
-from cdr.old_paths import REMOVED_IN
+from cdr.old_paths import RenamedAttribute
 from cdr.retrieval.fact_recipe import DEFAULT_RECIPE, base_model_id, check_recipe, identity
 
 if TYPE_CHECKING:
@@ -89,12 +88,8 @@ class CKF(CKFSnapshot):
                 self._committer = CKFCommitter(self.path)
             return self._committer
 
-    @property
-    def writer(self) -> CKFCommitter:
-        """The committer's old name (`cdr.writers` are the language-model backends)."""
-        warnings.warn(f"CKF.writer is now CKF.committer; the old name stops working in cdr "
-                      f"{REMOVED_IN}", DeprecationWarning, stacklevel=2)
-        return self.committer
+    # The committer's old name (`cdr.writers` are the language-model backends).
+    writer = RenamedAttribute("committer")
 
     def refresh(self) -> bool:
         """Pick up commits made by other processes; True if anything changed."""

@@ -27,6 +27,7 @@ from cdr.gateway.session_store import SessionStore, StoredSession
 from cdr.gateway.session_token import StaleTokenError, TokenPayload, TokenSigner
 from cdr.gateway.settings import DEFAULT_KB, GatewaySettings
 from cdr.gateway.shard_kb import ShardSetKnowledgeBase, index_root
+from cdr.old_paths import RenamedAttribute, renamed_keywords
 from cdr.options import DEFAULTS
 from cdr.retrieval.factindex import FactIndex
 from cdr.session import IN_PROGRESS, Session
@@ -178,6 +179,8 @@ class Gateway:
             raise empty_kb_error(index, self.kb.path)
         return index
 
+    snapshot = RenamedAttribute("index")  # the old name (docs/design.md §7.4 "One name per thing")
+
     def context_mode_headers(self) -> dict[str, str]:
         """Defaults for responses that say nothing more specific."""
         if self.kb.current_is_empty():
@@ -200,6 +203,7 @@ class Gateway:
         return {"max_windows": windows, "ranking": given.pop("ranking", DEFAULTS.ranking),
                 **given}
 
+    @renamed_keywords(snapshot="index")
     def generator(self, index: FactIndex, options: Mapping[str, Any]) -> Generator:
         cfg = GenerationConfig(min_relevance=self.settings.min_relevance, **options)
         return Generator(CachingIndex(index, self.selections), self.writer, cfg)

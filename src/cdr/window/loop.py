@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import time
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -22,7 +21,7 @@ import numpy as np
 
 from cdr.coverage import SubQuery
 from cdr.errors import CdrError, InvalidInputError, UpstreamError
-from cdr.old_paths import REMOVED_IN, renamed_keywords
+from cdr.old_paths import RenamedAttribute, renamed_keywords
 from cdr.options import DEFAULTS, MAX_WINDOWS_LIMIT, SessionOptions
 from cdr.ranking import ONE_PASS_MODES, Ranking, rank
 from cdr.retrieval.doc_support import SupportedIndex, document_codes
@@ -219,12 +218,7 @@ class Generator:
             raise InvalidInputError(f"words must be positive, got {cfg.words}")
         self.options = cfg.session_options()
 
-    @property
-    def ckf(self) -> FactIndex:
-        """The fact index's old name (docs/design.md §7.4 "One name per thing")."""
-        warnings.warn(f"Generator.ckf is now Generator.index; the old name stops working in "
-                      f"cdr {REMOVED_IN}", DeprecationWarning, stacklevel=2)
-        return self.index
+    ckf = RenamedAttribute("index")  # the old name (docs/design.md §7.4 "One name per thing")
 
     @property
     def min_relevance(self) -> float:
