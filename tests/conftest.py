@@ -28,6 +28,14 @@ BUILTIN_TYPES_OUTLINE = (
 )
 
 
+def write_docs(folder: Path, docs: dict[str, str]) -> Path:
+    """A folder of documents to ingest, {file name: text}."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in docs.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    return folder
+
+
 def build_topics_ckf(root: Path, topics: tuple[str, ...], recipe: str | None = None) -> Path:
     """A CKF of pydoc topics; `recipe` None = the default fact recipe
     (`cdr.retrieval.fact_recipe`)."""

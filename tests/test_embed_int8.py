@@ -1,7 +1,8 @@
 """The opt-in int8 embedding path (`cdr.retrieval.embed_int8`, issue 26): its own identity, its
 vectors close to the default path's, a text's vector independent of its batch, mixing the two
 paths refused with a message naming both, and a CKF moved from one path to the other by
-`reembed`. The default path's vectors are checked unchanged in `tests/test_embed.py`."""
+`reembed`. The default path's vectors are checked unchanged in `tests/test_embed.py`; the
+refusal through the real `cdr` command line in `tests/test_ckf_cli_embed_paths.py`."""
 
 from __future__ import annotations
 

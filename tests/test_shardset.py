@@ -30,6 +30,7 @@ from cdr.cluster.shardset import (
 from cdr.errors import EmbeddingModelMismatchError, InvalidInputError, NotFoundError
 from cdr.gateway.errors import from_cdr_error
 from cdr.retrieval.index_open import open_fact_index
+from tests.conftest import write_docs
 
 DATA = Path(__file__).parent / "data" / "ckf"
 runner = CliRunner()
@@ -69,10 +70,7 @@ def test_shard_of_is_in_range_and_deterministic(source: str, n: int) -> None:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("shards")
-    docs = root / "docs"
-    docs.mkdir()
-    for name, text in TOPICS.items():
-        (docs / name).write_text(text, encoding="utf-8")
+    docs = write_docs(root / "docs", TOPICS)
     shutil.copy(DATA / "indexes.md", docs / "indexes.md")
     kb = root / "kb.shards"
     result = runner.invoke(app, ["ingest", str(docs), "--ckf", str(kb), "--shards", "3",
