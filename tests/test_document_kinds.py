@@ -1,6 +1,7 @@
 """The registry of document kinds (`cdr.ckf.kinds`): every registered kind goes through ingest
 and back, a kind whose extra is missing is refused naming the extra (ingest and upload alike),
-and a suffix the registry lacks behaves as it always did."""
+and a suffix the registry lacks behaves as it always did. The upload refusal is checked against a
+real server without pypdf in `tests/test_gateway_upload_missing_extra.py`."""
 
 from __future__ import annotations
 
