@@ -455,6 +455,10 @@ def test_second_handle_refreshes_and_writers_exclude_each_other(small, tmp_path)
                                 "yet, about write-ahead logging.")])
     assert b.n_rows == n and b.refresh() and b.n_rows == n + 1
     assert not b.refresh()
+    # the per-row state is read through to the state the handle caught up to, and read-only
+    assert b.generation == b.latest_generation() and len(b.active) == len(b.importance) == n + 1
+    with pytest.raises(AttributeError, match="read-only"):
+        b.n_rows = 0
     with a.writing(), pytest.raises(CKFBusyError, match="another process"), \
             b.writing(lock_timeout=0.1):
         pass

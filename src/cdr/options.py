@@ -90,6 +90,24 @@ OPTION_CHOICES: dict[str, tuple[str, ...]] = {
     "repeats": REPEATS_MODES, "subject": SUBJECT_MODES, "lexical": LEXICAL_MODES,
     "stale": STALE_MODES, "length": LENGTH_MODES, "documents": DOCUMENTS_MODES,
 }
+# What each rule's opt-in choice does: the CLI's help and the API's description, after the
+# spec's choice (`_session_option`).
+OPTION_MEANINGS: dict[str, str] = {
+    "memory": "facts: facts already shown or written lose score in later windows.",
+    "envelope": "fit: pack as many facts as the window's planned words can use.",
+    "queries": "expanded: sub-queries expanded from the CKF at session start.",
+    "repeats": "drop: take out of each window the sentences, list items and code an "
+        "earlier window already wrote (same words or same meaning).",
+    "subject": "anchor: embed each sub-query as the task's subject plus its line.",
+    "lexical": "bm25: relevance fuses the cosine with BM25 over the task's words.",
+    "stale": "stop: end the run (ckf-exhausted) instead of writing a window whose "
+        "envelope is mostly facts already sent.",
+    "length": "contract: plan each window for the words still owed, write a section "
+        "once (continue only one cut off), end task-complete once the words asked are "
+        "delivered within ±15%.",
+    "documents": "support: weigh each fact's relevance by how well its document matches "
+        "the task against the best-matching document.",
+}
 OPTION_NAMES: tuple[str, ...] = tuple(OPTION_CHOICES)
 _CHOICES = OPTION_CHOICES
 
@@ -188,15 +206,13 @@ def _option(default: Any, meaning: str, *, flag: str | None, wire: str | None) -
     return field(default=default, metadata={"spelling": Spelling(meaning, flag, wire)})
 
 
-def _choices(name: str, meanings: str) -> str:
-    return f"{OPTION_CHOICES[name][0]} (spec) | {meanings}"
-
-
-def _session_option(name: str, meanings: str) -> Any:
+def _session_option(name: str) -> Any:
     """An opt-in rule of the session (`OPTION_NAMES`): None (the profile's) by default, its
-    choices listed with the spec's first, and spelt with its own name on every face
-    (`--NAME`, the request field NAME), so that a rule has one name wherever it is set."""
-    return _option(None, _choices(name, meanings), flag=f"--{name}", wire=name)
+    meaning the spec's choice then the opt-in's (`OPTION_MEANINGS`), and spelt with its own
+    name on every face (`--NAME`, the request field NAME), so that a rule has one name
+    wherever it is set."""
+    meaning = f"{OPTION_CHOICES[name][0]} (spec) | {OPTION_MEANINGS[name]}"
+    return _option(None, meaning, flag=f"--{name}", wire=name)
 
 
 @dataclass
@@ -232,29 +248,15 @@ class RunOptions:
         "envelopes, expanded sub-queries) | focused (fact memory, BM25 fused relevance, "
         "document support, a stop on stale envelopes, the length contract). Single options "
         "override it.", flag="--profile", wire="profile")
-    memory: str | None = _session_option(
-        "memory", "facts: facts already shown or written lose score in later windows.")
-    envelope: str | None = _session_option(
-        "envelope", "fit: pack as many facts as the window's planned words can use.")
-    queries: str | None = _session_option(
-        "queries", "expanded: sub-queries expanded from the CKF at session start.")
-    repeats: str | None = _session_option(
-        "repeats", "drop: take out of each window the sentences, list items and code an "
-        "earlier window already wrote (same words or same meaning).")
-    subject: str | None = _session_option(
-        "subject", "anchor: embed each sub-query as the task's subject plus its line.")
-    lexical: str | None = _session_option(
-        "lexical", "bm25: relevance fuses the cosine with BM25 over the task's words.")
-    stale: str | None = _session_option(
-        "stale", "stop: end the run (ckf-exhausted) instead of writing a window whose "
-        "envelope is mostly facts already sent.")
-    length: str | None = _session_option(
-        "length", "contract: plan each window for the words still owed, write a section "
-        "once (continue only one cut off), end task-complete once the words asked are "
-        "delivered within ±15%.")
-    documents: str | None = _session_option(
-        "documents", "support: weigh each fact's relevance by how well its document matches "
-        "the task against the best-matching document.")
+    memory: str | None = _session_option("memory")
+    envelope: str | None = _session_option("envelope")
+    queries: str | None = _session_option("queries")
+    repeats: str | None = _session_option("repeats")
+    subject: str | None = _session_option("subject")
+    lexical: str | None = _session_option("lexical")
+    stale: str | None = _session_option("stale")
+    length: str | None = _session_option("length")
+    documents: str | None = _session_option("documents")
 
     def session_options(self) -> SessionOptions:
         """The profile's options with single ones on top; an unknown value is refused."""

@@ -11,9 +11,9 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, overload
 
 import numpy as np
 
@@ -42,6 +42,26 @@ _FACT_COLUMNS = ("row, id, content, source, location, section, importance, is_co
                  " status, doc_id, created_at, updated_at")
 _DOC_COLUMNS = ("doc_id", "source", "kind", "title", "content_hash", "size", "source_type",
                 "importance", "status", "n_facts", "created_at", "updated_at")
+T = TypeVar("T")
+
+
+class _FromState(Generic[T]):
+    """A read-only attribute of the snapshot that is a field of its committed state
+    (`CKFSnapshot._state`, replaced whole when a `CKF` catches up), read at the moment it is
+    asked, as a property would, without a property's three lines per field."""
+
+    def __init__(self, read: Callable[[CommittedState], T]) -> None:
+        self._read = read
+
+    @overload
+    def __get__(self, snapshot: None, owner: type) -> Self: ...
+    @overload
+    def __get__(self, snapshot: CKFSnapshot, owner: type | None = None) -> T: ...
+    def __get__(self, snapshot: CKFSnapshot | None, owner: type | None = None) -> T | Self:
+        return self if snapshot is None else self._read(snapshot._state)
+
+    def __set__(self, snapshot: CKFSnapshot, value: object) -> None:
+        raise AttributeError("read-only: a field of the snapshot's committed state")
 
 
 class CKFSnapshot:
@@ -143,10 +163,6 @@ class CKFSnapshot:
 
     # ------------------------------------------------------------------ per-row state
 
-    @property
-    def generation(self) -> int:
-        return self._state.generation
-
     def latest_generation(self) -> int:
         """The generation committed on disk now (one meta row): differs from `generation`
         when someone has written since this snapshot was taken."""
@@ -171,45 +187,18 @@ class CKFSnapshot:
             self._state = read_state(self._conn, self.path, self.layout)
             self._ngram_index = None
 
-    @property
-    def epoch(self) -> int:
-        """The array files' epoch: it changes only when a compaction renumbers rows."""
-        return self._state.epoch
-
-    @property
-    def n_rows(self) -> int:
-        return self._state.n_rows
-
-    @property
-    def embeddings(self) -> np.ndarray:
-        """(n_rows, dim) memory-mapped unit rows (float32, or float16 if created so)."""
-        return self._state.embeddings
-
-    @property
-    def importance(self) -> np.ndarray:
-        return self._state.importance
-
-    @property
-    def status(self) -> np.ndarray:
-        """uint8 per row, values of `FactStatus`."""
-        return self._state.status
-
-    @property
-    def active(self) -> np.ndarray:
-        """Selectable rows (ACTIVE or STALE)."""
-        return self._state.active
-
-    @property
-    def token_counts(self) -> np.ndarray:
-        return self._state.tokens
-
-    @property
-    def ngram_offsets(self) -> np.ndarray:
-        return self._state.offsets
-
-    @property
-    def ngram_hashes(self) -> np.ndarray:
-        return self._state.hashes
+    # The committed state's fields, read through (`CommittedState`): the `FactIndex` names
+    # some of them its own way (`token_counts` is the state's `tokens`).
+    generation = _FromState(lambda st: st.generation)
+    epoch = _FromState(lambda st: st.epoch)  # the array files' epoch: only a compaction moves it
+    n_rows = _FromState(lambda st: st.n_rows)
+    embeddings = _FromState(lambda st: st.embeddings)  # (n_rows, dim) mapped float32/float16
+    importance = _FromState(lambda st: st.importance)
+    status = _FromState(lambda st: st.status)  # uint8 per row, values of `FactStatus`
+    active = _FromState(lambda st: st.active)  # selectable rows (ACTIVE or STALE)
+    token_counts = _FromState(lambda st: st.tokens)
+    ngram_offsets = _FromState(lambda st: st.offsets)
+    ngram_hashes = _FromState(lambda st: st.hashes)
 
     @property
     def ngram_index(self) -> NgramIndex:

@@ -30,6 +30,7 @@ import hashlib
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -203,16 +204,17 @@ class RayShardedIndex:
         self._gens = [r.generation for r in parts]
         sizes = [r.n_rows for r in parts]
         self._offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        self._active = np.concatenate([r.active for r in parts]) if parts else np.zeros(0, bool)
-        self._importance = np.concatenate([r.importance for r in parts]).astype(np.float32)
-        self._tokens = np.concatenate([r.token_counts for r in parts]).astype(np.int32)
+        # The shards' per-row arrays merged in shard order: fixed for this object's life, so
+        # plain attributes (the `FactIndex` properties of the same names).
+        self.active = np.concatenate([r.active for r in parts]) if parts else np.zeros(0, bool)
+        self.importance = np.concatenate([r.importance for r in parts]).astype(np.float32)
+        self.token_counts = np.concatenate([r.token_counts for r in parts]).astype(np.int32)
         hashes = [r.ngram_hashes for r in parts]
         offs = [r.ngram_offsets[:-1] + base for r, base in
                 zip(parts, np.cumsum([0] + [len(h) for h in hashes])[:-1], strict=True)]
-        self._ngram_offsets = np.concatenate(
+        self.ngram_offsets = np.concatenate(
             [*offs, [sum(len(h) for h in hashes)]]).astype(np.int64)
-        self._ngram_hashes = np.concatenate(hashes).astype(np.uint64)
-        self._ngram_index: NgramIndex | None = None
+        self.ngram_hashes = np.concatenate(hashes).astype(np.uint64)
         if embedder is not None:
             from cdr.retrieval.fact_recipe import bind
 
@@ -331,33 +333,12 @@ class RayShardedIndex:
     def n_rows(self) -> int:
         return int(self._offsets[-1])
 
-    @property
-    def active(self) -> np.ndarray:
-        return self._active
-
-    @property
-    def importance(self) -> np.ndarray:
-        return self._importance
-
-    @property
-    def token_counts(self) -> np.ndarray:
-        return self._tokens
-
-    @property
-    def ngram_offsets(self) -> np.ndarray:
-        return self._ngram_offsets
-
-    @property
-    def ngram_hashes(self) -> np.ndarray:
-        return self._ngram_hashes
-
-    @property
+    @cached_property
     def ngram_index(self) -> NgramIndex:
-        if self._ngram_index is None:
-            from cdr.ngrams import NgramIndex
+        """Built on first use: the merged arrays never change for this object's life."""
+        from cdr.ngrams import NgramIndex
 
-            self._ngram_index = NgramIndex(self._ngram_offsets, self._ngram_hashes)
-        return self._ngram_index
+        return NgramIndex(self.ngram_offsets, self.ngram_hashes)
 
     def select(self, query_vector: Any, min_relevance: float,
                limit: int | None = None) -> Selection:

@@ -26,6 +26,7 @@ import numpy as np
 
 from cdr import settings
 from cdr.errors import InvalidInputError, UpstreamError
+from cdr.sdk_client import SdkClientOwner, check_max_retries
 from cdr.vectors import unit_rows
 
 MINILM_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -103,7 +104,7 @@ class _CheckedEncoder:
         batch_size: int = 32,
         progress: Progress | None = None,
     ) -> np.ndarray:
-        """float32 (len(texts), dim), rows L2-normalised; `progress(k)` after each k texts."""
+        """`Embedder.encode`: the input checked here, the model's work in `_encode`."""
         texts = validate_texts(texts)
         _check_batch_size(batch_size)
         if not texts:
@@ -493,7 +494,7 @@ def default_embedder() -> MiniLMEmbedder:
 # --------------------------------------------------------------------------- remote
 
 
-class RemoteEmbedder(_CheckedEncoder):
+class RemoteEmbedder(_CheckedEncoder, SdkClientOwner):
     """Any OpenAI-compatible `POST {base_url}/embeddings` server (OpenAI, vLLM, TEI, Ollama...),
     through the official `openai` SDK.
 
@@ -521,12 +522,10 @@ class RemoteEmbedder(_CheckedEncoder):
             raise InvalidInputError(f"base_url must start with http:// or https://: {base_url!r}")
         if dim is not None and dim < 1:
             raise InvalidInputError(f"dim must be positive, got {dim}")
-        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-            raise InvalidInputError(f"max_retries must be an integer >= 0, got {max_retries!r}")
         self.model_id: str = model
         self.base_url = base_url.rstrip("/")
         self._dim = dim
-        self.max_retries = max_retries
+        self.max_retries = check_max_retries(max_retries)
         key = api_key if api_key is not None else settings.env(EMBED_API_KEY_ENV)
         # The SDK wants a key; a server that needs none gets no Authorization header (the
         # placeholder is never sent).
@@ -536,15 +535,6 @@ class RemoteEmbedder(_CheckedEncoder):
 
     def __repr__(self) -> str:
         return f"RemoteEmbedder(model_id={self.model_id!r}, base_url={self.base_url!r})"
-
-    def close(self) -> None:
-        self._client.close()
-
-    def __enter__(self) -> RemoteEmbedder:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     @property
     def dim(self) -> int:

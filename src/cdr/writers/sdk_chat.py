@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import httpx2
 
 from cdr.errors import InvalidInputError, UpstreamError
+from cdr.sdk_client import SdkClientOwner, check_max_retries
 from cdr.writers.base import (
     DeltaCallback,
     Pieces,
@@ -73,7 +74,7 @@ class StreamState:
     done: bool = False
 
 
-class SdkChatWriter(WriterBase):
+class SdkChatWriter(WriterBase, SdkClientOwner):
     """A chat writer whose transport is a provider's official SDK client.
 
     `timeout` bounds each network wait (connect, each read): a stream that keeps sending is
@@ -115,13 +116,10 @@ class SdkChatWriter(WriterBase):
                 f"got {self.url!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
             raise InvalidInputError(f"{self.name} writer: timeout must be > 0, got {timeout!r}")
-        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-            raise InvalidInputError(
-                f"{self.name} writer: max_retries must be an integer >= 0, got {max_retries!r}")
         self.model = model
         self.temperature = temperature
         self.timeout = float(timeout)
-        self.max_retries = max_retries
+        self.max_retries = check_max_retries(max_retries, f"{self.name} writer: ")
         self.stream = bool(stream)
         self.sdk = self._sdk()
         self._client = self._make_client(api_key_from(api_key, self.api_key_env))
@@ -151,15 +149,6 @@ class SdkChatWriter(WriterBase):
         return int_fields(dump(raw))
 
     # -- shared -------------------------------------------------------------------------------
-
-    def close(self) -> None:
-        self._client.close()
-
-    def __enter__(self) -> SdkChatWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _result(self, text: str, finish: str | None, usage: Any) -> WriterResult:
         """A reply in OpenAI's vocabulary, whether it came whole or streamed."""
