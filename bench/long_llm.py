@@ -20,12 +20,14 @@ the session and the windows so far), so an interrupted run resumes at its next w
 finished run is appended to `long-llm-runs.jsonl` with its measures.
 
 **Per window**: words; seconds; prompt tokens evaluated and reused, prompt and generation
-tokens/s (`cdr.writers.local.WindowTiming`, under whatever load the machine had: the report
-gives it); semantic repetition against earlier windows and the lexical restating measure;
-CWR6; grounding in the window's envelope; the envelope's on-topic and fresh shares; sections
-planned again and sections written twice. Thresholds are the quality benchmark's calibrated
-ones (bench/results/quality-llm.md: repetition 0.607, grounding 0.508, restating Jaccard 0.5),
-fixed before these runs, not tuned on them.
+tokens/s (`cdr.writers.local.WindowTiming`, under whatever load the machine had), the process's
+CPU seconds and the load average at the window's end (`bench/long_llm_speed.py` splits the
+seconds into the work the window asked of the model and the per-token rate); semantic repetition
+against earlier windows and the lexical restating measure; CWR6; grounding in the window's
+envelope; the envelope's on-topic and fresh shares; sections planned again and sections written
+twice. Thresholds are the quality benchmark's calibrated ones (bench/results/quality-llm.md:
+repetition 0.607, grounding 0.508, restating Jaccard 0.5), fixed before these runs, not tuned on
+them.
 
 **Verdicts** (`verdicts`): per measure, the mean over a run's last third of windows minus its
 baseline (Window 1; Windows 2–3 for the measures that are 0 at Window 1 by construction), with
@@ -131,7 +133,9 @@ def run_windows(ckf: Any, writer: Any, task: Any, arm: LlmArm, words: int, key: 
     while session.status == IN_PROGRESS and (max_new_windows is None or new < max_new_windows):
         finished_before = [by_id[i] for i in session.finished_ids]
         calls = reuse.calls if reuse is not None else 0
+        cpu = time.process_time()
         ev = gen.step(session)
+        cpu = time.process_time() - cpu
         new += 1
         timing = writer.last_timing if reuse is not None and reuse.calls > calls else None
         windows.append({
@@ -141,6 +145,10 @@ def run_windows(ckf: Any, writer: Any, task: Any, arm: LlmArm, words: int, key: 
             "rows": [int(r) for r in ev.prepared.rows], "written": bool(ev.output.strip()),
             "plan": [[p.title, p.target_words, p.whole] for p in ev.prepared.plan],
             "finished_before": finished_before,
+            # what survives load (bench/long_llm_speed.py): the process's CPU seconds in the
+            # window (the loop's and the model's: llama.cpp runs in this process) and the
+            # 1-minute load average as it ended
+            "cpu_s": round(cpu, 2), "load": round(os.getloadavg()[0], 2),
             "timing": None if timing is None else {
                 "prompt_tokens": timing.prompt_tokens, "reused": timing.reused_tokens,
                 "prompt_s": round(timing.prompt_seconds, 3),
@@ -218,6 +226,8 @@ def finish_record(ckf: Any, own: set[int], task: Any, arm: LlmArm, words: int,
             "gen_tps": _r(t["completion_tokens"] / t["generation_s"], 2)
             if t.get("generation_s") and t.get("completion_tokens") else None,
             "completion_tokens": t.get("completion_tokens"),
+            "prompt_s": t.get("prompt_s"), "generation_s": t.get("generation_s"),
+            "cpu_s": w.get("cpu_s"), "load": w.get("load"),
             "plan": w["plan"], "text": w["text"], "rows": w["rows"],
         })
     delivered = sum(w["words"] for w in windows)
@@ -281,6 +291,12 @@ LABELS = {"semrep": "semantic repetition (0.607, old)",
           "grounding": "grounding", "on_topic": "on-topic share", "fresh": "fresh share",
           "words": "words", "seconds": "seconds", "prompt_tps": "prompt tokens/s",
           "gen_tps": "generation tokens/s"}
+
+
+RATIO_LABELS = {
+    "seconds_ratio": "seconds per window (ratio)",
+    "work_ratio": "… of which work: the last third's tokens at the first third's speed",
+    "rate_ratio": "… of which rate: seconds per token, last third / first third"}
 
 
 def _vals(run: dict[str, Any], measure: str, lo: int, hi: int) -> list[float]:
@@ -349,6 +365,16 @@ def verdicts(runs: Sequence[dict[str, Any]], arm: str) -> dict[str, tuple[float,
             by_task.setdefault(r["task"], []).append(q)
     out["seconds_ratio"] = (*bootstrap([statistics.fmean(v) for v in by_task.values()]),
                             sum(len(v) for v in by_task.values()))
+    from long_llm_speed import decompose
+
+    for part in ("work", "rate"):  # seconds ratio = work × rate (long_llm_speed.py)
+        by_task = {}
+        for r in runs:
+            if r["arm"] == arm and seconds_ratio(r) is not None \
+                    and (d := decompose(r)) is not None:
+                by_task.setdefault(r["task"], []).append(d[part])
+        out[f"{part}_ratio"] = (*bootstrap([statistics.fmean(v) for v in by_task.values()]),
+                                sum(len(v) for v in by_task.values()))
     return out
 
 
@@ -484,19 +510,23 @@ def render(runs: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
               "Window 1); per task the runs' mean; the mean over tasks with a 95% percentile "
               "bootstrap interval over tasks (2,000 resamples). Runs under 3 windows (or whose "
               "last third falls inside the baseline) have no verdict. Seconds: last third / "
-              "first third of the written windows.", "",
+              "first third of the written windows, split into work × rate (per task the "
+              "runs' mean of each; \"Speed at length\" below).", "",
               "| measure | arm | runs | change (mean) | 95% interval |",
               "|---|---|---:|---:|---:|"]
     for arm in ARMS:
         v = verdicts(runs, arm.name)
         for mname, (mean, lo, hi, n) in v.items():
             pct = mname in PCT
-            label = "seconds per window (ratio)" if mname == "seconds_ratio" else LABELS[mname]
-            fmt = ".2f" if mname == "seconds_ratio" else "+.1f"
+            label = RATIO_LABELS.get(mname) or LABELS[mname]
+            fmt = ".2f" if mname in RATIO_LABELS else "+.1f"
             scale = 100 if pct else 1
             lines.append(f"| {label} | {arm.name} | {n} | "
                          f"{_f(mean * scale, fmt)}{' pts' if pct else '×' if fmt == '.2f' else ''}"
                          f" | {_f(lo * scale, fmt)} to {_f(hi * scale, fmt)} |")
+    from long_llm_speed import render_speed
+
+    lines += render_speed(runs, [a.name for a in ARMS])
     lines += ["", "## Words per completion token", "",
               "What the length contract plans a window's words with (`cdr.window.length`: "
               "0.577 for the reference model, measured on the quality benchmark's windows): "

@@ -153,7 +153,7 @@ def test_verdicts_average_runs_per_task_first():
     mean, lo, hi, n = v["grounding"]
     # task a: (0.3 + 0.0) / 2 = 0.15, task b: 0.15 -> mean 0.15 over 2 tasks, 3 runs
     assert n == 3 and mean == pytest.approx(0.15) and lo == pytest.approx(0.15) == hi
-    assert set(v) == {*long_llm.BASELINE, "seconds_ratio"}
+    assert set(v) == {*long_llm.BASELINE, "seconds_ratio", "work_ratio", "rate_ratio"}
 
 
 def test_a_run_resumes_from_its_window_checkpoint(types_ckf_path: Path, tmp_path: Path):
@@ -176,6 +176,8 @@ def test_a_run_resumes_from_its_window_checkpoint(types_ckf_path: Path, tmp_path
     assert rec["delivered"] == sum(w["words"] for w in rest)
     assert len(rec["windows"]) == len(rest) and rec["windows"][0]["semrep"] == 0.0
     assert all(w["prompt_tps"] is None for w in rec["windows"])  # no timing recorded
+    # what survives load is recorded for every window: CPU seconds and the load at its end
+    assert all(w["cpu_s"] >= 0 and w["load"] >= 0 for w in rec["windows"])
     # the envelope's rows are kept: the report checks what a window names against them
     assert [w["rows"] for w in rec["windows"]] == [w["rows"] for w in rest]
 
@@ -265,3 +267,67 @@ def test_only_selects_runs_by_task_name_and_arm():
     assert long_llm.selected(task, focused, [("library/datetime.html", "focused")])
     assert not long_llm.selected(task, relevance, [("datetime.html", "focused")])
     assert not long_llm.selected(task, focused, [("mbind", "focused")])
+
+
+# ------------------------------------------------------------- speed at length, taken apart
+
+import long_llm_speed  # noqa: E402
+
+
+def _timed(prompt: list[int], kept: list[int], gen: list[int], ms_prompt: list[float],
+           ms_gen: list[float], **extra: list) -> dict:
+    ws = []
+    for i, (p, k, c, mp, mg) in enumerate(zip(prompt, kept, gen, ms_prompt, ms_gen,
+                                              strict=True)):
+        w = {"words": 100, "prompt_tokens": p, "reused_tokens": k, "completion_tokens": c,
+             "prompt_s": (p - k) * mp / 1000, "generation_s": c * mg / 1000}
+        w["seconds"] = w["prompt_s"] + w["generation_s"]
+        w.update({key: v[i] for key, v in extra.items()})
+        ws.append(w)
+    return {"arm": "focused", "task": "t", "words": 5000, "windows": ws}
+
+
+def test_a_slower_machine_is_rate_and_a_growing_prompt_is_work():
+    """Same tokens every window, each token 3× slower in the last third: all rate, no work.
+    Same speed, the prompt carrying more every window: all work, no rate. Either way
+    work × rate is the seconds ratio."""
+    slow = _timed([2000] * 6, [100] * 6, [500] * 6, [30, 30, 30, 30, 90, 90],
+                  [100, 100, 100, 100, 300, 300])
+    d = long_llm_speed.decompose(slow)
+    assert d["work"] == pytest.approx(1.0) and d["rate"] == pytest.approx(3.0)
+    assert d["seconds"] == pytest.approx(long_llm.seconds_ratio(slow))
+    assert d["prompt_s_tok"] == pytest.approx(3.0) and d["gen_s_tok"] == pytest.approx(3.0)
+    growing = _timed([1000, 1500, 2000, 2500, 3000, 3500], [100] * 6, [500] * 6, [30] * 6,
+                     [100] * 6)
+    d = long_llm_speed.decompose(growing)
+    assert d["rate"] == pytest.approx(1.0) and d["work"] > 1.5
+    assert d["work"] * d["rate"] == pytest.approx(long_llm.seconds_ratio(growing))
+    assert (d["prompt_first"], d["prompt_last"]) == (1250, 3250)
+    # a lost prefix is work too: the same prompt, nothing kept in the last third
+    lost = _timed([2000] * 6, [1500] * 4 + [0] * 2, [100] * 6, [30] * 6, [100] * 6)
+    d = long_llm_speed.decompose(lost)
+    assert d["work"] > 2 and d["rate"] == pytest.approx(1.0)
+    assert long_llm_speed.decompose(_timed([2000] * 2, [0] * 2, [9] * 2, [1] * 2,
+                                           [1] * 2)) is None
+
+
+def test_speed_reads_old_records_and_reports_load_and_cpu():
+    """Runs recorded before the seconds were kept give them back from their tokens/s;
+    load and CPU seconds, where recorded, are averaged per third."""
+    run = _timed([2000] * 3, [0, 100, 100], [400] * 3, [30] * 3, [100] * 3,
+                 load=[1.0, 2.0, 5.0], cpu_s=[50.0, 50.0, 60.0])
+    d = long_llm_speed.decompose(run)
+    assert (d["load_first"], d["load_last"]) == (1.0, 5.0) and d["cpu"] == pytest.approx(1.2)
+    for w in run["windows"]:
+        evaluated = w["prompt_tokens"] - w["reused_tokens"]
+        w["prompt_tps"] = evaluated / w.pop("prompt_s")
+        w["gen_tps"] = w["completion_tokens"] / w.pop("generation_s")
+    old = long_llm_speed.decompose(run)
+    assert old["seconds"] == pytest.approx(d["seconds"]) and old["work"] == pytest.approx(
+        d["work"])
+    # a window after the first that kept no prefix: the process started afresh there
+    run["windows"][2]["reused_tokens"] = 0
+    assert long_llm_speed.cache_restarts(run) == [3]
+    lines = long_llm_speed.render_speed([{**run, "load": [4.0, 3.0, 2.0]}], ["focused"])
+    assert any(line.startswith("| t | focused | 5,000 | 3 |") for line in lines)
+    assert any("(W3: 0, new process)" in line for line in lines)
