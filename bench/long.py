@@ -253,7 +253,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="--writer local: run only these TASK:ARM pairs, comma-separated "
                          "(e.g. mbind:focused); the report still covers every finished run")
     ap.add_argument("--stop-at", default=None,
-                    help="--writer local: HH:MM (UTC), start no run after it")
+                    help="--writer local: HH:MM (UTC), start no run and no window after it "
+                         "(a run stopped between windows resumes from its checkpoint)")
     args = ap.parse_args(argv)
     try:
         words = tuple(int(w) for w in args.words.split(","))

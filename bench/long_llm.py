@@ -112,9 +112,11 @@ def _atomic_write(path: Any, data: dict[str, Any]) -> None:
 
 def run_windows(ckf: Any, writer: Any, task: Any, arm: LlmArm, words: int, key: str,
                 context: int, generation: int, partial_dir: Any = None,
-                max_new_windows: int | None = None) -> tuple[Session, list[dict[str, Any]]]:
-    """Windows to the run's own exit (or `max_new_windows` more), each checkpointed in
-    `partial_dir`; resumes from the checkpoint. A writer without reuse counting (the
+                max_new_windows: int | None = None, stop_at: str | None = None
+                ) -> tuple[Session, list[dict[str, Any]]]:
+    """Windows to the run's own exit (or `max_new_windows` more, or until `stop_at`, HH:MM
+    UTC, when no window starts), each checkpointed in `partial_dir`; resumes from the
+    checkpoint. A writer without reuse counting (the
     extractive one, in tests) records no timing."""
     cfg = GenerationConfig(max_windows=MAX_WINDOWS, words=words, context_tokens=context,
                            generation_tokens=generation, **arm.config)
@@ -131,6 +133,8 @@ def run_windows(ckf: Any, writer: Any, task: Any, arm: LlmArm, words: int, key: 
     reuse = getattr(writer, "reuse", None)
     new = 0
     while session.status == IN_PROGRESS and (max_new_windows is None or new < max_new_windows):
+        if stop_at and time.strftime("%H:%M", time.gmtime()) >= stop_at:
+            break
         finished_before = [by_id[i] for i in session.finished_ids]
         calls = reuse.calls if reuse is not None else 0
         cpu = time.process_time()
@@ -655,7 +659,12 @@ def main(words: Sequence[int], max_runs: int | None, report_only: bool,
             # the model's tokenizer counts ~20–30% more than cl100k on this text
             writer = LocalWriter(n_ctx=max(4096, round(context * 1.3)))
         started = time.perf_counter()
-        session, windows = run_windows(ckf, writer, task, arm, w, key, context, generation)
+        session, windows = run_windows(ckf, writer, task, arm, w, key, context, generation,
+                                       stop_at=stop_at)
+        if session.status == IN_PROGRESS:  # stopped at `stop_at`: the checkpoint resumes it
+            print(f"stop-at {stop_at}: {task.name} {arm.name} {w} checkpointed after "
+                  f"{len(windows)} windows", flush=True)
+            continue
         rec = finish_record(ckf, own, task, arm, w, session, windows)
         options = GenerationConfig(**arm.config).session_options().to_dict()
         rec.update(key=key, commit=library_commit(), options=options,

@@ -167,8 +167,12 @@ def test_a_run_resumes_from_its_window_checkpoint(types_ckf_path: Path, tmp_path
     _, first = long_llm.run_windows(ckf, get_writer("extractive"), TASK, arm, 1500, "b",
                                     4096, 512, tmp_path / "two", max_new_windows=1)
     assert len(first) == 1 and (tmp_path / "two" / "b.json").exists()
+    # past its stop time the run starts no window and keeps its checkpoint
+    stopped, same = long_llm.run_windows(ckf, get_writer("extractive"), TASK, arm, 1500, "b",
+                                         4096, 512, tmp_path / "two", stop_at="00:00")
+    assert len(same) == 1 and stopped.status == "in-progress"
     resumed, rest = long_llm.run_windows(ckf, get_writer("extractive"), TASK, arm, 1500, "b",
-                                         4096, 512, tmp_path / "two")
+                                         4096, 512, tmp_path / "two", stop_at="99:99")
     assert [w["number"] for w in rest] == list(range(1, len(ws) + 1))
     assert [w["text"] for w in rest] == [w["text"] for w in ws]
     assert resumed.status == whole.status and resumed.finished_ids == whole.finished_ids
