@@ -119,8 +119,9 @@ class StandInLlama:
     def create_chat_completion(self, messages: list[dict[str, str]], max_tokens: int,
                                **_: Any) -> Iterator[dict[str, Any]]:
         prompt = self.template(messages)
-        # llama-cpp-python matches the previous tokens against the prompt less its last token
-        # (whose logits it needs), and then holds the prompt and what it generated
+        # llama-cpp-python (Llama.generate) keeps the longest common prefix of the tokens it
+        # holds and the prompt, less one when that is the whole prompt (it needs the last
+        # token's logits), and then holds the prompt and what it generated
         self.kept.append(_common(self._input_ids, prompt[:-1]))
         text, finish = _planned_text(messages, max_tokens, len(self.kept))
         self._input_ids = prompt + self.tokenize(text.encode())
