@@ -17,7 +17,7 @@ wall-clock time (UTC), and `--shard i/n` splits the tasks between processes. The
 
 `--corpus man` runs the second genre of issue 21 instead: three held-out system-call man
 pages (`quality_llm_man.py`) in the retrieval benchmark's man-page CKF, arms `focused` (the
-recommended profile) and `relevance`, same window settings, report
+recommended profile), `cdr` (spec CDR, the default) and `relevance`, same window settings, report
 `bench/results/quality-llm-man.md` and its own checkpoints.
 
 Usage: `python bench/quality_llm.py [--corpus pydocs|man] [--resume] [--tasks N]
@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -49,8 +50,9 @@ from quality_tasks import Task
 RESULTS = BENCH / "results"
 DEFAULT_RUNS = RESULTS / "quality-llm-runs"
 MAN_RUNS = RESULTS / "quality-llm-man-runs"
-# The man corpus compares the recommended profile with relevance-only (issue 21 §5).
-MAN_ARMS = ("focused", "relevance")
+# The man corpus compares the recommended profile with spec CDR (the default profile) and
+# relevance-only (issue 21 §5).
+MAN_ARMS = ("focused", "cdr", "relevance")
 # The semantic-repetition and grounding thresholds the Python-docs outputs calibrated
 # (bench/results/quality-llm.md), applied unchanged to the man pages: chosen on other runs,
 # before these; the man outputs' own calibration is reported beside them as a check.
@@ -103,8 +105,25 @@ def default_ckf() -> Path:
 PROMPT_VERSION = 2
 # The loop's version where it changes what a window keeps: runs made with another are rerun.
 # 1: a window cut by the token limit dropped its last block whole; 2: a cut list keeps its
-# finished items (`cdr.text.markdown.complete_blocks_end`).
-LOOP_VERSION = 2
+# finished items (`cdr.text.markdown.complete_blocks_end`); 3: the length contract asks a model
+# writer for no more than its envelope grounds and does not write a window too thin for a
+# minimal section (`cdr.window.length.grounded_words`).
+LOOP_VERSION = 3
+# Version 3 changes only windows under the length contract: the other arms' windows are the
+# same code path at 2 and 3, so their runs keep version 2's key and are not rerun.
+CONTRACT_ARMS = frozenset({"focused"})
+
+
+def arm_loop_version(arm: str, loop: int) -> int:
+    """The loop version `arm`'s runs are keyed by: version 3's change reaches only the arms
+    with the length contract."""
+    return loop if loop < 3 or arm in CONTRACT_ARMS else 2
+
+
+def arm_keys(settings: Settings, arms: Sequence[str]) -> dict[str, str]:
+    """Each arm's settings key (its loop version may differ: `arm_loop_version`)."""
+    return {a: settings_key(replace(settings, loop=arm_loop_version(a, settings.loop)).as_dict())
+            for a in arms}
 
 
 @dataclass
@@ -176,8 +195,9 @@ def run_one(ckf: Any, writer: Any, task: Task, arm: str, settings: Settings, key
     """One (task, arm) run, checkpointed after every window and marked complete at the end."""
     cfg = make_config(settings, arm, ckf, task)
     gen = Generator(ckf, writer, cfg)
+    mine = replace(settings, loop=arm_loop_version(arm, settings.loop))
     run: dict[str, Any] = {"task": task.page, "title": task.title, "outline": list(task.outline),
-                           "arm": arm, "settings": settings.as_dict(), "settings_key": key,
+                           "arm": arm, "settings": mine.as_dict(), "settings_key": key,
                            "windows": [], "complete": False, "pid": os.getpid(),
                            "started": datetime.now(UTC).isoformat(timespec="seconds")}
     session = gen.start(task.title, task.outline_text)
@@ -209,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", choices=("pydocs", "man"), default="pydocs",
-                    help="man: three held-out man pages, arms focused and relevance")
+                    help="man: three held-out man pages, arms focused, cdr and relevance")
     ap.add_argument("--ckf", type=Path, default=None)
     ap.add_argument("--runs", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=None)
@@ -248,7 +268,6 @@ def main(argv: list[str] | None = None) -> None:
     settings = Settings(model.name, args.context_tokens, args.generation_tokens, args.words,
                         args.windows, writer=args.writer, prompt=args.prompt_version,
                         loop=args.loop_version)
-    key = settings_key(settings.as_dict())
     ckf = (CKF.open_or_create(args.ckf) if args.ckf else build_man_ckf() if man
            else CKF.open_or_create(default_ckf()))
     if ckf.n_rows == 0:
@@ -258,11 +277,13 @@ def main(argv: list[str] | None = None) -> None:
     unknown = [a for a in arms if a not in ARM_LABELS]
     if unknown:
         raise SystemExit(f"unknown arm(s) {unknown}; choose from {list(ARM_LABELS)}")
+    keys = arm_keys(settings, arms)
     t0 = time.perf_counter()
     if not args.report_only:
         i, n = (int(x) for x in args.shard.split("/"))
         mine = [t for j, t in enumerate(tasks) if j % n == i]
-        todo = pending(runs_dir, [(t.page, a) for t in mine for a in arms], key, args.resume)
+        todo = [(t.page, a) for t in mine for a in arms
+                if pending(runs_dir, [(t.page, a)], keys[a], args.resume)]
         by_page = {t.page: t for t in tasks}
         from cdr.writers import get_writer
 
@@ -274,14 +295,14 @@ def main(argv: list[str] | None = None) -> None:
             if args.stop_at and datetime.now(UTC).strftime("%H:%M") >= args.stop_at:
                 print(f"stop-at {args.stop_at} reached; {page} {arm} and later not started")
                 break
-            if taken(runs_dir, page, arm, key):
+            if taken(runs_dir, page, arm, keys[arm]):
                 print(f"{page} {arm}: done or running in another worker; skipped", flush=True)
                 continue
-            run_one(ckf, writer, by_page[page], arm, settings, key, runs_dir)
+            run_one(ckf, writer, by_page[page], arm, settings, keys[arm], runs_dir)
     if not args.no_report:
         from quality_llm_report import write_report
 
-        write_report(ckf, corpus, tasks, arms, settings, key, runs_dir, out,
+        write_report(ckf, corpus, tasks, arms, settings, keys, runs_dir, out,
                      time.perf_counter() - t0,
                      corpus_name=args.corpus, thresholds=PYDOCS_THRESHOLDS if man else None)
 

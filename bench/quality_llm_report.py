@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import platform
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -236,7 +236,8 @@ def _replanned(run: dict[str, Any]) -> float:
 
 
 def write_report(ckf: Any, corpus: Corpus, tasks: Sequence[Task], arms: Sequence[str],
-                 settings: Any, key: str, runs_dir: Path, out: Path, seconds: float,
+                 settings: Any, key: str | Mapping[str, str], runs_dir: Path, out: Path,
+                 seconds: float,
                  corpus_name: str = "pydocs",
                  thresholds: tuple[float, float] | None = None) -> None:
     """The report of the runs checkpointed in `runs_dir`. With `thresholds` (repetition,
@@ -245,7 +246,11 @@ def write_report(ckf: Any, corpus: Corpus, tasks: Sequence[Task], arms: Sequence
     pairs = [(t.page, a) for t in tasks for a in arms]
     # Interrupted runs count with the windows they wrote (each window is whole): the
     # deadline cuts runs, and what they wrote is still measured; the report says which.
-    runs = [r for r in finished(runs_dir, pairs, key, complete_only=False) if r["windows"]]
+    # `key`: one settings key, or one per arm (an arm's loop version may differ:
+    # quality_llm.arm_loop_version)
+    keys = key if isinstance(key, Mapping) else dict.fromkeys(arms, key)
+    runs = [r for t, a in pairs for r in finished(runs_dir, [(t, a)], keys[a],
+                                                 complete_only=False) if r["windows"]]
     partial = [r for r in runs if not r.get("complete")]
     by_key = {(r["task"], r["arm"]): r for r in runs}
     # An arm with no run at all (not asked for this time) is left out of the comparison
@@ -367,7 +372,10 @@ def write_report(ckf: Any, corpus: Corpus, tasks: Sequence[Task], arms: Sequence
                  "quotes where its text stopped and asks for code only where a fact shows "
                  "code); loop version " + str(getattr(settings, "loop", 1)) + " (1: a window cut "
                  "by the token limit dropped its last block whole; 2: a cut list keeps its "
-                 "finished items).")
+                 "finished items; 3: the length contract asks a model writer for no more than "
+                 "its envelope grounds, 0.4 words per word of its facts, and does not write a "
+                 "window too thin for a 40-word section — only the arms with the contract, "
+                 "`focused`, run at 3, the others' windows are the same at 2).")
     if any(a.endswith("-guard") for a in arms):
         lines.append("- `*-guard` arms: the same ranking with the opt-in repeat guard "
                      "(`--repeats drop`, `cdr.window.repeat_guard`), which takes out of each "

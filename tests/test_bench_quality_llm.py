@@ -198,6 +198,19 @@ def test_prompt_version_keys_runs_and_version_1_keeps_its_old_key() -> None:
     assert settings_key(current.as_dict()) != settings_key(old.as_dict())
 
 
+def test_loop_version_3_rekeys_only_the_arms_with_the_length_contract() -> None:
+    """The thin-envelope cap (loop version 3) changes only windows under the length contract:
+    `focused` runs made before it are rerun, the other arms keep their version-2 runs."""
+    from quality_llm import LOOP_VERSION, Settings, arm_keys
+
+    assert LOOP_VERSION == 3
+    now = Settings("m.gguf", 2048, 320, 1200, 5)
+    before = Settings("m.gguf", 2048, 320, 1200, 5, loop=2)
+    keys, old = arm_keys(now, ["focused", "cdr", "relevance"]), arm_keys(before, ["focused"])
+    assert keys["cdr"] == keys["relevance"] == settings_key(before.as_dict())
+    assert keys["focused"] == settings_key(now.as_dict()) != old["focused"]
+
+
 def test_semantic_repetition_split_separates_same_and_other_section() -> None:
     from quality_llm_metrics import section_sentences, semantic_repetition_split
 
@@ -229,18 +242,20 @@ def test_lexical_restating_counts_sentences_sharing_content_words_with_earlier_w
     assert lexical_restating([w1, w2], 0.9) == [0.0, 0.0]
 
 
-def test_the_man_corpus_arms_are_the_recommended_profile_and_relevance_only() -> None:
+def test_the_man_corpus_arms_are_the_recommended_profile_spec_cdr_and_relevance_only() -> None:
     from cdr.options import PROFILES
     from quality_llm import MAN_ARMS, Settings, make_config
     from quality_tasks import Task
 
     task = Task("mbind", "Write a reference page about mbind", ("Errors",), ("m > Errors",), 3)
     settings = Settings("m.gguf", 2048, 320, 1200, 5)
-    assert MAN_ARMS == ("focused", "relevance")
+    assert MAN_ARMS == ("focused", "cdr", "relevance")
     focused = make_config(settings, "focused", None, task)
     assert focused.ranking == "cdr" and focused.session_options() == PROFILES["focused"]
+    cdr = make_config(settings, "cdr", None, task)
+    assert cdr.ranking == "cdr" and cdr.session_options() == PROFILES["spec"]
     relevance = make_config(settings, "relevance", None, task)
     assert relevance.ranking == "relevance" and relevance.session_options() == PROFILES["spec"]
-    for cfg in (focused, relevance):  # the Python-docs run's window settings
+    for cfg in (focused, cdr, relevance):  # the Python-docs run's window settings
         assert (cfg.max_windows, cfg.words, cfg.context_tokens, cfg.generation_tokens) == (
             5, 1200, 2048, 320)

@@ -62,6 +62,11 @@ def window_record(event: WindowEvent) -> dict[str, Any]:
         record["error"] = event.error
     if event.dropped:  # optional: what `repeats: "drop"` took out of the writer's text
         record["dropped"] = list(event.dropped)
+    if event.prepared.grounds_words is not None:
+        # optional: the words the envelope can ground (the length contract with a model
+        # writer, `cdr.window.length.grounded_words`); below a minimal section the window is
+        # not written and the run ends ckf-exhausted
+        record["grounds_words"] = int(event.prepared.grounds_words)
     return record
 
 
@@ -142,6 +147,7 @@ TRACE_SCHEMA: dict[str, Any] = {
                                          "CRP-Context-Continuation-Status"]},
                 "error": {"type": "string"},
                 "dropped": {"type": "array", "items": {"type": "string"}},
+                "grounds_words": {"type": "integer", "minimum": 0},
                 "sent_before": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
                 "attribution": {"type": "array",
                                 "items": {"type": ["string", "null"]}},

@@ -32,6 +32,7 @@ from cdr.errors import InvalidInputError
 from cdr.options import MAX_WINDOWS_LIMIT
 from cdr.session import LENGTH_TOLERANCE
 from cdr.session import contract_met as contract_met
+from cdr.window.fit import MIN_SECTION_WORDS
 
 # Words per completion token the reference model wrote on the quality benchmark: 31,628 words
 # over 54,777 completion tokens in its 180 windows (bench/results/quality-llm-runs, Markdown
@@ -63,6 +64,7 @@ def writer_words_per_token(writer: Any) -> float:
 #
 #   owed            = max(0, N − D)
 #   window budget   = min(owed, ⌊G · w⌋)            G generation tokens, w the writer's words/token
+#                     (and, for a model writer, at most what the envelope grounds: below)
 #   section share   = owed · r_s / Σ r              r_s the section's remaining expected words
 #                                                  (sections not written whole yet)
 #   met             = D ≥ ⌈(1 − 0.15) · N⌉          the run ends task-complete
@@ -84,6 +86,51 @@ def window_budget(asked: int, delivered: int, generation_tokens: int,
     _check_budget(generation_tokens, words_per_token)
     carry = math.floor(generation_tokens * words_per_token)
     return max(1, min(words_owed(asked, delivered), carry))
+
+
+# ------------------------------------------------------------------ what the envelope grounds
+#
+# A window is asked for its share of the owed words, but a model writer can only ground what
+# its envelope carries: the stale stop of `focused` packs the candidates never sent, and the
+# last of them may be one fact. Asked for a full section from one fact, the reference model
+# wrote it from memory (listxattr, Window 2: 1 fact of 93 words, 122 words asked, 245 written,
+# grounding 44.4%; docs/retrieval.md). So, for a writer that does not paste facts:
+#
+#   grounds        = ⌊GROUNDED_WORDS_PER_FACT_WORD · words of the envelope's facts⌋
+#   window budget  = min(owed, ⌊G · w⌋, grounds)
+#   grounds < MIN_SECTION_WORDS  →  the window is not written: ckf-exhausted
+#
+# The ratio was read on the TUNE split (`bench/thin_envelope.py`,
+# bench/results/thin_envelope.md): the largest words-asked-per-envelope-fact-word of a
+# well-grounded TUNE window (0.328), rounded up, so the cap never binds on a full envelope of
+# the kind those windows had. No TUNE window was thin: it is the edge of what was seen
+# grounded, not a measured failure point.
+GROUNDED_WORDS_PER_FACT_WORD = 0.4
+
+
+def envelope_words(contents: Iterable[str]) -> int:
+    """Words of the facts an envelope carries (whitespace-separated, as output is counted)."""
+    return sum(len(c.split()) for c in contents)
+
+
+def grounded_words(fact_words: int, ratio: float = GROUNDED_WORDS_PER_FACT_WORD) -> int:
+    """The most words a window may be asked for from an envelope of `fact_words` words."""
+    if fact_words < 0:
+        raise InvalidInputError(f"fact words must be non-negative, got {fact_words}")
+    if not math.isfinite(ratio) or ratio <= 0:
+        raise InvalidInputError(f"grounded words per fact word must be positive, got {ratio}")
+    return math.floor(ratio * fact_words)
+
+
+def too_thin(grounds: int) -> bool:
+    """Whether an envelope that grounds `grounds` words cannot ground even a minimal section
+    (`cdr.window.fit.MIN_SECTION_WORDS`, the plan's smallest ask): the window is not written."""
+    return grounds < MIN_SECTION_WORDS
+
+
+def grounded_budget(budget: int, grounds: int) -> int:
+    """The window budget capped by what the envelope grounds (at least 1, as `window_budget`)."""
+    return max(1, min(int(budget), int(grounds)))
 
 
 def section_shares(remaining: Sequence[int], owed: int) -> list[int]:

@@ -62,7 +62,16 @@ from cdr.window.envelope import (
 )
 from cdr.window.fit import MIN_SECTION_WORDS, fit_facts, planned_words
 from cdr.window.headers import SAFETY_ONLY_HEADERS, crp_headers
-from cdr.window.length import section_shares, window_budget, words_owed, writer_words_per_token
+from cdr.window.length import (
+    envelope_words,
+    grounded_budget,
+    grounded_words,
+    section_shares,
+    too_thin,
+    window_budget,
+    words_owed,
+    writer_words_per_token,
+)
 from cdr.window.memory import apply_memory, written_rows
 from cdr.window.prompt import WORDS_PER_TOKEN, PlanSection, build_user_prompt, fit_plan
 from cdr.window.repeat_guard import GuardResult, RepeatGuard
@@ -128,6 +137,15 @@ class PreparedWindow:
     messages: list[dict[str, str]]
     coverage_depth: int
     max_tokens: int
+    # The length contract with a model writer: the words the envelope can ground
+    # (`cdr.window.length.grounded_words`); None when no cap was computed.
+    grounds_words: int | None = None
+
+    @property
+    def too_thin(self) -> bool:
+        """The envelope cannot ground even a minimal section: the window is not written."""
+        return (self.grounds_words is not None and len(self.envelope) > 0
+                and too_thin(self.grounds_words))
 
     def headers(self, session: Session) -> dict[str, str]:
         """The CRP headers of this window with `session` as it stands."""
@@ -150,6 +168,7 @@ class PreparedWindow:
                      for p in self.plan],
             "coverage_depth": int(self.coverage_depth),
             "max_tokens": int(self.max_tokens),
+            **({} if self.grounds_words is None else {"grounds_words": int(self.grounds_words)}),
         }
 
     @classmethod
@@ -166,6 +185,8 @@ class PreparedWindow:
                 rows=np.asarray(data["rows"], dtype=np.int64), facts=facts, plan=plan,
                 messages=[], coverage_depth=int(data["coverage_depth"]),
                 max_tokens=int(data["max_tokens"]),
+                grounds_words=(None if data.get("grounds_words") is None
+                               else int(data["grounds_words"])),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidInputError(f"stored envelope is damaged: {exc!r}") from None
@@ -365,11 +386,16 @@ class Generator:
         packed_rows = envelope.ranking.indices
         facts = self.index.facts(packed_rows)
         plan = self._plan(session, plan_sqs, packed_rows, envelope)
+        grounds: int | None = None
         if opts.length == "contract":  # cdr.window.length: the owed words, what the window carries
             budget_words = window_budget(session.words_asked, session.words_written,
                                          cfg.generation_tokens,
                                          writer_words_per_token(self.writer))
             if not pastes_facts(self.writer):
+                # A model writer is asked for no more than its envelope grounds: one fact
+                # left for a full section was written from memory (cdr.window.length).
+                grounds = grounded_words(envelope_words(f.content for f in facts))
+                budget_words = grounded_budget(budget_words, grounds)
                 # The packed facts go to the sections this window can write: assigned over
                 # every open section, those nearest a section left for later were packed,
                 # counted as sent (fact memory, the stale stop) and never shown to the writer
@@ -388,7 +414,7 @@ class Generator:
                     {"role": "user", "content": user}]
         envelope.messages = messages
         return PreparedWindow(session.window_count + 1, envelope, packed_rows, list(facts), plan,
-                              messages, len(session.coverage), cfg.generation_tokens)
+                              messages, len(session.coverage), cfg.generation_tokens, grounds)
 
     def _continued(self, session: Session, plan: list[PlanSection]) -> dict[str, str]:
         """Planned sections an earlier window began, each with where its text stopped (when
@@ -634,8 +660,11 @@ class Generator:
             session.spend_safety(self.config.safety_check(prepared.number, text))
         env = prepared.envelope
         reason = session.exit_reason(env.mean_novelty_ratio)
-        if reason is None and not text and self.stale_stop(session, prepared):
-            reason = CKF_EXHAUSTED  # cdr.window.stale: the envelope was what earlier windows got
+        if reason is None and not text and (self.stale_stop(session, prepared)
+                                            or prepared.too_thin):
+            # cdr.window.stale: the envelope was what earlier windows got; cdr.window.length:
+            # it cannot ground a minimal section (the last of the material)
+            reason = CKF_EXHAUSTED
         if error is not None:
             reason = UPSTREAM_ERROR
         session.status = reason or IN_PROGRESS
@@ -668,9 +697,10 @@ class Generator:
 
     def ends_unwritten(self, session: Session, prepared: PreparedWindow) -> bool:
         """Whether the prepared window ends the run without being written: its envelope is
-        empty, Exit 3 already condemns it, or (`stale: "stop"`) it is stale."""
+        empty, Exit 3 already condemns it, (`stale: "stop"`) it is stale, or (the length
+        contract, a model writer) it cannot ground a minimal section."""
         return (not len(prepared.envelope) or stale_envelope(prepared.envelope)
-                or self.stale_stop(session, prepared))
+                or self.stale_stop(session, prepared) or prepared.too_thin)
 
     def write(self, prepared: PreparedWindow, on_delta: Callable[[str], None] | None = None
               ) -> WriterResult:
