@@ -140,6 +140,12 @@ def test_exit_reasons_are_explained_in_a_sentence():
                                     "reached (Exit 2) with completeness 0.22; still open: A.")
     assert "mean novelty ratio 1.00, below 0.15" in say("ckf-exhausted")
     assert "no fact left that is both relevant" in say("ckf-exhausted", envelope=[])
+    # the options' own ends (optional trace fields): a window too thin to write, a stale one
+    thin = say("ckf-exhausted", output="", grounds_words=37)
+    assert "could ground about 37 words" in thin and "(1 fact)" in thin
+    assert "mean novelty" in say("ckf-exhausted", grounds_words=37)  # it was written
+    assert "mean novelty" in say("ckf-exhausted", output="", grounds_words=40)
+    assert "80% of its envelope" in say("ckf-exhausted", output="", sent_before=0.8)
     assert say("upstream-error", error="HTTP 503: overloaded") == (
         "Stopped in window 1 because the writer failed: HTTP 503: overloaded. The text "
         "received before the failure was kept.")

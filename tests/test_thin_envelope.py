@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from cdr.ckf import CKF
 from cdr.errors import InvalidInputError
+from cdr.report import build_run, explain_exit
 from cdr.session import CKF_EXHAUSTED
 from cdr.trace import TRACE_SCHEMA, build_trace
 from cdr.window.fit import MIN_SECTION_WORDS
@@ -130,6 +131,7 @@ def test_a_one_fact_envelope_is_not_written_and_ends_ckf_exhausted(types_ckf):
     jsonschema.validate(trace, TRACE_SCHEMA)
     assert trace["windows"][0]["grounds_words"] == prepared.grounds_words
     assert trace["status"] == CKF_EXHAUSTED
+    assert "could ground about" in explain_exit(build_run(trace, "run"))  # the run report
     # a stored envelope (the gateway's sidecar) keeps the cap
     back = PreparedWindow.from_dict(prepared.to_dict())
     assert back.grounds_words == prepared.grounds_words and back.too_thin

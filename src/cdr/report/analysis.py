@@ -14,6 +14,8 @@ from cdr.ngrams import NGRAM_SIZE
 from cdr.ranking import DEFAULT_RANKING, RANKING_MODES
 from cdr.report.quality import cwr6, fact_reuse
 from cdr.window.dpe import split_paragraphs
+from cdr.window.fit import MIN_SECTION_WORDS  # a thin window's end (`grounds_words`)
+from cdr.window.stale import STALE_SHARE  # the stale stop's end (`sent_before`)
 
 _WORD = re.compile(r"\w+")
 # The exits' thresholds as docs/design.md §3 "Answers to the spec's open questions" reads
@@ -222,6 +224,18 @@ def explain_exit(run: RunView) -> str:
             return (f"Stopped at window {n} because the knowledge base had no fact left that "
                     "is both relevant to the task and new to the document (Exit 3); ingest "
                     "more documents to go on.")
+        grounds = last.record.get("grounds_words")
+        if not last.record.get("output") and grounds is not None and grounds < MIN_SECTION_WORDS:
+            k = len(last.record["envelope"])
+            return (f"Stopped at window {n} without writing it: its envelope ({k} "
+                    f"fact{'s' if k != 1 else ''}) could ground about {grounds} words, less "
+                    f"than a minimal section ({MIN_SECTION_WORDS}), so the task's material had "
+                    "run out (Exit 3). Ingest more documents to go on.")
+        sent = last.record.get("sent_before")
+        if not last.record.get("output") and sent is not None and sent >= STALE_SHARE:
+            return (f"Stopped at window {n} without writing it: {sent:.0%} of its envelope had "
+                    "already been sent to earlier windows, and nothing never sent was left "
+                    "(the stale stop, Exit 3). Ingest more documents to go on.")
         return (f"Stopped after window {n} because the envelope's facts were mostly "
                 f"already covered (mean novelty ratio {last.mean_novelty_ratio:.2f}, below "
                 f"{EXHAUSTION_RATIO}; Exit 3): another window would have repeated itself. "
