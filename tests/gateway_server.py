@@ -60,6 +60,15 @@ def child_env(extra: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
+def keepalive_seconds(env: Mapping[str, str]) -> int:
+    """How long the server keeps an idle keep-alive connection: `CDR_KEEPALIVE_SECONDS` from
+    `env`, else the gateway's default (whole seconds: uvicorn's option is an int)."""
+    from cdr.gateway.settings import GatewaySettings
+
+    default = GatewaySettings.model_fields["keepalive_seconds"].default
+    return max(1, round(float(env.get("CDR_KEEPALIVE_SECONDS", default))))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -125,8 +134,13 @@ class GatewayServer:
             sock.bind(("127.0.0.1", 0))
             sock.listen(256)
             self.port = int(sock.getsockname()[1])
+            # uvicorn's own default keeps an idle connection 5 s, as long as httpx keeps one:
+            # a client then reuses a socket the server is closing ("connection reset by
+            # peer" on a POST, which is not retried), which a loaded machine makes likely.
+            # `cdr serve` keeps them CDR_KEEPALIVE_SECONDS; so does this process.
             cmd = [sys.executable, "-m", "uvicorn", "--factory", "cdr.gateway.app:create_app",
-                   "--fd", str(sock.fileno()), "--log-level", "warning", "--no-access-log"]
+                   "--fd", str(sock.fileno()), "--log-level", "warning", "--no-access-log",
+                   "--timeout-keep-alive", str(keepalive_seconds(self.env))]
             pass_fds = (sock.fileno(),)
         env = child_env(self.env)
         if self.ckf is not None and not self.via_cli:
