@@ -31,18 +31,24 @@ $(DOCS_STAMP): $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m cdr.cli.demo
 
+# pytest with bytecode caching on, even where the environment turns it off
+# (PYTHONDONTWRITEBYTECODE=1): a run starts some 150 Python processes (workers, test servers,
+# `cdr` commands), and without `__pycache__` (gitignored) each one compiles every module of
+# ours it imports and pytest rewrites the asserts of every test module again in each worker.
+PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
+
 # The whole suite: modules spread over the cores (pytest-xdist, whole files per worker, in
 # the order tests/conftest.py gives them: heavy integration modules first, so they do not make
-# the tail), then the modules that share the Ray head one at a time (the `serial` marker,
-# tests/conftest.py; exit 5 = none collected, when Ray tests are not there).
+# the tail), then the modules that share the Ray head one at a time (the `serial` marker;
+# exit 5 = none collected). Each run imports only the modules whose tests -m can select.
 test: $(STAMP)
 	$(BIN)/python -m ruff check src tests bench examples docs
-	$(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder -m "not llm and not serial"
-	$(BIN)/python -m pytest -q -m "serial and not llm" || [ $$? -eq 5 ]
+	$(PYTEST) -q -n auto --dist loadfile --no-loadscope-reorder -m "not llm and not serial"
+	$(PYTEST) -q -m "serial and not llm" || [ $$? -eq 5 ]
 
 # The unit tier: no servers, subprocesses, real corpora or browser (the `integration` marker).
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder -m "not llm and not integration and not slow"
+	$(PYTEST) -q -n auto --dist loadfile --no-loadscope-reorder -m "not llm and not integration and not slow"
 
 # The reference language model (Qwen2.5-Coder-1.5B-Instruct, llama.cpp): first run builds
 # llama.cpp (~8 min) and fetches ~1.1 GB into ~/.cache/cdr/llm; later runs take seconds.

@@ -7,12 +7,14 @@ no download; the embeddings come from the real default model.
 from __future__ import annotations
 
 import fcntl
+import itertools
 import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from _pytest.mark.expression import Expression
 
 # The built-in types chapter plus unrelated reference topics as distractors.
 BUILTIN_TYPES_TOPICS = (
@@ -145,3 +147,37 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     schema fuzzer) at the very end. Started first, they run beside each other, and the many
     short unit modules fill both cores to the end."""
     items.sort(key=lambda item: 0 if is_integration(item.path) else 1)
+
+
+def module_marks(path: Path) -> dict[str, bool]:
+    """The marks every test of the module at `path` gets from its name (above): `serial`
+    always decided, `integration` only when the module is in the tier (a unit module may
+    still mark single tests `integration` itself)."""
+    marks = {"serial": path.name in SERIAL_MODULES}
+    if is_integration(path):
+        marks["integration"] = True
+    return marks
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Does not import a test module none of whose tests `-m` could select, judging by the
+    marks its name gives (`module_marks`) whatever marks its tests carry otherwise.
+
+    Collecting a module imports it and what it imports (servers' clients, the schema fuzzer,
+    SDKs): the serial run of `make test` (`-m "serial ..."`, three modules) collected all
+    115 modules to deselect all but those, and `make test-fast` (`-m "... not
+    integration ..."`) collected every integration module in each worker. The tests that
+    run are the same; pytest's own `-m` selection still decides for each test."""
+    if not (collection_path.name.startswith("test_") and collection_path.suffix == ".py"):
+        return None
+    markexpr = config.option.markexpr
+    if not markexpr:
+        return None
+    expr = Expression.compile(markexpr)
+    fixed = module_marks(collection_path)
+    free = sorted(expr.idents() - fixed.keys())
+    for values in itertools.product((False, True), repeat=len(free)):
+        marks = {**fixed, **dict(zip(free, values, strict=True))}
+        if expr.evaluate(lambda name, /, marks=marks, **kw: marks.get(name, False)):
+            return None  # some test of this module could be selected
+    return True
