@@ -32,7 +32,7 @@ demo: $(STAMP)
 	$(BIN)/python -m cdr.cli.demo
 
 # pytest with bytecode caching on, even where the environment turns it off
-# (PYTHONDONTWRITEBYTECODE=1): a run starts some 150 Python processes (workers, test servers,
+# (PYTHONDONTWRITEBYTECODE=1): a run starts dozens of Python processes (workers, test servers,
 # `cdr` commands), and without `__pycache__` (gitignored) each one compiles every module of
 # ours it imports and pytest rewrites the asserts of every test module again in each worker.
 PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
