@@ -54,13 +54,15 @@ class _FromState(Generic[T]):
         self._read = read
 
     @overload
-    def __get__(self, snapshot: None, owner: type) -> Self: ...
+    def __get__(self, instance: None, owner: type) -> Self: ...
     @overload
-    def __get__(self, snapshot: CKFSnapshot, owner: type | None = None) -> T: ...
-    def __get__(self, snapshot: CKFSnapshot | None, owner: type | None = None) -> T | Self:
-        return self if snapshot is None else self._read(snapshot._state)
+    def __get__(self, instance: CKFSnapshot, owner: type | None = None) -> T: ...
+    def __get__(self, instance: CKFSnapshot | None, owner: type | None = None) -> T | Self:
+        # `instance` is the CKFSnapshot this descriptor belongs to: reading its own class's
+        # state, not another object's private field.
+        return self if instance is None else self._read(instance._state)
 
-    def __set__(self, snapshot: CKFSnapshot, value: object) -> None:
+    def __set__(self, instance: CKFSnapshot, value: object) -> None:
         raise AttributeError("read-only: a field of the snapshot's committed state")
 
 
