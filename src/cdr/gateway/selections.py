@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from cdr.old_paths import RenamedAttribute
 from cdr.retrieval.factindex import Selection
 
 __all__ = ["CachingIndex", "SelectionCache"]
@@ -97,6 +98,8 @@ class CachingIndex:
     @property
     def index(self) -> Any:
         return self._index
+
+    snapshot = RenamedAttribute("index")  # the old name (docs/design.md §7.4 "One name per thing")
 
     def select(self, query_vector: Any, min_relevance: float,
                limit: int | None = None) -> Selection:
