@@ -122,8 +122,7 @@ def envelope(gw: Gateway, sid: str, token: str, caller: ApiKey | None) -> Respon
     def compute(index: Any, stored: StoredSession, rec: SessionRecord) -> _Change:
         gen = gw.generator(index, rec.options)
         prepared = gen.prepare(rec.session)  # rec is shared: read only
-        if (len(prepared.envelope) == 0 or gen.stale_stop(rec.session, prepared)
-                or prepared.too_thin):
+        if gen.out_of_material(rec.session, prepared):
             rec = SessionRecord.from_json(stored.data, index.ngram_index)  # a private copy
             event = gen.close_if_empty(rec.session, prepared)
             assert event is not None

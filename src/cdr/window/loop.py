@@ -695,12 +695,18 @@ class Generator:
         return session.options.stale == "stop" and is_stale(
             prepared.envelope.fact_ids, session.fact_memory.shown)
 
+    def out_of_material(self, session: Session, prepared: PreparedWindow) -> bool:
+        """Whether the prepared window has nothing left to be written from: its envelope is
+        empty, (`stale: "stop"`) it is stale, or (the length contract, a model writer) it
+        cannot ground a minimal section. The sidecar ends a session on exactly these."""
+        return (not len(prepared.envelope) or self.stale_stop(session, prepared)
+                or prepared.too_thin)
+
     def ends_unwritten(self, session: Session, prepared: PreparedWindow) -> bool:
-        """Whether the prepared window ends the run without being written: its envelope is
-        empty, Exit 3 already condemns it, (`stale: "stop"`) it is stale, or (the length
-        contract, a model writer) it cannot ground a minimal section."""
-        return (not len(prepared.envelope) or stale_envelope(prepared.envelope)
-                or self.stale_stop(session, prepared) or prepared.too_thin)
+        """Whether the prepared window ends the run without being written: it is out of
+        material, or Exit 3 already condemns it."""
+        return (self.out_of_material(session, prepared)
+                or stale_envelope(prepared.envelope))
 
     def write(self, prepared: PreparedWindow, on_delta: Callable[[str], None] | None = None
               ) -> WriterResult:
