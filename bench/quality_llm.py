@@ -15,6 +15,12 @@ wall-clock time (UTC), and `--shard i/n` splits the tasks between processes. The
 (`bench/results/quality-llm.md` and PNG plots) is computed from the checkpoints by
 `--report-only`, and at the end of a run: see quality_llm_report.py.
 
+The Python-docs knowledge base (`~/.cache/cdr/bench-llm/pydocs-related.ckf`, ~7.1k facts of
+bench/quality.py's `related` pages) is ingested on first use with the default fact recipe
+(`build_pydocs_ckf`), and each run records the knowledge base it was made on (`kb`), which the
+report names per arm. The arms include `focused` (the recommended profile, issue 21) beside
+spec CDR (`cdr`) and relevance-only.
+
 `--corpus man` runs the second genre of issue 21 instead: three held-out system-call man
 pages (`quality_llm_man.py`) in the retrieval benchmark's man-page CKF, arms `focused` (the
 recommended profile), `cdr` (spec CDR, the default) and `relevance`, same window settings, report
@@ -53,10 +59,14 @@ MAN_RUNS = RESULTS / "quality-llm-man-runs"
 # The man corpus compares the recommended profile with spec CDR (the default profile) and
 # relevance-only (issue 21 §5).
 MAN_ARMS = ("focused", "cdr", "relevance")
-# The semantic-repetition and grounding thresholds the Python-docs outputs calibrated
-# (bench/results/quality-llm.md), applied unchanged to the man pages: chosen on other runs,
-# before these; the man outputs' own calibration is reported beside them as a check.
+# The semantic-repetition and grounding thresholds the Python-docs outputs of 2026-12-01
+# calibrated (bench/results/quality-llm.md), applied unchanged to the man pages (chosen on
+# other runs, before these) and, since `focused` joined the Python-docs arms, to those too:
+# re-calibrating on every new arm's outputs would move the figures of arms already reported.
+# Each report shows its own outputs' calibration beside them as a check.
 PYDOCS_THRESHOLDS = (0.607, 0.508)
+MAN_THRESHOLD_SOURCE = ("the Python-docs outputs calibrated (`bench/results/quality-llm.md`), "
+                        "fixed before these runs and not tuned on them")
 # The model's context over the loop's (cl100k) context: the model's tokenizer counts ~1.3×
 # cl100k on the Python docs, but ~1.5× on man-page text (signatures, constants, flags). At 1.3×
 # the focused arm's man prompts (2,589–2,607 model tokens of a 2,662 context) left the model
@@ -74,8 +84,8 @@ DEFAULT_PAGES = (
     "library/configparser.html",
 )
 # The arms in the order they run within a task: the comparison that matters most first.
-DEFAULT_ARMS = ("relevance", "cdr", "cdr-guard", "relevance-guard", "cdr-fresh", "xquad",
-                "sections")
+DEFAULT_ARMS = ("relevance", "cdr", "focused", "cdr-guard", "relevance-guard", "cdr-fresh",
+                "xquad", "sections")
 # Arms that run with the opt-in repeat guard (`repeats="drop"`, cdr.window.repeat_guard) on top of
 # another arm's ranking: CDR with it, and relevance-only with it (what the guard does alone).
 GUARDED = {"cdr-guard": "cdr", "relevance-guard": "relevance"}
@@ -97,6 +107,43 @@ def default_ckf() -> Path:
     hold distractors, small enough to build on this machine (bench/quality.py's full CKF is
     36k facts)."""
     return cache_dir() / "bench-llm" / "pydocs-related.ckf"
+
+
+def build_pydocs_ckf(path: Path | None = None) -> Any:
+    """The Python-docs CKF, ingested if it is not built yet or its pages changed (idempotent:
+    unchanged pages are not embedded again): bench/quality.py's `related` pages — the pages
+    the retrieval benchmark's Python-docs corpus holds too — with the default fact recipe for
+    a new CKF (an existing one keeps its own)."""
+    from cdr.ckf import ingest
+    from quality import EXCLUDE, RELATED
+
+    ckf = CKF.open_or_create(path or default_ckf())
+    rep = ingest(ckf, [python_docs_dir()], source_type="official", include=RELATED,
+                 exclude=EXCLUDE)
+    ckf.refresh()
+    print(f"CKF {ckf.path}: {rep.documents} pages ({rep.documents_new} new, "
+          f"{rep.documents_changed} changed), {rep.embedded} facts embedded now, "
+          f"{int(ckf.active.sum()):,} facts, recipe {ckf.recipe}", flush=True)
+    return ckf
+
+
+# Runs checkpointed before each run recorded its knowledge base (`kb`): the Python-docs arms of
+# 2026-12-01 ran on the CKF at default_ckf() as it was built then, before fact recipes.
+UNRECORDED_PYDOCS_KB = ("not recorded in the checkpoints: the CKF at `~/.cache/cdr/bench-llm/"
+                        "pydocs-related.ckf` as built on 2026-12-01, plain recipe (the only "
+                        "one then), 7,142 facts of the same pages")
+PYDOCS_THRESHOLD_SOURCE = (
+    "calibrated on this benchmark's outputs of 2026-12-01 (six arms: relevance, cdr, the two "
+    "guarded arms, xQuAD, per-section; the report before `focused` joined) and fixed since: "
+    "arms added later are measured at them, so adding an arm moves no other arm's figures")
+
+
+def kb_record(ckf: Any) -> dict[str, Any]:
+    """The knowledge base a run is made on, kept in its checkpoint (not in its key): the
+    report names it per arm, since arms compared in one report may have met different builds
+    of the same pages."""
+    return {"path": str(ckf.path), "recipe": getattr(ckf, "recipe", "plain"),
+            "facts": int(ckf.active.sum())}
 
 
 # The window prompt's version: runs made with another are not comparable and are rerun.
@@ -199,6 +246,7 @@ def run_one(ckf: Any, writer: Any, task: Task, arm: str, settings: Settings, key
     run: dict[str, Any] = {"task": task.page, "title": task.title, "outline": list(task.outline),
                            "arm": arm, "settings": mine.as_dict(), "settings_key": key,
                            "windows": [], "complete": False, "pid": os.getpid(),
+                           "kb": kb_record(ckf),
                            "started": datetime.now(UTC).isoformat(timespec="seconds")}
     session = gen.start(task.title, task.outline_text)
     save_run(runs_dir, run)  # claims the run: another worker skips it while this one lives
@@ -269,7 +317,7 @@ def main(argv: list[str] | None = None) -> None:
                         args.windows, writer=args.writer, prompt=args.prompt_version,
                         loop=args.loop_version)
     ckf = (CKF.open_or_create(args.ckf) if args.ckf else build_man_ckf() if man
-           else CKF.open_or_create(default_ckf()))
+           else build_pydocs_ckf())
     if ckf.n_rows == 0:
         raise SystemExit(f"the CKF at {ckf.path} is empty: build it first (see --help)")
     corpus, tasks = load_tasks(ckf, pages[: args.tasks or len(pages)], args.corpus)
@@ -304,7 +352,9 @@ def main(argv: list[str] | None = None) -> None:
 
         write_report(ckf, corpus, tasks, arms, settings, keys, runs_dir, out,
                      time.perf_counter() - t0,
-                     corpus_name=args.corpus, thresholds=PYDOCS_THRESHOLDS if man else None)
+                     corpus_name=args.corpus, thresholds=PYDOCS_THRESHOLDS,
+                     threshold_source=MAN_THRESHOLD_SOURCE if man else PYDOCS_THRESHOLD_SOURCE,
+                     unrecorded_kb="not recorded" if man else UNRECORDED_PYDOCS_KB)
 
 
 if __name__ == "__main__":

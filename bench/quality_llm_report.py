@@ -2,13 +2,17 @@
 
 Reads every checkpointed (task, arm) run, embeds the sentences the model wrote with the CKF's
 embedding model (all-MiniLM-L6-v2), calibrates the two cosine thresholds on pairs drawn from
-those outputs, computes the per-window measures (quality_llm_metrics.py) and writes
+those outputs (or, given fixed thresholds, shows that calibration as a check), scores each
+window against its envelope's facts as the checkpoint holds them (texts, not CKF rows),
+computes the per-window measures (quality_llm_metrics.py) and writes
 `bench/results/quality-llm.md` plus `quality-llm-curves.png`. Headline figures compare arms on
 the tasks every arm finished, so each arm is judged on the same pages.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import platform
 import random
@@ -101,7 +105,7 @@ def _cos(emb: Embeddings, pairs: list[tuple[str, str]], dim: int) -> list[float]
 
 
 def calibrations(runs: Sequence[dict[str, Any]], sents: dict[tuple[str, str], list[list[str]]],
-                 emb: Embeddings, fvec: Any, dim: int,
+                 emb: Embeddings, wvec: Any, dim: int,
                  other_pages: dict[str, list[np.ndarray]], seed: int = 0
                  ) -> tuple[Calibration, Calibration, float, float]:
     """(repetition, grounding) calibrations and the lexical bars their positives met.
@@ -149,7 +153,7 @@ def calibrations(runs: Sequence[dict[str, Any]], sents: dict[tuple[str, str], li
                 continue
             words = [content_words(t) for t in w["fact_texts"]]
             sv = emb.of(ss, dim)
-            best = (sv @ fvec(w["fact_rows"]).T).max(axis=1)
+            best = (sv @ wvec(w).T).max(axis=1)
             for i, s in enumerate(ss):
                 cw = content_words(s)
                 derived.append((max(containment(cw, fw) for fw in words), float(best[i])))
@@ -167,10 +171,28 @@ def calibrations(runs: Sequence[dict[str, Any]], sents: dict[tuple[str, str], li
     return rep, calibrate(gpos, gneg), bar, gbar
 
 
-def run_series(run: dict[str, Any], ss: list[list[str]], emb: Embeddings, fvec: Any, dim: int,
+def envelope_vectors(window: Mapping[str, Any], *, emb: Embeddings, dim: int,
+                     by_rows: Any) -> np.ndarray:
+    """A window's envelope facts as vectors of their own text, embedded alone.
+
+    From the texts the checkpoint holds, not from its row numbers: rows are positions in the
+    CKF the run was made on, and a knowledge base built again (another fact recipe, or the
+    same pages after an extraction change) numbers its facts differently — a report written
+    against it would score runs against other facts. On a plain CKF a fact's stored vector
+    is its text embedded alone, so old runs score as they did. `by_rows` serves checkpoints
+    without texts."""
+    texts = window.get("fact_texts")
+    if not texts:
+        return by_rows(window["fact_rows"]) if window["fact_rows"] else np.zeros((0, dim))
+    emb.add(texts)
+    return emb.of(texts, dim)
+
+
+def run_series(run: dict[str, Any], ss: list[list[str]], emb: Embeddings, wvec: Any, dim: int,
                page: tuple[np.ndarray, list[str], int], rep_t: float, ground_t: float
                ) -> dict[str, list[float]]:
-    """Per-window series of one run."""
+    """Per-window series of one run (`wvec`: a window's envelope as vectors,
+    `envelope_vectors`)."""
     texts = [w["text"] for w in run["windows"]]
     vecs = [emb.of(s, dim) for s in ss]
     page_vecs, page_topics, n_topics = page
@@ -183,7 +205,7 @@ def run_series(run: dict[str, Any], ss: list[list[str]], emb: Embeddings, fvec: 
         "lexrep": lexical_restating(ss, PARAPHRASE_JACCARD),
         "cwr6": _cwr(texts),
         "cumrep": quality.cumulative_repetition(texts),
-        "grounding": [grounding(v, fvec(w["fact_rows"]) if w["fact_rows"] else
+        "grounding": [grounding(v, wvec(w) if w["fact_rows"] else
                                 np.zeros((0, dim)), ground_t)
                       for v, w in zip(vecs, run["windows"], strict=True)],
         "coverage": cov,
@@ -239,10 +261,16 @@ def write_report(ckf: Any, corpus: Corpus, tasks: Sequence[Task], arms: Sequence
                  settings: Any, key: str | Mapping[str, str], runs_dir: Path, out: Path,
                  seconds: float,
                  corpus_name: str = "pydocs",
-                 thresholds: tuple[float, float] | None = None) -> None:
+                 thresholds: tuple[float, float] | None = None,
+                 threshold_source: str = "the Python-docs outputs calibrated "
+                                         "(`bench/results/quality-llm.md`), fixed before "
+                                         "these runs and not tuned on them",
+                 unrecorded_kb: str = "not recorded") -> None:
     """The report of the runs checkpointed in `runs_dir`. With `thresholds` (repetition,
-    grounding) the measures use those, fixed before the runs, and the calibration on these
-    outputs is shown beside them as a check; without, the calibration on these outputs."""
+    grounding) the measures use those, fixed before the runs (`threshold_source` says where
+    they come from), and the calibration on these outputs is shown beside them as a check;
+    without, the calibration on these outputs. Each arm's knowledge base is listed from its
+    runs' `kb` record; `unrecorded_kb` describes runs made before it was recorded."""
     pairs = [(t.page, a) for t in tasks for a in arms]
     # Interrupted runs count with the windows they wrote (each window is whole): the
     # deadline cuts runs, and what they wrote is still measured; the report says which.
@@ -274,6 +302,8 @@ def write_report(ckf: Any, corpus: Corpus, tasks: Sequence[Task], arms: Sequence
         emb.add(texts)
         return emb.of(texts, dim)
 
+    wvec = functools.partial(envelope_vectors, emb=emb, dim=dim, by_rows=fvec)
+
     sents = {(r["task"], r["arm"]): [sentences(w["text"]) for w in r["windows"]] for r in runs}
     emb.add([s for ws in sents.values() for w in ws for s in w])
     lines: list[str] = []
@@ -290,16 +320,16 @@ def write_report(ckf: Any, corpus: Corpus, tasks: Sequence[Task], arms: Sequence
                               len(t.keys))
     other_pages = {t.page: [page_cache[u.page][0] for u in tasks
                             if u.page != t.page and len(page_cache[u.page][0])] for t in tasks}
-    rep_cal, ground_cal, rep_bar, ground_bar = calibrations(runs, sents, emb, fvec, dim,
+    rep_cal, ground_cal, rep_bar, ground_bar = calibrations(runs, sents, emb, wvec, dim,
                                                             other_pages)
     rep_t, ground_t = thresholds or (rep_cal.threshold, ground_cal.threshold)
     series = {(r["task"], r["arm"]): run_series(
-        r, sents[(r["task"], r["arm"])], emb, fvec, dim, page_cache[r["task"]],
+        r, sents[(r["task"], r["arm"])], emb, wvec, dim, page_cache[r["task"]],
         rep_t, ground_t) for r in runs}
     own_cal = None
     if thresholds:  # the same runs at the thresholds these outputs calibrate, as a check
         own_cal = {(r["task"], r["arm"]): run_series(
-            r, sents[(r["task"], r["arm"])], emb, fvec, dim, page_cache[r["task"]],
+            r, sents[(r["task"], r["arm"])], emb, wvec, dim, page_cache[r["task"]],
             rep_cal.threshold, ground_cal.threshold) for r in runs}
     n_win = settings.windows
 
@@ -321,6 +351,8 @@ def write_report(ckf: Any, corpus: Corpus, tasks: Sequence[Task], arms: Sequence
         xs = [x for x in xs if not math.isnan(x)]
         return float(np.mean(xs)) if xs else math.nan
 
+    n_facts = int(np.count_nonzero(ckf.active))
+    kb_note = kb_by_arm(runs, arms, unrecorded_kb)
     total_windows = sum(len(r["windows"]) for r in runs)
     cli_args = " --corpus man" if corpus_name == "man" else ""
     n_ctx_note = ("1.6× that: man-page text counts ~1.5× more model tokens than cl100k, "
@@ -348,8 +380,10 @@ def write_report(ckf: Any, corpus: Corpus, tasks: Sequence[Task], arms: Sequence
         f"{settings.words} words, at most {n_win} windows; every window goes through "
         "`Generator.step` — the envelopes, prompts, Stage 8 and exit rules of `cdr generate`. "
         "A run ends where its own exit rule ends it.",
-        (f"- CKF: `{ckf.path}` — {ckf.n_rows:,} facts of the task pages and their "
-         "neighbours in the Python 3.11 docs (the distractors a real knowledge base holds)."
+        (f"- CKF: `{ckf.path}` — {n_facts:,} facts of the task pages and their "
+         "neighbours in the Python 3.11 docs (the distractors a real knowledge base holds), "
+         f"fact recipe `{getattr(ckf, 'recipe', '?')}`. The knowledge base each arm's runs "
+         f"were made on: {kb_note}."
          if corpus_name == "pydocs" else
          f"- CKF: `{ckf.path}` — {ckf.n_rows:,} facts of 60 system-call man pages (Debian "
          "manpages-dev, the retrieval benchmark's corpus, default fact recipe "
@@ -406,11 +440,11 @@ def write_report(ckf: Any, corpus: Corpus, tasks: Sequence[Task], arms: Sequence
               "scoring take seconds; the rest is writing).", ""]
 
     if thresholds:
-        lines += ["## Thresholds: fixed before the runs", "",
-                  f"The measures below use the thresholds the Python-docs outputs calibrated "
-                  f"(`bench/results/quality-llm.md`): semantic repetition {thresholds[0]:.3f}, "
-                  f"grounding {thresholds[1]:.3f}, fixed before these runs and not tuned on "
-                  "them. The same calibration on these runs' own outputs, as a check:", ""]
+        lines += ["## Thresholds: fixed", "",
+                  f"The measures below use the thresholds {threshold_source}: "
+                  f"semantic repetition {thresholds[0]:.3f}, "
+                  f"grounding {thresholds[1]:.3f}. The same calibration on these runs' own "
+                  "outputs, as a check:", ""]
     else:
         lines += ["## Thresholds, calibrated on the outputs", ""]
     lines += _cal_lines(rep_cal, ground_cal, rep_bar, ground_bar)
@@ -420,7 +454,7 @@ def write_report(ckf: Any, corpus: Corpus, tasks: Sequence[Task], arms: Sequence
                   f"Means over the {len(common)} task(s) every arm ran on; W2–5 is the mean of "
                   "a run's windows 2–5 (those it wrote), then over tasks; \"end\" is a run's "
                   "last window (W5 unless it was interrupted or exited earlier).", ""]
-        taken = {a: _dropped_grounding(a, common, by_key, emb, fvec, dim,
+        taken = {a: _dropped_grounding(a, common, by_key, emb, wvec, dim,
                                        ground_t) for a in arms}
         lines += _headline(arms, w25, at_end, per_window, series, common, by_key, taken)
         if own_cal is not None:
@@ -463,6 +497,22 @@ def write_report(ckf: Any, corpus: Corpus, tasks: Sequence[Task], arms: Sequence
     lines += ["", "## How each measure is taken", "", *_method_lines(), ""]
     out.write_text("\n".join(lines) + "\n", "utf-8")
     print(f"wrote {out}")
+
+
+def kb_by_arm(runs: Sequence[Mapping[str, Any]], arms: Sequence[str], unrecorded: str) -> str:
+    """Which knowledge base each arm's runs were made on, from their `kb` records (path,
+    recipe, facts): arms compared in one report may have met different builds of the same
+    pages, and the reader must see it. Runs without the record are `unrecorded`."""
+    seen: dict[str, list[str]] = {}
+    for a in arms:
+        kbs = {json.dumps(r.get("kb"), sort_keys=True) for r in runs if r["arm"] == a}
+        for k in sorted(kbs):
+            kb = json.loads(k)
+            label = (unrecorded if kb is None else
+                     f"`{kb['path']}`, recipe `{kb['recipe']}`, {kb['facts']:,} facts")
+            seen.setdefault(label, []).append(a)
+    return "; ".join(f"{', '.join(f'`{a}`' for a in arms_)}: {label}"
+                     for label, arms_ in seen.items())
 
 
 def _shown_path(path: Path) -> str:
@@ -517,7 +567,7 @@ TARGET_ARMS = ("cdr", "cdr-guard", "focused")
 
 
 def _dropped_grounding(arm: str, common: Sequence[Task], by_key: dict[Any, Any],
-                       emb: Embeddings, fvec: Any, dim: int, threshold: float
+                       emb: Embeddings, wvec: Any, dim: int, threshold: float
                        ) -> tuple[float, int]:
     """Of the prose the repeat guard took out of `arm`'s windows (units of ≥ 4 words, code
     left out), the share grounded in that window's envelope, and how many units there were:
@@ -530,7 +580,7 @@ def _dropped_grounding(arm: str, common: Sequence[Task], by_key: dict[Any, Any],
             if not units or not w["fact_rows"]:
                 continue
             emb.add(units)
-            hits += round(grounding(emb.of(units, dim), fvec(w["fact_rows"]), threshold)
+            hits += round(grounding(emb.of(units, dim), wvec(w), threshold)
                           * len(units))
             n += len(units)
     return (hits / n if n else math.nan), n

@@ -259,3 +259,46 @@ def test_the_man_corpus_arms_are_the_recommended_profile_spec_cdr_and_relevance_
     for cfg in (focused, cdr, relevance):  # the Python-docs run's window settings
         assert (cfg.max_windows, cfg.words, cfg.context_tokens, cfg.generation_tokens) == (
             5, 1200, 2048, 320)
+
+
+def test_a_window_is_scored_against_its_facts_texts_not_the_rows_of_todays_ckf() -> None:
+    """A report written against a CKF built again (another recipe, other row numbers) scores
+    an old run against the facts it was sent, by their text; rows serve only checkpoints
+    without texts."""
+    from quality_llm_report import Embeddings, envelope_vectors
+
+    table = {"a deque": [1.0, 0.0], "a counter": [0.0, 1.0]}
+    emb = Embeddings(lambda texts: np.asarray([table[t] for t in texts]))
+    rows_asked: list[list[int]] = []
+
+    def by_rows(rows: list[int]) -> np.ndarray:
+        rows_asked.append(rows)
+        return np.full((len(rows), 2), 7.0)
+
+    window = {"fact_rows": [5, 9], "fact_texts": ["a counter", "a deque"]}
+    got = envelope_vectors(window, emb=emb, dim=2, by_rows=by_rows)
+    assert got.tolist() == [[0.0, 1.0], [1.0, 0.0]] and rows_asked == []
+    old = envelope_vectors({"fact_rows": [5]}, emb=emb, dim=2, by_rows=by_rows)
+    assert old.tolist() == [[7.0, 7.0]] and rows_asked == [[5]]
+    empty = envelope_vectors({"fact_rows": [], "fact_texts": []}, emb=emb, dim=2,
+                             by_rows=by_rows)
+    assert empty.shape == (0, 2) and rows_asked == [[5]]
+
+
+def test_the_report_names_each_arms_knowledge_base() -> None:
+    from quality_llm_report import kb_by_arm
+
+    kb = {"path": "/k/pydocs-related.ckf", "recipe": "title-section-short", "facts": 7097}
+    runs = [{"arm": "cdr"}, {"arm": "relevance"}, {"arm": "focused", "kb": kb},
+            {"arm": "focused", "kb": kb}]
+    got = kb_by_arm(runs, ["relevance", "cdr", "focused"], "the old plain CKF")
+    assert got == ("`relevance`, `cdr`: the old plain CKF; `focused`: "
+                   "`/k/pydocs-related.ckf`, recipe `title-section-short`, 7,097 facts")
+
+
+def test_the_python_docs_arms_include_the_recommended_profile_and_fixed_thresholds() -> None:
+    from quality_llm import DEFAULT_ARMS, MAN_ARMS, PYDOCS_THRESHOLDS
+
+    assert set(MAN_ARMS) <= set(DEFAULT_ARMS)
+    assert DEFAULT_ARMS[:3] == ("relevance", "cdr", "focused")
+    assert PYDOCS_THRESHOLDS == (0.607, 0.508)  # the calibration of 2026-12-01's outputs
