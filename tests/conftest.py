@@ -120,7 +120,7 @@ INTEGRATION_MODULES = frozenset({
     "test_public_api.py", "test_packaging.py", "test_report_browser.py", "test_shardset.py",
     "test_continued_sections.py", "test_cli.py", "test_demo.py", "test_docs_pages.py",
     "test_lexical.py", "test_report.py", "test_embed.py", "test_ranking_sections.py",
-    "test_shard_merge.py", "test_bench_retrieval.py",
+    "test_shard_merge.py", "test_bench_retrieval.py", "test_prompt_budget.py",
 })
 
 

@@ -105,3 +105,54 @@ def test_prompt_round_trip_and_extractive_writer():
     assert res.finish_reason == "stop"
     tight = w.generate([{"role": "user", "content": text}], 20)
     assert count_tokens(tight.text) <= 20 and tight.finish_reason == "length"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 300), st.integers(0, 60)), min_size=1, max_size=60),
+       st.integers(0, 3000), st.one_of(st.none(), st.integers(1, 30)))
+def test_pack_with_counted_costs_is_the_greedy_packing_of_those_costs(facts, budget, max_facts):
+    """With `costs_of`, packing asks only for the costs of facts it takes, yet ends with the
+    greedy packing of the whole costs (text + framing + label), within the budget — as long
+    as a label costs at least the default framing."""
+    text = np.array([t for t, _ in facts], dtype=np.int64)
+    whole = text + FACT_FRAMING_TOKENS + np.array([extra for _, extra in facts], dtype=np.int64)
+    emb = np.eye(len(facts), dtype=np.float32)
+    rel = np.linspace(0.99, 0.6, len(facts)).astype(np.float32)
+    r = rank(emb, rel, min_relevance=0.0, rows=np.arange(len(facts)) + 1000)
+    asked: list[int] = []
+
+    def costs_of(rows: np.ndarray) -> np.ndarray:
+        asked.extend(int(x) for x in rows)
+        return whole[rows - 1000]
+
+    env = pack(r, [f"f{i}" for i in r.indices], text[r.indices - 1000], Budget(10_000, 0, 0,
+               10_000 - budget), "a", max_facts, costs_of)
+    expected = plain_greedy(whole[r.indices - 1000].tolist(), budget)[:max_facts]
+    assert sorted(env.ranking.indices.tolist()) == sorted(r.indices[expected].tolist())
+    assert env.used_tokens == int(whole[r.indices[expected] - 1000].sum()) <= budget
+    assert set(env.ranking.indices.tolist()) <= set(asked)  # every packed fact was counted
+    assert len(asked) == len(set(asked))  # …once
+
+
+def test_a_fact_costs_its_label_and_its_plan_ref():
+    """A fact's cost grows with its label: a 300-character title in a section path is paid
+    for in the budget (the prompt lists the label in front of the fact)."""
+    from cdr.window.prompt import fact_prompt_tokens
+
+    content = "A Task schedules a coroutine on the event loop."
+    short, long = fact_prompt_tokens([("Tasks", content), ("T " * 150 + "> Tasks", content)])
+    block = build_user_prompt("t", "a", [PlanSection("S", 40, ("F1",))],
+                              [("F1", "Tasks", content)])
+    bare = build_user_prompt("t", "a", [PlanSection("S", 40, ())], [])
+    assert short >= count_tokens(block) - count_tokens(bare) > count_tokens(content)
+    assert long - short >= 100  # 150 more words of label
+
+
+def test_budget_counts_the_chat_framing_and_a_reserve():
+    from cdr.writers.base import estimate_prompt_tokens
+
+    b = make_budget(1000, "system prompt", "Task: x", 200, messages=2, reserve=7)
+    messages = [{"role": "system", "content": "system prompt"},
+                {"role": "user", "content": "Task: x"}]
+    assert b.system + b.task == estimate_prompt_tokens(messages) + 7
+    assert b.envelope == 1000 - 200 - estimate_prompt_tokens(messages) - 7

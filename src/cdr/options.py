@@ -240,7 +240,8 @@ class RunOptions:
         "max_tokens per window).", flag="--generation-tokens", wire="window_tokens")
     context_tokens: int = _option(
         4096, "Context size C of the LLM that writes the windows; the envelope gets C minus "
-        "the system prompt, task, anchor and G.", flag="--context-tokens",
+        "G and the rest of the prompt (system prompt, task, anchor, plan, instructions, fact "
+        "labels).", flag="--context-tokens",
         wire="context_tokens")
     # Opt-in rules beyond the spec, fixed into the session at its start and persisted with it.
     profile: str | None = _option(

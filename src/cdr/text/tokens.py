@@ -15,6 +15,10 @@ from typing import Any
 import numpy as np
 
 TOKENIZER_NAME = "cl100k_base"
+# Per-message framing tokens in the chat format (OpenAI's published counting recipe): what a
+# chat prompt costs beyond its messages' text.
+TOKENS_PER_MESSAGE = 3
+TOKENS_REPLY_PRIMING = 3
 
 
 @lru_cache(maxsize=1)
@@ -35,3 +39,10 @@ def count_tokens_batch(texts: Sequence[str]) -> np.ndarray:
         return np.zeros(0, dtype=np.int32)
     encoded = _encoding().encode_ordinary_batch(list(texts))
     return np.fromiter((len(e) for e in encoded), dtype=np.int32, count=len(texts))
+
+
+def chat_framing_tokens(messages: int) -> int:
+    """Tokens the chat format adds around `messages` messages (role markers, separators and
+    the reply's priming): counted into a window's budget so that the prompt a writer sends,
+    not only its text, fits the context."""
+    return TOKENS_PER_MESSAGE * messages + TOKENS_REPLY_PRIMING

@@ -1,10 +1,15 @@
 """Phase 3 packing (SPEC-003) and the Residual Task Anchor (SPEC-024 §4).
 
 The envelope budget is E = C − S − T − G: context size minus system prompt, task and anchor,
-and the generation reserve, all counted in cl100k tokens (`cdr.text.tokens`). Facts go in greedily
-in ranking order; a fact that does not fit is skipped and packing continues with smaller ones.
-The packed facts are then laid out strongest-first-and-last (1st, 3rd, 5th… from the front,
-2nd, 4th… from the back), because models attend least to the middle of long contexts.
+and the generation reserve, all counted in cl100k tokens (`cdr.text.tokens`). The window loop
+reads S and T as the whole prompt but its facts (docs/design.md §3.16, "The budget counts the
+whole prompt"): S with the chat format's framing, T the user message rendered with no facts —
+task, anchor, the plan lines and closing instructions of the sections the window may write —
+and each fact costs its text plus its label line and its ref in the plan
+(`cdr.window.prompt.fact_prompt_tokens`). Facts go in greedily in ranking order; a fact that
+does not fit is skipped and packing continues with smaller ones. The packed facts are then
+laid out strongest-first-and-last (1st, 3rd, 5th… from the front, 2nd, 4th… from the back),
+because models attend least to the middle of long contexts.
 """
 
 from __future__ import annotations
@@ -20,14 +25,16 @@ from cdr.coverage import SubQuery
 from cdr.errors import InvalidInputError
 from cdr.options import DEFAULTS
 from cdr.ranking import Ranking
-from cdr.text.tokens import count_tokens
+from cdr.text.tokens import chat_framing_tokens, count_tokens
 
 # A 4k-token window: about 2.8× the generation reserve of source material per window. Larger
 # contexts work (--context-tokens); a tighter envelope makes each window's facts count.
 # The user's options (cdr.options.RunOptions), under the names the envelope's callers know.
 DEFAULT_CONTEXT_TOKENS = DEFAULTS.context_tokens
 DEFAULT_GENERATION_TOKENS = DEFAULTS.generation_tokens
-# Per-fact framing in the prompt ("[F3] (Section) " and a blank line) costs a few tokens.
+# Per-fact framing in the prompt ("[F3] (Section) " and a blank line) costs a few tokens: the
+# estimate before a fact's own label is counted (`pack`'s `costs_of`), and the whole framing
+# when no counter is given.
 FACT_FRAMING_TOKENS = 8
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -45,7 +52,9 @@ def residual_anchor(remaining: Sequence[SubQuery]) -> str:
 
 @dataclass(frozen=True)
 class Budget:
-    """E = C − S − T − G, in tokens."""
+    """E = C − S − T − G, in tokens. As the window loop makes it (`make_budget` with
+    `messages`), `system` includes the chat framing of the prompt's messages and `task` is
+    everything in the user message but the facts (docs/design.md §3.16)."""
 
     context: int
     system: int
@@ -58,16 +67,23 @@ class Budget:
 
 
 def make_budget(
-    context_tokens: int, system_prompt: str, task_text: str, generation_tokens: int
+    context_tokens: int, system_prompt: str, task_text: str, generation_tokens: int,
+    *, messages: int = 0, reserve: int = 0,
 ) -> Budget:
+    """E for a prompt of `system_prompt` and `task_text` (the user message without its
+    facts). `messages` > 0 counts the chat framing of that many messages into S, so that the
+    prompt as a writer sends it fits C − G, not only its text; `reserve` adds tokens to T
+    (the loop's correction when a rendered prompt came out longer than counted, or, negative,
+    shorter: T re-counted on the plan the window got)."""
     if context_tokens <= 0 or generation_tokens <= 0:
         raise InvalidInputError("context and generation token budgets must be positive")
-    b = Budget(context_tokens, count_tokens(system_prompt), count_tokens(task_text),
-               generation_tokens)
+    framing = chat_framing_tokens(messages) if messages > 0 else 0
+    b = Budget(context_tokens, count_tokens(system_prompt) + framing,
+               max(count_tokens(task_text) + int(reserve), 0), generation_tokens)
     if b.envelope <= 0:
         raise InvalidInputError(
-            f"no room for facts: context {b.context} − system {b.system} − task/anchor {b.task} "
-            f"− generation {b.generation} = {b.envelope} tokens"
+            f"no room for facts: context {b.context} − system {b.system} − task, anchor and "
+            f"plan {b.task} − generation {b.generation} = {b.envelope} tokens"
         )
     return b
 
@@ -180,16 +196,33 @@ def pack(
     budget: Budget,
     anchor: str,
     max_facts: int | None = None,
+    costs_of: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> Envelope:
     """Greedy packing of ranked facts into the budget. `content_tokens` is aligned with
     `ranking.indices`; `fact_ids` is too, or is a lookup from `ranking.indices` values to ids,
-    called for the packed facts only (ids of facts left out are never fetched)."""
+    called for the packed facts only (ids of facts left out are never fetched).
+
+    Each fact costs its `content_tokens` plus `FACT_FRAMING_TOKENS`, or, with `costs_of`
+    (`ranking.indices` values → each fact's whole cost in the prompt, its label included),
+    what `costs_of` says: asked only for the facts a packing takes, and the packing redone
+    with those costs until every fact it takes has been counted. So the result is the greedy
+    packing of the counted costs (a fact not counted was skipped at a cost no higher than
+    its own), without counting the labels of every candidate."""
     costs = np.asarray(content_tokens, dtype=np.int64) + FACT_FRAMING_TOKENS
     if costs.shape[0] != len(ranking):
         raise InvalidInputError("content_tokens must be aligned with the ranking")
-    taken = greedy_pack(costs, budget.envelope)
-    if max_facts is not None:
-        taken = taken[:max_facts]
+    counted = np.zeros(costs.shape[0], dtype=bool)
+    while True:
+        taken = greedy_pack(costs, budget.envelope)
+        if max_facts is not None:
+            taken = taken[:max_facts]
+        if costs_of is None:
+            break
+        new = taken[~counted[taken]]
+        if not new.size:
+            break
+        costs[new] = np.asarray(costs_of(ranking.indices[new]), dtype=np.int64)
+        counted[new] = True
     layout = taken[first_and_last_layout(len(taken))]
     return Envelope(
         ranking=ranking.take(layout),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -42,6 +42,7 @@ from cdr.session import (
     Session,
 )
 from cdr.text.kept_stream import KeptStream
+from cdr.text.tokens import count_tokens
 from cdr.vectors import normalize
 from cdr.window.config import GenerationConfig, Ranker, SafetyCheck
 from cdr.window.dpe import (
@@ -73,11 +74,18 @@ from cdr.window.length import (
     writer_words_per_token,
 )
 from cdr.window.memory import apply_memory, written_rows
-from cdr.window.prompt import WORDS_PER_TOKEN, PlanSection, build_user_prompt, fit_plan
+from cdr.window.prompt import (
+    WORDS_PER_TOKEN,
+    PlanSection,
+    build_user_prompt,
+    fact_label,
+    fact_prompt_tokens,
+    fit_plan,
+)
 from cdr.window.repeat_guard import GuardResult, RepeatGuard
 from cdr.window.stale import is_stale
 from cdr.window.telemetry import window_span
-from cdr.writers.base import Writer, WriterResult, pastes_facts
+from cdr.writers.base import Writer, WriterResult, estimate_prompt_tokens, pastes_facts
 
 __all__ = ["EmptyKnowledgeBaseError", "FactRef", "GenerationConfig", "Generator",
            "PreparedWindow", "Ranker", "SafetyCheck", "WindowEvent", "default_min_relevance",
@@ -88,6 +96,9 @@ DECOMPOSITION_POOL = 300
 PHASE1_LIMIT = 4000
 SHARD_RANKED_MODES = ONE_PASS_MODES  # a shard ranks these itself (cdr.ranking.MODE_RULES)
 SHARD_TOP_K = 64  # candidates a ranking index ships per window before packing settles
+# A window whose plan came out shorter than the prompt T was counted with by at least this
+# many tokens (about a small fact) is packed once more with T counted on the plan it got.
+WIDEN_MIN_TOKENS = 32
 
 
 def stale_envelope(envelope: Envelope) -> bool:
@@ -123,6 +134,29 @@ class FactRef:
     source: str
     section: str
     content: str = ""
+
+
+class _WindowFacts:
+    """The facts one window's packing looked at, each fetched from the index once: their
+    labels and text price them in the prompt (`cost`, `cdr.window.envelope.pack`'s
+    `costs_of`), and the packed ones are the prompt's (`get`)."""
+
+    def __init__(self, index: FactIndex) -> None:
+        self.index = index
+        self.seen: dict[int, Any] = {}
+
+    def get(self, rows: np.ndarray) -> list[Any]:
+        """The facts at `rows`, in order."""
+        wanted = [int(r) for r in rows]
+        missing = [r for r in dict.fromkeys(wanted) if r not in self.seen]
+        if missing:
+            found = self.index.facts(np.asarray(missing, dtype=np.int64))
+            self.seen.update(zip(missing, found, strict=True))
+        return [self.seen[r] for r in wanted]
+
+    def cost(self, rows: np.ndarray) -> np.ndarray:
+        """Each fact's tokens in the prompt, its label and plan ref included."""
+        return fact_prompt_tokens([(fact_label(f), f.content) for f in self.get(rows)])
 
 
 @dataclass
@@ -354,7 +388,14 @@ class Generator:
         return index.select(session.query_vector, session.min_relevance, PHASE1_LIMIT)
 
     def prepare(self, session: Session) -> PreparedWindow:
-        """Phase 1 select, Phase 2 rank, Phase 3 pack, plan and prompt for the next window."""
+        """Phase 1 select, Phase 2 rank, Phase 3 pack, plan and prompt for the next window.
+
+        The envelope's budget counts the whole prompt (docs/design.md §3.16, "The budget
+        counts the whole prompt"): T is the user message rendered without facts for the
+        sections the window may plan (`_prompt_shape`), and each fact costs its label line
+        and plan ref besides its text. Should the prompt as rendered still come out longer
+        than C − G (a plan the shape did not foresee), the excess is reserved and the window
+        packed again, so no writer is sent more than its context holds."""
         cfg = self.config
         opts = session.options
         plan_sqs = self._plan_sub_queries(session)
@@ -364,57 +405,111 @@ class Generator:
             plan_sqs = self._sections_to_write(session, plan_sqs)
             section_vecs = self._sub_query_vectors(session, plan_sqs)
         anchor = residual_anchor(session.residual_sub_queries)
-        task_text = f"Task: {session.task}\n{anchor}"
-        if cfg.backward_summary:
-            task_text += "\n" + session.backward_summary()
-        budget = make_budget(cfg.context_tokens, cfg.system_prompt, task_text,
-                             cfg.generation_tokens)
+        summary = session.backward_summary() if cfg.backward_summary else ""
+        words: int | None = None
+        if opts.length == "contract":  # cdr.window.length: the owed words, what the window carries
+            words = window_budget(session.words_asked, session.words_written,
+                                  cfg.generation_tokens, writer_words_per_token(self.writer))
         max_facts = cfg.max_envelope_facts
         if opts.envelope == "fit":  # cdr.window.fit: as many facts as the planned words can use
             n = fit_facts(planned_words(plan_sqs, session.cumulative_depth),
                           cfg.generation_tokens, cfg.fit_facts_per_word)
             max_facts = n if max_facts is None else min(n, max_facts)
+        bare = self._user_prompt(session, anchor, summary,
+                                 self._prompt_shape(session, plan_sqs, words), [])
+        seen = _WindowFacts(self.index)
+        room = cfg.context_tokens - cfg.generation_tokens
+        reserve, fitted, widened, corrected = 0, None, False, False
+        while True:
+            budget = make_budget(cfg.context_tokens, cfg.system_prompt, bare,
+                                 cfg.generation_tokens, messages=2, reserve=reserve)
+            envelope = self._pack(session, budget, anchor, max_facts, section_vecs, seen.cost)
+            packed_rows = envelope.ranking.indices
+            facts = seen.get(packed_rows)
+            plan, grounds = self._window_plan(session, plan_sqs, packed_rows, envelope, facts,
+                                              words)
+            messages = [{"role": "system", "content": cfg.system_prompt},
+                        {"role": "user", "content": self._user_prompt(session, anchor, summary,
+                                                                      plan, facts)}]
+            over = estimate_prompt_tokens(messages) - room
+            if over > 0 and len(envelope):
+                if fitted is not None and corrected:  # widening overflowed twice: keep the fit
+                    envelope, packed_rows, facts, plan, grounds, messages = fitted
+                    break
+                corrected = fitted is not None
+                reserve += over  # a plan the shape did not foresee: count it and pack again
+                continue
+            # The plan got fewer sections than T was counted with (a paster's sections with no
+            # facts, a model's trimmed by its grounding): count T on the plan it got, once.
+            unplanned = budget.task - reserve - count_tokens(self._user_prompt(
+                session, anchor, summary, [replace(p, fact_refs=()) for p in plan], []))
+            if widened or unplanned < WIDEN_MIN_TOKENS or not len(envelope):
+                break
+            fitted, widened = (envelope, packed_rows, facts, plan, grounds, messages), True
+            reserve -= unplanned
+        envelope.messages = messages
+        return PreparedWindow(session.window_count + 1, envelope, packed_rows, list(facts), plan,
+                              messages, len(session.coverage), cfg.generation_tokens, grounds)
+
+    def _pack(self, session: Session, budget: Budget, anchor: str, max_facts: int | None,
+              section_vecs: np.ndarray | None, costs_of: Callable[[np.ndarray], np.ndarray]
+              ) -> Envelope:
+        """Phase 3 on the index's shards when they can rank this window themselves, else here."""
+        cfg, opts = self.config, session.options
         widened = session.expanded_embeddings is not None and cfg.expansion_widens
         if (section_vecs is None and cfg.ranker is None
                 and session.ranking in SHARD_RANKED_MODES and not widened
                 and opts.memory != "facts" and opts.lexical == "off"
                 and opts.documents == "off"
                 and isinstance(self.index, RankingIndex)):
-            envelope = self._pack_ranked_on_index(session, budget, anchor, max_facts)
-        else:
-            envelope = self._pack_ranked_here(session, budget, anchor, max_facts, section_vecs)
-        packed_rows = envelope.ranking.indices
-        facts = self.index.facts(packed_rows)
-        plan = self._plan(session, plan_sqs, packed_rows, envelope)
+            return self._pack_ranked_on_index(session, budget, anchor, max_facts, costs_of)
+        return self._pack_ranked_here(session, budget, anchor, max_facts, section_vecs, costs_of)
+
+    def _window_plan(self, session: Session, plan_sqs: list[SubQuery], rows: np.ndarray,
+                     envelope: Envelope, facts: Sequence[Any], words: int | None
+                     ) -> tuple[list[PlanSection], int | None]:
+        """The window's plan for its packed facts, and (the length contract, a model writer)
+        the words its envelope grounds."""
+        cfg = self.config
         grounds: int | None = None
-        if opts.length == "contract":  # cdr.window.length: the owed words, what the window carries
-            budget_words = window_budget(session.words_asked, session.words_written,
-                                         cfg.generation_tokens,
-                                         writer_words_per_token(self.writer))
-            if not pastes_facts(self.writer):
-                # A model writer is asked for no more than its envelope grounds: one fact
-                # left for a full section was written from memory (cdr.window.length).
-                grounds = grounded_words(envelope_words(f.content for f in facts))
-                budget_words = grounded_budget(budget_words, grounds)
-                # The packed facts go to the sections this window can write: assigned over
-                # every open section, those nearest a section left for later were packed,
-                # counted as sent (fact memory, the stale stop) and never shown to the writer
-                # (a 5,000-word window planned one section and listed 2 of its 36 facts).
-                writing = self._sections_to_write(session, plan_sqs, budget_words)
-                plan = fit_plan(self._plan(session, writing, packed_rows, envelope),
-                                budget_words)
-        elif not pastes_facts(self.writer):  # a paster's budget is the facts', not words
+        if words is not None and not pastes_facts(self.writer):
+            # A model writer is asked for no more than its envelope grounds: one fact
+            # left for a full section was written from memory (cdr.window.length).
+            grounds = grounded_words(envelope_words(f.content for f in facts))
+            budget_words = grounded_budget(words, grounds)
+            # The packed facts go to the sections this window can write: assigned over
+            # every open section, those nearest a section left for later were packed,
+            # counted as sent (fact memory, the stale stop) and never shown to the writer
+            # (a 5,000-word window planned one section and listed 2 of its 36 facts).
+            writing = self._sections_to_write(session, plan_sqs, budget_words)
+            return fit_plan(self._plan(session, writing, rows, envelope), budget_words), grounds
+        plan = self._plan(session, plan_sqs, rows, envelope)
+        if words is None and not pastes_facts(self.writer):
+            # a paster's budget is the facts', not words
             plan = fit_plan(plan, round(cfg.generation_tokens * WORDS_PER_TOKEN))
-        refs = [(f"F{i + 1}", f.section or f.source, f.content) for i, f in enumerate(facts)]
-        user = build_user_prompt(session.task, anchor, plan, refs,
-                                 session.backward_summary() if cfg.backward_summary else "",
+        return plan, grounds
+
+    def _prompt_shape(self, session: Session, plan_sqs: list[SubQuery], words: int | None
+                      ) -> list[PlanSection]:
+        """The sections this window's plan may hold, at their full targets and with no facts:
+        the prompt T is counted with. A paster plans every section it is given facts for; a
+        model writer the leading ones its words cover (`_sections_to_write`: with the length
+        contract its owed words, which the envelope's grounding only lowers). The plan is then
+        those sections that get facts, their targets trimmed (`fit_plan`), so its lines are no
+        longer than these — except for a model writer without the contract, whose plan is fitted
+        after the facts are assigned and so reaches past the shape when a leading section got
+        no fact (`prepare` reserves the excess then)."""
+        sqs = plan_sqs if pastes_facts(self.writer) else self._sections_to_write(
+            session, plan_sqs, words)
+        return [PlanSection(sq.text, self._target_words(session, sq), ()) for sq in sqs]
+
+    def _user_prompt(self, session: Session, anchor: str, summary: str,
+                     plan: list[PlanSection], facts: Sequence[Any]) -> str:
+        """The window's user message (`cdr.window.prompt.build_user_prompt`)."""
+        refs = [(f"F{i + 1}", fact_label(f), f.content) for i, f in enumerate(facts)]
+        return build_user_prompt(session.task, anchor, plan, refs, summary,
                                  continued=self._continued(session, plan),
                                  first_window=session.window_count == 0)
-        messages = [{"role": "system", "content": cfg.system_prompt},
-                    {"role": "user", "content": user}]
-        envelope.messages = messages
-        return PreparedWindow(session.window_count + 1, envelope, packed_rows, list(facts), plan,
-                              messages, len(session.coverage), cfg.generation_tokens, grounds)
 
     def _continued(self, session: Session, plan: list[PlanSection]) -> dict[str, str]:
         """Planned sections an earlier window began, each with where its text stopped (when
@@ -480,7 +575,8 @@ class Generator:
         return max(self._remaining_words(session, sq), MIN_SECTION_WORDS)
 
     def _pack_ranked_here(self, session: Session, budget: Budget, anchor: str,
-                          max_facts: int | None, section_vecs: np.ndarray | None = None
+                          max_facts: int | None, section_vecs: np.ndarray | None = None,
+                          costs_of: Callable[[np.ndarray], np.ndarray] | None = None
                           ) -> Envelope:
         """Select every gated candidate (vectors included), rank them here, pack
         (`section_vecs`: ranking mode `sections`, Phase 1 once per planned section)."""
@@ -513,13 +609,15 @@ class Generator:
             ranking = apply_memory(ranking, session.fact_memory, session.window_count + 1,
                                    self.index.fact_ids, cfg.memory_rule)
         envelope = pack(ranking, self.index.fact_ids, self.index.token_counts[ranking.indices],
-                        budget, anchor, max_facts)
+                        budget, anchor, max_facts, costs_of)
         if session.options.stale == "stop":
-            envelope = self._unsent_tail(session, ranking, envelope, budget, anchor, max_facts)
+            envelope = self._unsent_tail(session, ranking, envelope, budget, anchor, max_facts,
+                                         costs_of)
         return envelope
 
     def _unsent_tail(self, session: Session, ranking: Ranking, envelope: Envelope,
-                     budget: Budget, anchor: str, max_facts: int | None) -> Envelope:
+                     budget: Budget, anchor: str, max_facts: int | None,
+                     costs_of: Callable[[np.ndarray], np.ndarray] | None = None) -> Envelope:
         """`stale: "stop"` (cdr.window.stale): an envelope that is mostly facts sent before, while
         candidates never sent remain, is packed from those candidates alone.
 
@@ -542,11 +640,13 @@ class Generator:
             return envelope
         rest = ranking.take(unsent)
         tail = pack(rest, self.index.fact_ids, self.index.token_counts[rest.indices], budget,
-                    anchor, max_facts)
+                    anchor, max_facts, costs_of)
         return tail if len(tail) else envelope
 
     def _pack_ranked_on_index(self, session: Session, budget: Budget, anchor: str,
-                              max_facts: int | None) -> Envelope:
+                              max_facts: int | None,
+                              costs_of: Callable[[np.ndarray], np.ndarray] | None = None
+                              ) -> Envelope:
         """Rank on the index (its shards) and ship back only the top `k` candidates.
 
         Greedy packing skips misfits, so a short list packs exactly like the full ranking
@@ -563,7 +663,7 @@ class Generator:
                 session.coverage.centroid(), bool(session.coverage),
                 session.residual.embeddings, session.blacklist.as_array().astype(np.uint64),
                 session.ranking, top_k, vectors=False))
-            envelope = pack(ranking, ids, tokens, budget, anchor, max_facts)
+            envelope = pack(ranking, ids, tokens, budget, anchor, max_facts, costs_of)
             settled = (len(ranking) < top_k or top_k >= PHASE1_LIMIT
                        or (max_facts is not None and len(envelope) >= max_facts)
                        or budget.envelope - envelope.used_tokens < cheapest)

@@ -10,6 +10,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from cdr.text.tokens import count_tokens, count_tokens_batch
 
 _PLAN_HEADER = "Plan for this part (write these sections in order, from the facts listed):"
 _FACTS_HEADER = "Facts:"
@@ -20,6 +26,9 @@ WORDS_PER_TOKEN = 0.7
 TRIM_SLACK_WORDS = 40  # the loop's smallest section target (`cdr.window.fit.MIN_SECTION_WORDS`)
 _PLAN_LINE = re.compile(r"^- (?P<title>.+) \(~(?P<words>\d+) words\): (?P<refs>F\d+(?:, F\d+)*)$")
 _FACT_LINE = re.compile(r"^\[(?P<ref>F\d+)\] \((?P<section>.*)\)$")
+# Facts are numbered F1, F2… in layout order, known only once the envelope is packed; a fact's
+# cost is counted with its ref at this width (cl100k reads up to 3 digits as one token).
+WIDEST_FACT_REF = "F999"
 
 
 @dataclass(frozen=True)
@@ -51,6 +60,36 @@ def fit_plan(plan: Sequence[PlanSection], word_budget: int) -> list[PlanSection]
         kept.append(PlanSection(section.title, max(words, 1), section.fact_refs, whole))
         left -= words
     return kept
+
+
+def fact_label(fact: Any) -> str:
+    """What the prompt labels a fact (a CKF fact or `FactRef`) with: its section path, else
+    its source."""
+    return str(fact.section or fact.source)
+
+
+def fact_lines(ref: str, label: str, content: str) -> list[str]:
+    """A fact as the prompt lists it: its ref and label (section, else source) on one line,
+    its text, a blank line."""
+    return [f"[{ref}] ({label})", content.strip(), ""]
+
+
+@lru_cache(maxsize=1)
+def _plan_ref_tokens() -> int:
+    return count_tokens(f", {WIDEST_FACT_REF}")
+
+
+def fact_prompt_tokens(facts: Sequence[tuple[str, str]]) -> np.ndarray:
+    """What each fact, given as (label, content), costs in a window prompt: its lines as
+    `build_user_prompt` writes them (label and text, with the ref at its widest, and the
+    line breaks that join them to the next fact) plus its ref in the plan's line. A 300-
+    character document title or a deep section path is paid for here, not left to the
+    context's slack (docs/design.md §3.16, "The budget counts the whole prompt")."""
+    if not facts:
+        return np.zeros(0, dtype=np.int64)
+    blocks = ["\n".join(fact_lines(WIDEST_FACT_REF, label, content)) + "\n"
+              for label, content in facts]
+    return count_tokens_batch(blocks).astype(np.int64) + _plan_ref_tokens()
 
 
 def build_user_prompt(
@@ -85,7 +124,7 @@ def build_user_prompt(
     lines += ["", _FACTS_HEADER]
     for ref, section, content in facts:
         if not cited or ref in cited:
-            lines += [f"[{ref}] ({section})", content.strip(), ""]
+            lines += fact_lines(ref, section, content)
     if plan and instructions:
         headings = ", ".join(f'"## {s.title}"' for s in plan)
         total = sum(s.target_words for s in plan)

@@ -16,12 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from cdr import settings
 from cdr.errors import InvalidInputError, UpstreamError
-from cdr.text.tokens import count_tokens
-
-# Per-message framing tokens in the chat format (OpenAI's published counting recipe); used
-# only when a server reports no usage and we have to estimate it.
-_TOKENS_PER_MESSAGE = 3
-_TOKENS_REPLY_PRIMING = 3
+from cdr.text.tokens import chat_framing_tokens, count_tokens
 
 DeltaCallback = Callable[[str], None]
 
@@ -174,9 +169,11 @@ def check_request(messages: list[dict[str, str]], max_tokens: int) -> None:
 
 
 def estimate_prompt_tokens(messages: list[dict[str, str]]) -> int:
-    """cl100k count of a chat prompt, framing included."""
+    """cl100k count of a chat prompt, framing included: the usage estimated when a server
+    reports none, and the count a window's budget keeps within C − G
+    (`cdr.window.envelope.make_budget`)."""
     body = sum(count_tokens(m["content"]) for m in messages)
-    return body + _TOKENS_PER_MESSAGE * len(messages) + _TOKENS_REPLY_PRIMING
+    return body + chat_framing_tokens(len(messages))
 
 
 def complete_usage(

@@ -1,0 +1,313 @@
+"""The envelope budget counts the whole prompt (issue 22; docs/design.md §3.16, "The budget
+counts the whole prompt"): every window's prompt, as the writer sends it — system and user
+messages with the chat format's framing, counted with the counter the budget uses (cl100k,
+`cdr.writers.base.estimate_prompt_tokens`) — fits the context less the generation reserve,
+C − G, whatever the plan, the closing instructions and the facts' labels add.
+
+Structure only, no model and no timing. A 12-window run on the built-in types knowledge base
+with one more document whose facts carry long labels (a 300-character title and a five-deep
+section path), under an outline of long section titles (the longest plan lines), through:
+the prompt builder with a prose writer (with and without the length contract), the same with
+a writer that pastes facts (which plans every section), the `openai` writer through the CLI
+against a loopback server, and the `local` writer on a stand-in for llama.cpp (its real
+tokenizer when the reference model is cached). Before the fix, the test writer's prompts at
+3,072 / 1,024 held 2,400–2,670 tokens against 2,048 budgeted (docs/length.md).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from cdr.ckf import CKF, ingest
+from cdr.cli import app
+from cdr.session import IN_PROGRESS
+from cdr.text.tokens import count_tokens
+from cdr.window.loop import GenerationConfig, Generator, WindowEvent
+from cdr.window.prompt import fact_label, fact_lines
+from cdr.writers import get_writer
+from cdr.writers.base import WriterResult, estimate_prompt_tokens
+from tests.chat_server import ChatServer
+from tests.conftest import BUILTIN_TYPES_TASK
+
+CONTEXT, GENERATION = 3072, 1024  # the long-document benchmark's window (bench/long_llm.py)
+ROOM = CONTEXT - GENERATION
+WINDOWS = 12
+WORDS = 14_000  # more than 12 windows carry: the length contract never stops a run early
+WRITTEN_WORDS = 150  # what the test writers write a window (cut, as a model is at max_tokens)
+LONG_TITLE = " ".join(["Built-in types of the Python language, in depth"] * 7)  # 335 chars
+LONG_OUTLINE = (
+    "Truth value testing, the Boolean operations and how an object defines its own truth\n"
+    "Numeric types int, float and complex, their constructors, operations and the tower\n"
+    "Sequence types list, tuple and range, the operations every sequence shares, mutability\n"
+    "Text sequence type str, the string methods, and formatting strings in several ways\n"
+    "Mapping types dict, dictionary views, and the methods that read and change a mapping\n"
+    "Functions, methods, modules and code objects as runtime objects with special attributes\n"
+)
+# pydoc topics on the same subject that the types knowledge base does not hold
+DEEP_TOPICS = (("Numbers, truth and comparison", "Numeric types and how they are emulated",
+                "numeric-types"),
+               ("Numbers, truth and comparison", "Comparisons between values", "comparisons"),
+               ("Numbers, truth and comparison", "The Boolean operations", "booleans"),
+               ("Sequences and objects", "Sequence types and how they are emulated",
+                "sequence-types"),
+               ("Sequences and objects", "Type objects and the null object",
+                "bltin-type-objects"),
+               ("Sequences and objects", "Code objects", "bltin-code-objects"),
+               ("Sequences and objects", "Special attributes", "specialattrs"))
+FACT_LABEL = re.compile(r"^\[F\d+\] \((?P<label>.*)\)$", re.M)
+LONG = {"ranking": "relevance", "length": "contract"}  # runs to the window limit
+
+
+def _deep_document() -> str:
+    """A Markdown page whose facts sit five headings deep under a 335-character title."""
+    from pydoc_data.topics import topics
+
+    parts = [f"# {LONG_TITLE}", "", "## Reference material on the standard type hierarchy", "",
+             "### Objects, values and types as the interpreter sees them", ""]
+    group = ""
+    for heading, sub, topic in DEEP_TOPICS:
+        if heading != group:
+            parts += [f"#### {heading}", ""]
+            group = heading
+        parts += [f"##### {sub}", "", topics[topic], ""]
+    return "\n".join(parts)
+
+
+@pytest.fixture(scope="module")
+def deep_ckf(types_ckf_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The built-in types knowledge base plus the deep-labelled page."""
+    root = tmp_path_factory.mktemp("deep-ckf")
+    path = root / "ckf"
+    shutil.copytree(types_ckf_path, path)
+    page = root / "docs" / "types-in-depth.md"
+    page.parent.mkdir()
+    page.write_text(_deep_document(), encoding="utf-8")
+    with CKF.open(path) as ckf:
+        report = ingest(ckf, [str(page)], source_type="official")
+    assert report.facts_added > 10, report
+    return path
+
+
+def _cut(messages: list[dict[str, str]], call: int) -> tuple[str, str]:
+    """The window's planned sections written from its facts, cut at `WRITTEN_WORDS` words
+    (finish "length", as a model cut at max_tokens) and ending with the call's number: a
+    model does not write the same window twice, and the next prompt quotes where a
+    continued section's text stopped."""
+    words = get_writer("extractive").generate(messages, 100_000).text.split(" ")
+    return (" ".join([*words[:WRITTEN_WORDS], f"Call {call} ends here."]),
+            "length" if len(words) > WRITTEN_WORDS else "stop")
+
+
+class ProseWriter:
+    """Writes prose (no `pastes_facts`): the loop plans, fits and prompts as for a model."""
+
+    name = "prose"
+
+    def __init__(self) -> None:
+        self.prompts: list[list[dict[str, str]]] = []
+        self.max_tokens: list[int] = []
+
+    def generate(self, messages: list[dict[str, str]], max_tokens: int, *,
+                 on_delta: Any = None) -> WriterResult:
+        self.prompts.append(messages)
+        self.max_tokens.append(max_tokens)
+        text, finish = _cut(messages, len(self.prompts))
+        return WriterResult(text, finish, {"completion_tokens": len(text.split())})
+
+
+class PastingWriter(ProseWriter):
+    """Pastes facts (the extractive writer's capability): the loop plans every section."""
+
+    name = "pasting"
+    pastes_facts = True
+
+
+def _run(ckf_path: Path, writer: Any, **options: Any) -> list[WindowEvent]:
+    cfg = GenerationConfig(max_windows=WINDOWS, words=WORDS, context_tokens=CONTEXT,
+                           generation_tokens=GENERATION, **options)
+    gen = Generator(CKF.open(ckf_path), writer, cfg)
+    session = gen.start(BUILTIN_TYPES_TASK, LONG_OUTLINE)
+    events = []
+    while session.status == IN_PROGRESS:
+        events.append(gen.step(session))
+    return events
+
+
+ARMS = {
+    "contract": (ProseWriter, LONG),  # the length contract's plan (bench-long's arm)
+    "focused": (ProseWriter, {"profile": "focused"}),  # the recommended profile
+    "spec": (ProseWriter, {}),  # no contract: the plan is fitted after facts are assigned
+    "pasting": (PastingWriter, {}),  # every section planned: the longest plan
+}
+
+
+@pytest.fixture(scope="module")
+def runs(deep_ckf: Path) -> dict[str, tuple[Any, list[WindowEvent]]]:
+    """Each arm's run, made once for the module's tests."""
+    out = {}
+    for arm, (make, options) in ARMS.items():
+        writer = make()
+        out[arm] = (writer, _run(deep_ckf, writer, **options))
+    return out
+
+
+def _labels(messages: list[dict[str, str]]) -> list[str]:
+    return [m["label"] for m in FACT_LABEL.finditer(messages[-1]["content"])]
+
+
+@pytest.mark.parametrize("arm", list(ARMS))
+def test_every_window_prompt_fits_the_context_less_the_generation(runs: dict, arm: str):
+    """Every prompt the writer receives fits C − G, in windows whose facts carry the long
+    labels and in those that plan and continue the most sections."""
+    writer, events = runs[arm]
+    tokens = [estimate_prompt_tokens(m) for m in writer.prompts]
+    assert len(tokens) >= 5 and all(t <= ROOM for t in tokens), (ROOM, tokens)
+    assert all(m == GENERATION for m in writer.max_tokens)
+    # The run exercised what the budget used to leave out: labels of 300+ characters, plans
+    # of several long section lines, and continued sections quoted in the closing lines.
+    assert any(len(label) >= 300 for m in writer.prompts for label in _labels(m))
+    # (a model writer's window plans what its ~600 words cover: one of these long sections;
+    # a paster plans them all)
+    assert max(len(e.prepared.plan) for e in events) >= (4 if arm == "pasting" else 1)
+    assert any("was begun earlier" in m[-1]["content"] for m in writer.prompts)
+    if arm == "contract":
+        assert len(events) == WINDOWS
+
+
+def _bare(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The prompt with its facts taken out: no fact lines, no refs on the plan's lines."""
+    user = messages[-1]["content"]
+    head, _, rest = user.partition("\nFacts:\n")
+    head = re.sub(r"\): F\d+(?:, F\d+)*$", "): ", head, flags=re.M)
+    write = rest.find("Write this part now:")
+    tail = rest[write:] if write >= 0 else ""
+    return [*messages[:-1], {"role": "user", "content": f"{head}\nFacts:\n\n{tail}"}]
+
+
+@pytest.mark.parametrize("arm", list(ARMS))
+def test_a_full_envelope_still_fills_what_the_prompt_leaves(runs: dict, arm: str):
+    """Counting the whole prompt does not starve the envelope: in a window where ranked facts
+    were left out for want of room, the packed facts, as the prompt lists them, take most of
+    what the rest of that window's prompt leaves of C − G. A model writer's plan is known
+    before packing (its sections are chosen first), so its envelope fills it to within a
+    fact; a paster's plan holds the sections its facts went to, which packing decides, so
+    when more facts would bring in more sections its envelope can stop short."""
+    writer, events = runs[arm]
+    written = [e for e in events if e.usage or e.output]
+    shares = []
+    for event, messages in zip(written, writer.prompts, strict=True):
+        env = event.prepared.envelope
+        if env.skipped == 0 or not len(env):
+            continue
+        overhead = estimate_prompt_tokens(_bare(messages))
+        facts = sum(count_tokens("\n".join(fact_lines(f"F{i + 1}", fact_label(f), f.content))
+                                 + "\n") for i, f in enumerate(event.prepared.facts))
+        shares.append(facts / (ROOM - overhead))
+    assert shares, "no window was full"
+    if arm == "pasting":
+        assert min(shares) >= 0.65 and sum(shares) / len(shares) >= 0.85, shares
+    else:
+        assert min(shares) >= 0.9, shares
+
+
+# ------------------------------------------------------------- the openai writer, via the CLI
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ChatServer]:
+    calls = iter(range(1, 10_000))
+    with ChatServer(reply=lambda messages: _cut(messages, next(calls))[0]) as s:
+        yield s
+
+
+def test_the_openai_writer_sends_prompts_that_fit(server: ChatServer, deep_ckf: Path,
+                                                  tmp_path: Path):
+    """`cdr generate --writer openai`: every chat request the upstream receives fits C − G
+    with its `max_tokens` of G, counted on the request's own messages."""
+    outline = tmp_path / "outline.txt"
+    outline.write_text(LONG_OUTLINE, encoding="utf-8")
+    trace = tmp_path / "t.json"
+    res = CliRunner().invoke(app, [
+        "generate", BUILTIN_TYPES_TASK, "--ckf", str(deep_ckf), "--outline", str(outline),
+        "--writer", "openai", "--llm-base-url", server.openai_base_url,
+        "--llm-model", "loopback-test-server", "--words", str(WORDS), "--windows",
+        str(WINDOWS), "--ranking", "relevance", "--length", "contract",
+        "--context-tokens", str(CONTEXT), "--generation-tokens", str(GENERATION),
+        "--trace", str(trace)], env={"CDR_LLM_API_KEY": "test-key"})
+    assert res.exit_code == 0, res.output
+    requests = [r.body for r in server.requests if r.path.endswith("/chat/completions")]
+    assert len(requests) == len(json.loads(trace.read_text())["windows"]) == WINDOWS
+    tokens = [estimate_prompt_tokens(b["messages"]) for b in requests]
+    assert all(t <= ROOM for t in tokens), (ROOM, tokens)
+    assert all(b["max_tokens"] == GENERATION for b in requests)
+    assert any(len(label) >= 300 for b in requests for label in _labels(b["messages"]))
+
+
+# ----------------------------------------------------- the local writer, on a stand-in model
+
+
+def _model_tokenizer() -> Any:
+    """The reference model's own tokenizer (its vocabulary only, no weights), else None."""
+    try:
+        from llama_cpp import Llama
+
+        from cdr.retrieval.models import local_llm_path
+    except ImportError:
+        return None
+    path = local_llm_path()
+    if not path.is_file():
+        return None
+    return Llama(model_path=str(path), vocab_only=True, verbose=False)
+
+
+class StandInLlama:
+    """llama.cpp as the local writer sees it: `tokenize` (the reference model's tokenizer
+    when it is cached, else cl100k) and a streamed chat completion that records what it was
+    asked and writes like the test writers."""
+
+    def __init__(self, vocab: Any) -> None:
+        self.vocab = vocab
+        self.asked: list[tuple[list[dict[str, str]], int]] = []
+
+    def tokenize(self, data: bytes, add_bos: bool = False) -> list[int]:
+        if self.vocab is not None:
+            return list(self.vocab.tokenize(data, add_bos=add_bos))
+        from cdr.text.tokens import count_tokens
+
+        return list(range(count_tokens(data.decode())))
+
+    def create_chat_completion(self, messages: list[dict[str, str]], max_tokens: int,
+                               **_: Any) -> Iterator[dict[str, Any]]:
+        self.asked.append((messages, max_tokens))
+        text, finish = _cut(messages, len(self.asked))
+        yield {"choices": [{"delta": {"content": text}, "finish_reason": None}]}
+        yield {"choices": [{"delta": {}, "finish_reason": finish}]}
+
+
+def test_the_local_writer_gets_prompts_that_fit(deep_ckf: Path, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch):
+    """The `local` writer at the context every face gives it (1.3 × C, at least 4,096): the
+    messages it receives fit C − G on the budget's counter, and on the model's own tokenizer
+    (when cached) no window's generation is cut short by the context."""
+    from cdr.writers import local
+
+    llama = StandInLlama(_model_tokenizer())
+    monkeypatch.setattr(local, "load_model", lambda *a, **k: llama)
+    model = tmp_path / "stand-in.gguf"
+    model.write_bytes(b"")
+    writer = local.LocalWriter(model_path=str(model), n_ctx=max(4096, round(CONTEXT * 1.3)))
+    events = _run(deep_ckf, writer, **LONG)
+    assert len(events) == WINDOWS == len(llama.asked)
+    tokens = [estimate_prompt_tokens(m) for m, _ in llama.asked]
+    assert all(t <= ROOM for t in tokens), (ROOM, tokens)
+    # the writer asked the model for the whole G every window: its context held the prompt
+    assert all(limit == GENERATION for _, limit in llama.asked)
+    assert all(t.prompt_tokens + GENERATION <= writer.n_ctx for t in writer.reuse.timings)
