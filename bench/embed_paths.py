@@ -122,6 +122,9 @@ def main() -> None:
     ap.add_argument("--facts", type=int, default=1000)
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
+    from cdr import settings
+
+    settings.export({"CDR_EMBED_CACHE": ""})  # time the model, never vectors kept by a run
     logging.getLogger().setLevel(logging.ERROR)  # onnxruntime's advice while it quantises
     start_load = load()
     man, py = man_corpus((RECIPE,)), pydocs_corpus((RECIPE,))

@@ -186,6 +186,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--json", type=Path, help="also write the result here")
     args = ap.parse_args()
+    from cdr import settings
+
+    settings.export({"CDR_EMBED_CACHE": ""})  # time the model, never vectors kept by a run
     texts = load_texts(args.n)
     result = run_embedder_comparison(texts, args.batch_size, args.repeats)
     print(_table(result))

@@ -278,6 +278,9 @@ def main() -> None:
     ap.add_argument("--second-kb", action="store_true",
                     help="one KB vs the same gateway with a second KB of the same size")
     args = ap.parse_args()
+    from cdr import settings
+
+    settings.export({"CDR_EMBED_CACHE": ""})  # time the model, never vectors kept by a run
     if args.baseline and args.second_kb:
         ap.error("--baseline and --second-kb are two different comparisons: pick one")
     levels = [int(x) for x in args.clients.split(",")]

@@ -303,6 +303,9 @@ def main() -> None:
     ap.add_argument("--no-st", action="store_true", help="skip sentence-transformers")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
+    from cdr import settings
+
+    settings.export({"CDR_EMBED_CACHE": ""})  # time the model, never vectors kept by a run
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     with tempfile.TemporaryDirectory(prefix="cdr-bench-ingest-") as tmp:
         work = Path(tmp)

@@ -108,6 +108,9 @@ def main() -> None:
                     help="arms in the order they run: local (this process, no Ray) or a "
                     "number of Ray actors; each arm at least once")
     args = ap.parse_args()
+    from cdr import settings
+
+    settings.export({"CDR_EMBED_CACHE": ""})  # time the model, never vectors kept by a run
     order = tuple(a.strip() for a in args.arms.split(",") if a.strip())
     if not order or any(a not in ("local", "1", "2") for a in order):
         raise SystemExit(f"--arms {args.arms!r}: give local, 1 or 2, comma-separated")

@@ -383,6 +383,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="also time embedding plain vs title-section texts (same facts)")
     ap.add_argument("--no-report", action="store_true", help="do not rewrite the report")
     args = ap.parse_args(argv)
+    from cdr import settings
+
+    settings.export({"CDR_EMBED_CACHE": ""})  # time the model, never vectors kept by a run
     if not 1 <= args.max_windows <= 20:
         ap.error("--max-windows must be within 1..20")
     plan = plan_arms(all_arms())

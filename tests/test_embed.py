@@ -33,6 +33,14 @@ from cdr.retrieval.embed import (
 REFERENCE = Path(__file__).parent / "data" / "minilm_reference.npz"
 
 
+@pytest.fixture(autouse=True)
+def _no_embedding_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about the model's own forward pass (its vectors, batching, threads,
+    progress), so every vector here is computed, never read from the run's embedding cache
+    (`CDR_EMBED_CACHE`, set for the whole run by tests/conftest.py)."""
+    monkeypatch.delenv("CDR_EMBED_CACHE", raising=False)
+
+
 @pytest.fixture(scope="module")
 def model() -> MiniLMEmbedder:
     return default_embedder()

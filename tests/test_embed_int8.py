@@ -30,6 +30,14 @@ from cdr.retrieval.embed import (
 from cdr.retrieval.gates import calibrated_gate
 
 DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(autouse=True)
+def _no_embedding_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about the model's own forward pass (its vectors, batching, threads,
+    progress), so every vector here is computed, never read from the run's embedding cache
+    (`CDR_EMBED_CACHE`, set for the whole run by tests/conftest.py)."""
+    monkeypatch.delenv("CDR_EMBED_CACHE", raising=False)
 DOCS = [
     DocumentInput("final.md", "# Cup final 1923\n\n## Attendance\n\n"
                   "The match drew a crowd far larger than the ground could hold. Police on "

@@ -235,6 +235,16 @@ SETTINGS: tuple[Setting, ...] = (
         default='the CPUs this process may use, at most 8',
         meaning='Worker threads of the bundled numpy embedding model.'),
     Setting(
+        'CDR_EMBED_CACHE', 'library',
+        type='path of a directory',
+        default='none (off)',
+        meaning=('Keep the bundled model\'s vectors in `<dir>/embeddings.sqlite3`, keyed by the '
+                 'model, its files, the code that computes them and the exact text, and reuse '
+                 'them: a rebuilt CKF, a re-ingest or every worker and replica of a gateway on '
+                 'one machine embeds a text once. Shared safely by concurrent processes on a '
+                 'local disk; a file that cannot be used is a warning, never an error '
+                 '([the embedding cache](../retrieval.md#the-embedding-cache)).')),
+    Setting(
         'CDR_ROW_THREADS', 'library',
         type='int ≥ 1',
         default='`os.cpu_count()`',

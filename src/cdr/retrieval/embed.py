@@ -26,6 +26,7 @@ import numpy as np
 
 from cdr import settings
 from cdr.errors import InvalidInputError, UpstreamError
+from cdr.retrieval import embed_cache
 from cdr.sdk_client import SdkClientOwner, check_max_retries
 from cdr.vectors import unit_rows
 
@@ -38,6 +39,8 @@ EMBED_API_KEY_ENV = "CDR_EMBED_API_KEY"
 EMBED_BASE_URL_ENV = "CDR_EMBED_BASE_URL"
 EMBED_THREADS_ENV = "CDR_EMBED_THREADS"
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
+# The files of a local model directory its vectors depend on.
+MODEL_FILES = ("config.json", "sentence_bert_config.json", "tokenizer.json", "model.safetensors")
 
 Progress = Callable[[int], None]
 
@@ -336,6 +339,8 @@ class MiniLMEmbedder(_CheckedEncoder):
             raise InvalidInputError(f"threads must be positive, got {threads}")
         self.threads: int = threads or _available_cpus()
 
+        self._root = root
+        self._cache_identity: str | None = None
         self._tok = Tokenizer.from_file(str(root / "tokenizer.json"))
         self._tok.enable_truncation(max_length=self.max_seq_length)
         self._tok.no_padding()
@@ -369,6 +374,33 @@ class MiniLMEmbedder(_CheckedEncoder):
         return [e.ids for e in self._tok.encode_batch(validate_texts(texts))]
 
     def _encode(self, texts: list[str], batch_size: int, progress: Progress | None) -> np.ndarray:
+        """The model's vectors of `texts`; with `CDR_EMBED_CACHE` set, those it has kept
+        (`cdr.retrieval.embed_cache`) and the model's for the rest."""
+        cache = embed_cache.configured()
+        if cache is None:
+            return self._run_model(texts, batch_size, progress)
+        return cache.encode(self.cache_identity(), self.dim, texts,
+                            lambda missing: self._run_model(missing, batch_size, progress),
+                            progress)
+
+    # What the vectors are computed by, besides the weights: part of `cache_identity`.
+    _cache_modules: tuple[str, ...] = ("cdr.retrieval.embed",)
+    _cache_packages: tuple[str, ...] = ("numpy", "tokenizers", "safetensors")
+
+    def cache_identity(self) -> str:
+        """The key of this model's vectors in the embedding cache: the model id, its files
+        and the code and libraries that compute them (`cdr.retrieval.embed_cache.identity`),
+        worked out once per embedder."""
+        if self._cache_identity is None:
+            self._cache_identity = embed_cache.identity(
+                self.model_id,
+                files=[self._root / name for name in MODEL_FILES],
+                modules=self._cache_modules, packages=self._cache_packages)
+        return self._cache_identity
+
+    def _run_model(self, texts: list[str], batch_size: int,
+                   progress: Progress | None) -> np.ndarray:
+        """The forward pass over `texts`, in length-sorted batches on the worker threads."""
         n = len(texts)
         out = np.empty((n, self.dim), dtype=np.float32)
         ids = [e.ids for e in self._tok.encode_batch(texts)]
@@ -447,6 +479,8 @@ class MiniLMInt8Embedder(MiniLMEmbedder):
     batching, threads over batches, mean pooling and normalisation are the default path's."""
 
     model_id: str = MINILM_INT8_MODEL_ID
+    _cache_modules = (*MiniLMEmbedder._cache_modules, "cdr.retrieval.embed_int8")
+    _cache_packages = (*MiniLMEmbedder._cache_packages, "onnx", "onnxruntime")
 
     def _load_network(self, root: Path, weights: dict[str, np.ndarray],
                       cfg: dict[str, Any]) -> None:
