@@ -9,7 +9,9 @@ from __future__ import annotations
 import fcntl
 import itertools
 import os
+import resource
 import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -119,8 +121,9 @@ INTEGRATION_MODULES = frozenset({
     "test_kept_stream.py", "test_writers_llm.py", "test_job_leases.py", "test_keys_scoped.py",
     "test_public_api.py", "test_packaging.py", "test_report_browser.py", "test_shardset.py",
     "test_continued_sections.py", "test_cli.py", "test_demo.py", "test_docs_pages.py",
-    "test_lexical.py", "test_report.py", "test_embed.py", "test_ranking_sections.py",
-    "test_shard_merge.py", "test_bench_retrieval.py", "test_prompt_budget.py",
+    "test_lexical.py", "test_report.py", "test_embed.py", "test_embed_cache.py",
+    "test_ranking_sections.py", "test_shard_merge.py", "test_bench_retrieval.py",
+    "test_prompt_budget.py",
 })
 
 
@@ -181,3 +184,82 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
         if expr.evaluate(lambda name, /, marks=marks, **kw: marks.get(name, False)):
             return None  # some test of this module could be selected
     return True
+
+
+# ------------------------------------------------------------------ one embedding cache per run
+
+# The settings the test run sets for every process it starts: helpers that give a child a
+# clean environment (no inherited `CDR_*`) pass these on.
+RUN_SETTINGS = ("CDR_EMBED_CACHE",)
+
+
+def run_settings() -> dict[str, str]:
+    """`RUN_SETTINGS` as this process has them, for a child's environment."""
+    return {name: os.environ[name] for name in RUN_SETTINGS if name in os.environ}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One embedding cache (`CDR_EMBED_CACHE`, `cdr.retrieval.embed_cache`) for the whole run:
+    the controller makes it before xdist starts its workers, so the workers, the test servers
+    and the `cdr` commands they start all share it. Tests embed the same texts again and again
+    (the same documents ingested, the same tasks and windows in many servers' sessions), and
+    the model's forward pass was most of the suite's CPU. Each run starts empty, so a run
+    computes every vector it uses once (`tests/test_embed.py` and `tests/test_embed_int8.py`,
+    which test the forward pass itself, turn it off). A cache the caller named is used instead,
+    and `CDR_EMBED_CACHE=` (set, empty) runs without one."""
+    if hasattr(config, "workerinput") or "CDR_EMBED_CACHE" in os.environ:
+        return
+    directory = tempfile.mkdtemp(prefix="cdr-test-embeddings-")
+    config.stash[_EMBED_CACHE_DIR] = directory
+    os.environ["CDR_EMBED_CACHE"] = directory
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    directory = config.stash.get(_EMBED_CACHE_DIR, None)
+    if directory is not None:
+        os.environ.pop("CDR_EMBED_CACHE", None)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+_EMBED_CACHE_DIR = pytest.StashKey[str]()
+
+
+# ------------------------------------------------------------------ CPU by module
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--cpu-log", metavar="FILE", default=None,
+        help="append one line per test module to FILE: worker, module, CPU seconds of this "
+             "process (user, system) and of the child processes it reaped (user, system)")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    """With `--cpu-log`: the CPU each module costs, its fixtures' setup and teardown included
+    (a module-scoped server is stopped in its last test's teardown). Children count once
+    reaped, so a server's CPU goes to the module whose fixture stopped it; a session-scoped
+    server's to the last module of the worker."""
+    path = item.config.getoption("--cpu-log")
+    if path is None:
+        return (yield)
+    state = item.config.stash.setdefault(_CPU_STATE, {})
+    if state.get("module") != item.path.name:
+        state["module"], state["start"] = item.path.name, _cpu_now()
+    try:
+        return (yield)
+    finally:
+        if nextitem is None or nextitem.path != item.path:
+            used = [b - a for a, b in zip(state["start"], _cpu_now(), strict=True)]
+            worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+            with open(path, "a", encoding="utf-8") as log:
+                log.write(f"{worker}\t{item.path.name}\t" + "\t".join(
+                    f"{x:.2f}" for x in used) + "\n")
+
+
+_CPU_STATE = pytest.StashKey[dict[str, object]]()
+
+
+def _cpu_now() -> tuple[float, float, float, float]:
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
+        resource.RUSAGE_CHILDREN)
+    return me.ru_utime, me.ru_stime, kids.ru_utime, kids.ru_stime

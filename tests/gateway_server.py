@@ -4,8 +4,8 @@ answers, stopped by PID.
 
 The uvicorn mode hands the child a socket already bound to a free port (`--fd`), so there is
 no race for the port; the CLI mode (which takes `--port`) binds a port found free just before.
-The child gets a clean environment (no inherited `CDR_*`) and runs in a temp directory (no
-stray `.env`).
+The child gets a clean environment (no inherited `CDR_*` but the run's embedding cache,
+`tests/conftest.py`) and runs in a temp directory (no stray `.env`).
 
 Fixtures (session-scoped, shared by every gateway test module; a test module pulls them in
 with `pytest_plugins = ["tests.gateway_server"]`):
@@ -36,7 +36,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import built_once
+from tests.conftest import built_once, run_settings
 
 SECRET = "gateway-test-secret-0123456789abcdef"
 MAX_BODY_BYTES = 200_000
@@ -54,7 +54,9 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 
 def child_env(extra: Mapping[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CDR_")}
+    """The environment of a child process: ours without `CDR_*` (but the run's settings,
+    `tests.conftest.RUN_SETTINGS`), then `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CDR_")} | run_settings()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
     env.update(extra)
     return env

@@ -28,7 +28,7 @@ from cdr.ckf import CKF
 from cdr.ckf.schema import DB_NAME
 from cdr.cluster.shardset import is_shard_set, read_manifest
 from cdr.retrieval.embed import MINILM_INT8_MODEL_ID, MINILM_MODEL_ID
-from tests.conftest import write_docs
+from tests.conftest import run_settings, write_docs
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 DOCS = {
@@ -48,8 +48,9 @@ EMBEDDER = {"float32": "minilm", "int8": "minilm-int8"}
 
 def cdr(*args: str, cwd: Path, env: dict[str, str] | None = None
         ) -> subprocess.CompletedProcess[str]:
-    """`cdr ARGS` in a child process with a clean environment (no inherited `CDR_*`)."""
-    child = {k: v for k, v in os.environ.items() if not k.startswith("CDR_")}
+    """`cdr ARGS` in a child process with a clean environment (no inherited `CDR_*` but the
+    run's own settings, `tests.conftest.RUN_SETTINGS`)."""
+    child = {k: v for k, v in os.environ.items() if not k.startswith("CDR_")} | run_settings()
     child["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), child.get("PYTHONPATH")]))
     child.update(env or {})
     return subprocess.run([sys.executable, "-m", "cdr.cli", *args], cwd=cwd, env=child,
