@@ -31,7 +31,7 @@ from cdr.cli import app
 from cdr.session import IN_PROGRESS
 from cdr.text.tokens import count_tokens
 from cdr.window.loop import GenerationConfig, Generator, WindowEvent
-from cdr.window.prompt import fact_label, fact_lines
+from cdr.window.prompt import fact_label, fact_lines, parse_prompt
 from cdr.writers import get_writer
 from cdr.writers.base import WriterResult, estimate_prompt_tokens
 from tests.chat_server import ChatServer
@@ -311,3 +311,58 @@ def test_the_local_writer_gets_prompts_that_fit(deep_ckf: Path, tmp_path: Path,
     # the writer asked the model for the whole G every window: its context held the prompt
     assert all(limit == GENERATION for _, limit in llama.asked)
     assert all(t.prompt_tokens + GENERATION <= writer.n_ctx for t in writer.reuse.timings)
+
+
+# ------------------------------------------------- the envelope is what the prompt lists
+
+
+def _listed(messages: list[dict[str, str]]) -> dict[str, str]:
+    """The facts a prompt lists, by ref (F1, F2… in envelope layout order)."""
+    return parse_prompt(messages[-1]["content"])[1]
+
+
+@pytest.mark.parametrize("arm", list(ARMS))
+def test_every_packed_fact_is_in_the_window_prompt(runs: dict, arm: str):
+    """The envelope is what the writer is shown (docs/design.md §3.17, "The envelope is what
+    the prompt lists"): every packed fact — what the trace records, fact memory and the stale
+    stop count as sent, and Exit 3 judges — is listed in that window's prompt, with its text.
+    Before, the spec profile with a model writer packed for every open section and listed
+    only the facts of the one section its plan kept: 1 of 25–46 facts in most windows."""
+    writer, events = runs[arm]
+    written = [e for e in events if e.usage or e.output]
+    assert len(written) == len(writer.prompts) >= 5
+    for event, messages in zip(written, writer.prompts, strict=True):
+        listed = _listed(messages)
+        facts = event.prepared.facts
+        assert len(facts) == len(event.prepared.envelope) > 0
+        assert listed == {f"F{i + 1}": f.content.strip() for i, f in enumerate(facts)}, (
+            event.number, len(listed), len(facts))
+        cited = {ref for s in event.prepared.plan for ref in s.fact_refs}
+        assert cited == set(listed)
+
+
+@pytest.mark.parametrize(("context", "generation"), [(2048, 320), (4096, 1024)])
+def test_the_spec_profile_trace_envelope_is_what_the_writer_was_sent(
+        server: ChatServer, deep_ckf: Path, tmp_path: Path, context: int, generation: int):
+    """`cdr generate --writer openai` under the default (spec) profile, at the bench-llm
+    window (2,048 / 320) and the CLI's default (4,096 / 1,024): each window's envelope in the
+    trace is the facts its chat request listed, one for one, in the same order."""
+    outline = tmp_path / "outline.txt"
+    outline.write_text(LONG_OUTLINE, encoding="utf-8")
+    trace = tmp_path / "t.json"
+    before = len(server.requests)
+    res = CliRunner().invoke(app, [
+        "generate", BUILTIN_TYPES_TASK, "--ckf", str(deep_ckf), "--outline", str(outline),
+        "--writer", "openai", "--llm-base-url", server.openai_base_url,
+        "--llm-model", "loopback-test-server", "--words", "3000", "--windows", "5",
+        "--context-tokens", str(context), "--generation-tokens", str(generation),
+        "--trace", str(trace)], env={"CDR_LLM_API_KEY": "test-key"})
+    assert res.exit_code == 0, res.output
+    requests = [r.body for r in server.requests[before:]
+                if r.path.endswith("/chat/completions")]
+    windows = [w for w in json.loads(trace.read_text())["windows"] if w["output"]]
+    assert len(windows) == len(requests) >= 3
+    for window, body in zip(windows, requests, strict=True):
+        labels = _labels(body["messages"])
+        assert len(labels) == len(window["envelope"]) > 0, (window["number"], len(labels))
+        assert labels == [f["section"] or f["source"] for f in window["envelope"]]

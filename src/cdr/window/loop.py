@@ -469,25 +469,27 @@ class Generator:
                      envelope: Envelope, facts: Sequence[Any], words: int | None
                      ) -> tuple[list[PlanSection], int | None]:
         """The window's plan for its packed facts, and (the length contract, a model writer)
-        the words its envelope grounds."""
-        cfg = self.config
+        the words its envelope grounds.
+
+        The plan cites every packed fact, so the prompt lists the whole envelope — what
+        fact memory, the stale stop and the trace count as sent (docs/design.md §3.17, "The
+        envelope is what the prompt lists"). A paster plans every section it gets facts for.
+        A model writer chooses the sections its words cover first (`_sections_to_write`, the
+        sections T was counted with) and the packed facts are assigned among those: assigned
+        over every open section and the plan then cut to the leading ones, the facts nearest
+        a later section were packed and never shown (the spec profile listed 1 of 25–46
+        packed facts in most windows; the length contract, 2 of 36)."""
+        if pastes_facts(self.writer):  # a paster's budget is the facts', not words
+            return self._plan(session, plan_sqs, rows, envelope), None
         grounds: int | None = None
-        if words is not None and not pastes_facts(self.writer):
+        budget_words = round(self.config.generation_tokens * WORDS_PER_TOKEN)
+        if words is not None:
             # A model writer is asked for no more than its envelope grounds: one fact
             # left for a full section was written from memory (cdr.window.length).
             grounds = grounded_words(envelope_words(f.content for f in facts))
             budget_words = grounded_budget(words, grounds)
-            # The packed facts go to the sections this window can write: assigned over
-            # every open section, those nearest a section left for later were packed,
-            # counted as sent (fact memory, the stale stop) and never shown to the writer
-            # (a 5,000-word window planned one section and listed 2 of its 36 facts).
-            writing = self._sections_to_write(session, plan_sqs, budget_words)
-            return fit_plan(self._plan(session, writing, rows, envelope), budget_words), grounds
-        plan = self._plan(session, plan_sqs, rows, envelope)
-        if words is None and not pastes_facts(self.writer):
-            # a paster's budget is the facts', not words
-            plan = fit_plan(plan, round(cfg.generation_tokens * WORDS_PER_TOKEN))
-        return plan, grounds
+        writing = self._sections_to_write(session, plan_sqs, budget_words)
+        return fit_plan(self._plan(session, writing, rows, envelope), budget_words), grounds
 
     def _prompt_shape(self, session: Session, plan_sqs: list[SubQuery], words: int | None
                       ) -> list[PlanSection]:
@@ -496,9 +498,7 @@ class Generator:
         model writer the leading ones its words cover (`_sections_to_write`: with the length
         contract its owed words, which the envelope's grounding only lowers). The plan is then
         those sections that get facts, their targets trimmed (`fit_plan`), so its lines are no
-        longer than these — except for a model writer without the contract, whose plan is fitted
-        after the facts are assigned and so reaches past the shape when a leading section got
-        no fact (`prepare` reserves the excess then)."""
+        longer than these (`prepare` still reserves any excess the shape did not foresee)."""
         sqs = plan_sqs if pastes_facts(self.writer) else self._sections_to_write(
             session, plan_sqs, words)
         return [PlanSection(sq.text, self._target_words(session, sq), ()) for sq in sqs]
