@@ -154,17 +154,20 @@ PROMPT_VERSION = 2
 # 1: a window cut by the token limit dropped its last block whole; 2: a cut list keeps its
 # finished items (`cdr.text.markdown.complete_blocks_end`); 3: the length contract asks a model
 # writer for no more than its envelope grounds and does not write a window too thin for a
-# minimal section (`cdr.window.length.grounded_words`).
-LOOP_VERSION = 3
+# minimal section (`cdr.window.length.grounded_words`); 4: the envelope's budget counts the
+# whole prompt (every arm packs fewer facts) and a model writer's prompt lists every packed
+# fact (the arms without the length contract listed only part of theirs before): docs/design.md
+# §3.16 and §3.17.
+LOOP_VERSION = 4
 # Version 3 changes only windows under the length contract: the other arms' windows are the
-# same code path at 2 and 3, so their runs keep version 2's key and are not rerun.
+# same code path at 2 and 3, so their runs keep version 2's key. Version 4 changes every arm.
 CONTRACT_ARMS = frozenset({"focused"})
 
 
 def arm_loop_version(arm: str, loop: int) -> int:
-    """The loop version `arm`'s runs are keyed by: version 3's change reaches only the arms
-    with the length contract."""
-    return loop if loop < 3 or arm in CONTRACT_ARMS else 2
+    """The loop version `arm`'s runs are keyed by: version 3's change reached only the arms
+    with the length contract; version 4's reaches every arm."""
+    return 2 if loop == 3 and arm not in CONTRACT_ARMS else loop
 
 
 def arm_keys(settings: Settings, arms: Sequence[str]) -> dict[str, str]:

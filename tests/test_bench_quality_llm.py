@@ -203,12 +203,25 @@ def test_loop_version_3_rekeys_only_the_arms_with_the_length_contract() -> None:
     `focused` runs made before it are rerun, the other arms keep their version-2 runs."""
     from quality_llm import LOOP_VERSION, Settings, arm_keys
 
-    assert LOOP_VERSION == 3
-    now = Settings("m.gguf", 2048, 320, 1200, 5)
+    assert LOOP_VERSION == 4
+    three = Settings("m.gguf", 2048, 320, 1200, 5, loop=3)
     before = Settings("m.gguf", 2048, 320, 1200, 5, loop=2)
-    keys, old = arm_keys(now, ["focused", "cdr", "relevance"]), arm_keys(before, ["focused"])
+    keys, old = arm_keys(three, ["focused", "cdr", "relevance"]), arm_keys(before, ["focused"])
     assert keys["cdr"] == keys["relevance"] == settings_key(before.as_dict())
-    assert keys["focused"] == settings_key(now.as_dict()) != old["focused"]
+    assert keys["focused"] == settings_key(three.as_dict()) != old["focused"]
+
+
+def test_loop_version_4_rekeys_every_arm() -> None:
+    """The whole-prompt budget and the fully listed envelope (loop version 4) change every
+    arm's windows: no run made at 2 or 3 is resumed as if it were current."""
+    from quality_llm import Settings, arm_keys
+
+    arms = ["focused", "cdr", "relevance"]
+    now = arm_keys(Settings("m.gguf", 2048, 320, 1200, 5), arms)
+    earlier = [arm_keys(Settings("m.gguf", 2048, 320, 1200, 5, loop=v), arms) for v in (2, 3)]
+    for arm in arms:
+        assert now[arm] == settings_key(Settings("m.gguf", 2048, 320, 1200, 5).as_dict())
+        assert all(now[arm] != e[arm] for e in earlier)
 
 
 def test_semantic_repetition_split_separates_same_and_other_section() -> None:
