@@ -31,6 +31,7 @@ from cdr.text.tokens import count_tokens
 from cdr.window.loop import GenerationConfig, Generator
 from cdr.writers import get_writer
 from cdr.writers.base import WriterResult, estimate_prompt_tokens
+from cdr.writers.local import reference_vocabulary
 from long_llm import ARMS, CONTEXT_TOKENS, GENERATION_TOKENS, load_fixed_tasks
 
 WINDOWS = 12
@@ -59,16 +60,9 @@ class ModelLike:
 
 def _model_counter() -> Any:
     """The `local` writer's prompt count on the reference model's tokenizer, else None."""
-    try:
-        from llama_cpp import Llama
-
-        from cdr.retrieval.models import local_llm_path
-    except ImportError:
+    vocab = reference_vocabulary()
+    if vocab is None:
         return None
-    path = local_llm_path()
-    if not path.is_file():
-        return None
-    vocab = Llama(model_path=str(path), vocab_only=True, verbose=False)
 
     def count(messages: list[dict[str, str]]) -> int:  # as LocalWriter._prompt_tokens
         body = sum(len(vocab.tokenize(m["content"].encode(), add_bos=False)) for m in messages)

@@ -34,6 +34,7 @@ from cdr.window.loop import GenerationConfig, Generator, WindowEvent
 from cdr.window.prompt import fact_label, fact_lines, parse_prompt
 from cdr.writers import get_writer
 from cdr.writers.base import WriterResult, estimate_prompt_tokens
+from cdr.writers.local import reference_vocabulary
 from tests.chat_server import ChatServer
 from tests.conftest import BUILTIN_TYPES_TASK
 
@@ -256,16 +257,7 @@ def test_the_openai_writer_sends_prompts_that_fit(server: ChatServer, deep_ckf: 
 
 def _model_tokenizer() -> Any:
     """The reference model's own tokenizer (its vocabulary only, no weights), else None."""
-    try:
-        from llama_cpp import Llama
-
-        from cdr.retrieval.models import local_llm_path
-    except ImportError:
-        return None
-    path = local_llm_path()
-    if not path.is_file():
-        return None
-    return Llama(model_path=str(path), vocab_only=True, verbose=False)
+    return reference_vocabulary()
 
 
 class StandInLlama:

@@ -128,6 +128,22 @@ class ReuseStats:
     timings: list[WindowTiming] = field(default_factory=list)
 
 
+def reference_vocabulary() -> Any | None:
+    """The local model's tokenizer alone (`vocab_only`: no weights, loaded in milliseconds), to
+    count prompts in the model's own tokens where nothing is generated (budget checks, their
+    benchmark); None without llama-cpp or a cached model, so callers fall back to cl100k."""
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        return None
+    from cdr.retrieval.models import local_llm_path
+
+    path = local_llm_path()
+    if not path.is_file():
+        return None
+    return Llama(model_path=str(path), vocab_only=True, verbose=False)
+
+
 def common_prefix(a: Any, b: Any) -> int:
     """Length of the longest common prefix of two token sequences."""
     n = 0
