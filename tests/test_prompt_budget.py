@@ -16,6 +16,7 @@ tokenizer when the reference model is cached). Before the fix, the test writer's
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shutil
@@ -358,3 +359,151 @@ def test_the_spec_profile_trace_envelope_is_what_the_writer_was_sent(
         labels = _labels(body["messages"])
         assert len(labels) == len(window["envelope"]) > 0, (window["number"], len(labels))
         assert labels == [f["section"] or f["source"] for f in window["envelope"]]
+
+
+# --------------------------------------------- prepare's repacking, over a grid of windows
+
+GRID_SIZES = ((1280, 256), (2048, 320), (3072, 1024))  # a tight window, bench-llm's, bench-long's
+GRID_PROFILES = ("spec", "focused")
+GRID_WRITERS = {"pasting": PastingWriter, "prose": ProseWriter}
+GRID_WINDOWS = 4
+
+
+class _Attempts:
+    """What `Generator.prepare` did on its way to a window's prompt: the reserve of each
+    packing (`make_budget`'s `reserve`) and each rendered prompt's count, which `at_least`
+    (attempt number → tokens) can raise, as a plan the prompt's shape did not foresee
+    would."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch,
+                 at_least: dict[int, int] | None = None) -> None:
+        from cdr.window import loop
+
+        self.reserves: list[int] = []
+        self.counts: list[int] = []
+        self.at_least = at_least or {}
+        make, estimate = loop.make_budget, loop.estimate_prompt_tokens
+
+        def spy_budget(*args: Any, **kwargs: Any) -> Any:
+            self.reserves.append(int(kwargs.get("reserve", 0)))
+            return make(*args, **kwargs)
+
+        def spy_count(messages: list[dict[str, str]]) -> int:
+            self.counts.append(max(estimate(messages), self.at_least.get(len(self.counts), 0)))
+            return self.counts[-1]
+
+        monkeypatch.setattr(loop, "make_budget", spy_budget)
+        monkeypatch.setattr(loop, "estimate_prompt_tokens", spy_count)
+
+    def clear(self) -> None:
+        self.reserves.clear()
+        self.counts.clear()
+
+    @property
+    def repacked(self) -> bool:
+        """A rendered prompt overflowed and the window was packed again with more reserved."""
+        return any(b > a for a, b in itertools.pairwise(self.reserves))
+
+    @property
+    def widened(self) -> bool:
+        """The plan came out shorter than counted and the window was packed with less."""
+        return any(b < a for a, b in itertools.pairwise(self.reserves))
+
+
+def _grid_generator(ckf_path: Path, size: tuple[int, int], profile: str, writer: str,
+                    windows: int = GRID_WINDOWS) -> Generator:
+    context, generation = size
+    cfg = GenerationConfig(max_windows=windows, words=3000, context_tokens=context,
+                           generation_tokens=generation,
+                           **({} if profile == "spec" else {"profile": profile}))
+    return Generator(CKF.open(ckf_path), GRID_WRITERS[writer](), cfg)
+
+
+@pytest.fixture(scope="module")
+def grid(deep_ckf: Path) -> list[dict[str, Any]]:
+    """Every window of a short run in each cell of the grid, as `prepare` made it, with the
+    reserves of its packings."""
+    out = []
+    with pytest.MonkeyPatch.context() as mp:
+        attempts = _Attempts(mp)
+        for size in GRID_SIZES:
+            for profile in GRID_PROFILES:
+                for writer in GRID_WRITERS:
+                    gen = _grid_generator(deep_ckf, size, profile, writer)
+                    session = gen.start(BUILTIN_TYPES_TASK, LONG_OUTLINE)
+                    while session.status == IN_PROGRESS:
+                        attempts.clear()
+                        prepared = gen.prepare(session)
+                        out.append({"cell": (size, profile, writer), "prepared": prepared,
+                                    "room": size[0] - size[1],
+                                    "repacked": attempts.repacked,
+                                    "widened": attempts.widened})
+                        gen.write_and_complete(session, prepared)
+    return out
+
+
+def test_every_grid_window_fits_and_lists_its_whole_envelope(grid: list[dict[str, Any]]):
+    """In every cell — tight and roomy windows, the spec and focused profiles, a paster and a
+    prose writer, every window of the run — the prompt `prepare` hands out fits C − G and
+    lists every packed fact, each cited by the plan."""
+    assert len(grid) >= len(GRID_SIZES) * len(GRID_PROFILES) * len(GRID_WRITERS) * 2
+    for window in grid:
+        prepared = window["prepared"]
+        assert estimate_prompt_tokens(prepared.messages) <= window["room"], window["cell"]
+        facts = prepared.facts
+        assert len(facts) == len(prepared.envelope) == len(prepared.rows)
+        if not facts:
+            continue
+        listed = _listed(prepared.messages)
+        assert listed == {f"F{i + 1}": f.content.strip() for i, f in enumerate(facts)}
+        assert {ref for s in prepared.plan for ref in s.fact_refs} == set(listed)
+
+
+def test_the_grid_takes_both_repacking_paths(grid: list[dict[str, Any]]):
+    """The grid is one that pins both of `prepare`'s second packings: a plan shorter than
+    counted (a paster's sections that got no facts) packed again with the room it left,
+    and a prompt that then came out longer than C − G packed again with the excess
+    reserved. Without both, a change to either path would pass the test above unseen."""
+    widened = [w for w in grid if w["widened"]]
+    repacked = [w for w in grid if w["repacked"]]
+    assert len(widened) >= 5 and len(repacked) >= 2, (len(widened), len(repacked))
+    assert any(w["cell"][2] == "prose" for w in widened)
+
+
+def test_a_prompt_longer_than_counted_is_packed_again_with_the_excess_reserved(
+        deep_ckf: Path, monkeypatch: pytest.MonkeyPatch):
+    """A first prompt that comes out 25 tokens over C − G (a plan the shape did not foresee)
+    is packed again with those 25 tokens reserved, and what the window keeps fits."""
+    gen = _grid_generator(deep_ckf, (2048, 320), "spec", "prose")
+    session = gen.start(BUILTIN_TYPES_TASK, LONG_OUTLINE)
+    room = 2048 - 320
+    plain = gen.prepare(session)
+    attempts = _Attempts(monkeypatch, at_least={0: room + 25})
+    prepared = gen.prepare(session)
+    assert attempts.reserves[:2] == [0, 25] and attempts.counts[0] == room + 25
+    assert attempts.counts[-1] <= room
+    assert estimate_prompt_tokens(prepared.messages) <= room
+    assert prepared.envelope.budget.envelope == plain.envelope.budget.envelope - 25
+
+
+def test_a_widening_that_overflows_twice_keeps_the_first_fit(
+        deep_ckf: Path, monkeypatch: pytest.MonkeyPatch):
+    """A paster's window whose plan came out shorter than counted is packed once more with
+    the room it left; should that packing overflow, and its correction too, the window
+    keeps the packing that fit: the one it would have had without widening."""
+    from cdr.window import loop
+
+    gen = _grid_generator(deep_ckf, (2048, 320), "spec", "pasting")
+    session = gen.start(BUILTIN_TYPES_TASK, LONG_OUTLINE)
+    with monkeypatch.context() as mp:
+        mp.setattr(loop, "WIDEN_MIN_TOKENS", 10**6)
+        unwidened = gen.prepare(session)
+    attempts = _Attempts(monkeypatch)
+    widened = gen.prepare(session)
+    assert attempts.widened and len(widened.envelope) > len(unwidened.envelope)
+    attempts.clear()
+    attempts.at_least = {1: 2048 - 320 + 1, 2: 2048 - 320 + 1}  # both later packings overflow
+    kept = gen.prepare(session)
+    assert len(attempts.reserves) == 3 and attempts.reserves[2] > attempts.reserves[1]
+    assert kept.rows.tolist() == unwidened.rows.tolist()
+    assert kept.plan == unwidened.plan and kept.messages == unwidened.messages
