@@ -21,6 +21,7 @@ rewriting is off for it (PYTEST_DONT_REWRITE), which also keeps pytest from warn
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -244,3 +245,75 @@ def gateway(gateway_ckf: Path, tmp_path_factory: pytest.TempPathFactory
     env = base_env(tmp, CDR_MAX_BODY_BYTES=str(MAX_BODY_BYTES))
     with GatewayServer(env, ckf=gateway_ckf, workdir=tmp) as server:
         yield server
+
+
+# ------------------------------------------------------------------ `cdr serve` in this process
+
+def cli_in_process(tmp: Path, args: list[str], env: Mapping[str, str],
+                   monkeypatch: pytest.MonkeyPatch, *, logging_allowed: bool = False
+                   ) -> tuple[int, str, str]:
+    """`cdr ARGS` run by typer's CliRunner in this process, with `env` as its only `CDR_*`
+    variables and `tmp` as its working directory (no stray `.env`), as a child from
+    `child_env` would have them: (exit status, stdout, stderr).
+
+    For the command-line checks that refuse a bad option or setting before anything starts:
+    the same command, exit status and stderr as a `cdr` process, without a Python start-up
+    and the imports of one (each about a second of CPU, tens of them in a run). Each kind of
+    refusal keeps one case in a real process, where a wrong exit path would show.
+
+    It never serves: `uvicorn.run` fails the test if reached. A refusal that comes before
+    `cdr serve` configures logging stops there (`logging_allowed` False: configuring it fails
+    the test, as it would reconfigure this test worker's logging). With `logging_allowed`,
+    `cdr serve` configures logging as it does in a process (its handlers write to the
+    captured stderr, so a stray log line shows in the stderr checked), and this worker's
+    logging is put back afterwards."""
+    import logging.config
+
+    import uvicorn
+    from typer.testing import CliRunner
+
+    from cdr.cli import app
+
+    for name in [k for k in os.environ if k.startswith("CDR_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp)
+
+    def past_the_check(*_args: object, **_kw: object) -> None:
+        raise AssertionError(f"cdr {' '.join(args)} got past its configuration check")
+
+    monkeypatch.setattr(uvicorn, "run", past_the_check)
+    if not logging_allowed:
+        monkeypatch.setattr(logging.config, "dictConfig", past_the_check)
+    with _logging_restored():
+        result = CliRunner().invoke(app, args, env=dict(env))
+    if isinstance(result.exception, AssertionError):
+        raise result.exception
+    return result.exit_code, result.stdout, result.stderr
+
+
+@contextlib.contextmanager
+def _logging_restored() -> Iterator[None]:
+    """Puts every logger's level, handlers, filters, propagation and disabled flag back as
+    they were (`logging.config.dictConfig`, run by `cdr serve` in `cli_in_process`, changes
+    them), and closes the handlers it added."""
+    import logging
+
+    def loggers() -> dict[str, logging.Logger]:
+        found = {name: lg for name, lg in logging.root.manager.loggerDict.items()
+                 if isinstance(lg, logging.Logger)}
+        return {**found, "": logging.root}
+
+    saved = {name: (lg.level, list(lg.handlers), list(lg.filters), lg.propagate, lg.disabled)
+             for name, lg in loggers().items()}
+    try:
+        yield
+    finally:
+        for name, lg in loggers().items():
+            level, handlers, filters, propagate, disabled = saved.get(
+                name, (logging.NOTSET, [], [], True, False))
+            for handler in lg.handlers:
+                if handler not in handlers:
+                    handler.close()
+            lg.setLevel(level)
+            lg.handlers[:], lg.filters[:] = handlers, filters
+            lg.propagate, lg.disabled = propagate, disabled

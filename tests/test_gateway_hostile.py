@@ -9,7 +9,6 @@ guard (JSON 408/431/400 from the connection layer) is the one users get.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import sqlite3
 import subprocess
@@ -35,6 +34,7 @@ from tests.gateway_server import (
     TASK,
     GatewayServer,
     child_env,
+    cli_in_process,
     copy_ckf,
 )
 
@@ -477,36 +477,12 @@ def _serve(tmp: Path, env: dict[str, str], *args: str) -> subprocess.CompletedPr
         env=child_env(env), cwd=tmp, capture_output=True, text=True, timeout=120)
 
 
-def _serve_in_process(tmp: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
-                      ) -> tuple[int, str]:
-    """`cdr serve --port 1` run by typer's CliRunner in this process, with `env` as its only
-    `CDR_*` variables and `tmp` as its working directory (no stray `.env`), as `_serve` gives
-    a child: (exit status, stderr). It must stop before it configures logging (which would
-    reconfigure this test worker's) or serves."""
-    import logging.config
-
-    from typer.testing import CliRunner
-
-    from cdr.cli import app
-
-    for name in [k for k in os.environ if k.startswith("CDR_")]:
-        monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp)
-
-    def past_the_check(*_args: object, **_kw: object) -> None:
-        raise AssertionError("cdr serve got past its configuration check")
-
-    monkeypatch.setattr(logging.config, "dictConfig", past_the_check)
-    result = CliRunner().invoke(app, ["serve", "--port", "1"], env=env)
-    return result.exit_code, result.stderr
-
-
-# Values refused as the settings load, before `cdr serve` sets anything up: one of them (a
-# zero token lifetime) is checked in a real `cdr serve` process, the others in-process
-# (`_serve_in_process`: the same command, stderr line and exit status, without a Python
-# start-up and the gateway's imports each). Settings refused when the gateway is built (the
-# signing secret, the API keys) are refused after `cdr serve` has configured logging, so each
-# of them keeps its own process.
+# Values refused as the settings load, before `cdr serve` configures logging, and values
+# refused as the gateway is built, after it has: one of each kind (a zero token lifetime, a
+# short signing secret) is checked in a real `cdr serve` process, the others in-process
+# (`cli_in_process`: the same command, stderr and exit status, without a Python start-up
+# and the gateway's imports each).
+IN_A_PROCESS = ({"CDR_TOKEN_TTL_SECONDS": "0"}, {"CDR_SIGNING_SECRET": "aaaaaaaaaaaaaaaa"})
 REFUSED_AS_SETTINGS_LOAD = ({"CDR_TOKEN_TTL_SECONDS": "abc"}, {"CDR_MAX_BODY_BYTES": "0"},
                             {"CDR_READ_TIMEOUT_SECONDS": "0"})
 
@@ -527,11 +503,13 @@ def test_config_errors_are_one_line_exit_2(tmp_path: Path, extra: dict[str, str]
                                            ) -> None:
     env = {**key_env(tmp_path), **extra}
     env = {k: v for k, v in env.items() if v}
-    if extra in REFUSED_AS_SETTINGS_LOAD:
-        status, stderr = _serve_in_process(tmp_path, env, monkeypatch)
-    else:
+    if extra in IN_A_PROCESS:
         proc = _serve(tmp_path, env)
         status, stderr = proc.returncode, proc.stderr
+    else:
+        status, _, stderr = cli_in_process(
+            tmp_path, ["serve", "--port", "1"], env, monkeypatch,
+            logging_allowed=extra not in REFUSED_AS_SETTINGS_LOAD)
     assert status == 2, stderr
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], lines

@@ -232,19 +232,25 @@ def test_old_routes_serve_the_default_kb(gateway_ckf: Path, hr_ckf: Path,
     (["--ckf", "/x", "--kb", "default=/y"], "twice"),
     (["--kb-config", "/nonexistent/kbs.toml"], "kbs.toml"),
 ])
-def test_bad_kb_options_are_one_line_exit_2(tmp_path: Path, args: list[str], words: str
-                                            ) -> None:
+def test_bad_kb_options_are_one_line_exit_2(tmp_path: Path, args: list[str], words: str,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first case in a real `cdr serve` process, the others in this one
+    (`cli_in_process`: refused before logging is configured, the same exit and stderr)."""
     import subprocess
     import sys
 
-    from tests.gateway_server import child_env
+    from tests.gateway_server import child_env, cli_in_process
 
     env = {"CDR_DEV": "1", "CDR_SESSION_DB": str(tmp_path / "s.db")}
-    proc = subprocess.run([sys.executable, "-m", "cdr.cli", "serve", *args],
-                          env=child_env(env), cwd=tmp_path, capture_output=True, text=True,
-                          timeout=60)
-    assert proc.returncode == 2, proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1 and words in proc.stderr, proc.stderr
+    if args == ["--kb", "docs"]:
+        proc = subprocess.run([sys.executable, "-m", "cdr.cli", "serve", *args],
+                              env=child_env(env), cwd=tmp_path, capture_output=True, text=True,
+                              timeout=60)
+        status, stderr = proc.returncode, proc.stderr
+    else:
+        status, _, stderr = cli_in_process(tmp_path, ["serve", *args], env, monkeypatch)
+    assert status == 2, stderr
+    assert len(stderr.strip().splitlines()) == 1 and words in stderr, stderr
 
 
 def test_bad_kb_config_files(tmp_path: Path) -> None:

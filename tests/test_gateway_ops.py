@@ -19,7 +19,7 @@ import pytest
 from cdr.gateway.auth import hash_key
 from cdr.gateway.ops import load_rate_limits, readiness
 from cdr.gateway.settings import GatewayConfigError
-from tests.gateway_server import SECRET, GatewayServer, child_env, free_port
+from tests.gateway_server import SECRET, GatewayServer, child_env, cli_in_process, free_port
 
 pytest_plugins = ["tests.gateway_server"]
 
@@ -175,15 +175,26 @@ def test_root_path_serves_the_same_routes_and_describes_the_prefix(server: CliSe
     ([], {"CDR_RATE_LIMITS": "root=1/second"}, "CDR_RATE_LIMITS: 'root=1/second' is not"),
 ])
 def test_bad_ops_settings_are_one_line_exit_2(tmp_path: Path, args: list[str],
-                                              env: dict[str, str], needle: str) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "cdr.cli", "serve", "--port", str(free_port()), *args],
-        env={**{k: v for k, v in os.environ.items() if not k.startswith("CDR_")},
-             **_env(tmp_path), **env},
-        capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and needle in lines[0], proc.stderr
+                                              env: dict[str, str], needle: str,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bad log option is refused before `cdr serve` configures logging, a bad rate limit
+    after: the first of each kind in a real `cdr serve` process, the other in this one
+    (`cli_in_process`: the same exit and stderr, without a process start-up)."""
+    port = str(free_port())
+    if args == ["--log-format", "xml"] or env == {"CDR_RATE_LIMITS": "generate=lots"}:
+        proc = subprocess.run(
+            [sys.executable, "-m", "cdr.cli", "serve", "--port", port, *args],
+            env={**{k: v for k, v in os.environ.items() if not k.startswith("CDR_")},
+                 **_env(tmp_path), **env},
+            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        status, stderr = proc.returncode, proc.stderr
+    else:
+        status, _, stderr = cli_in_process(tmp_path, ["serve", "--port", port, *args],
+                                           {**_env(tmp_path), **env}, monkeypatch,
+                                           logging_allowed="CDR_RATE_LIMITS" in env)
+    assert status == 2, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], stderr
 
 
 def test_rate_limit_settings_parse() -> None:

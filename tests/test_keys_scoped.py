@@ -18,7 +18,7 @@ from cdr.gateway.auth import (
     hash_key,
     parse_api_keys,
 )
-from tests.gateway_server import child_env
+from tests.gateway_server import child_env, cli_in_process
 
 KEY = "cdr_scoped_Hq7vR2mX9pL4wT6yK1nB8cJ3dF5gS0eZ"
 HASH = hash_key(KEY)
@@ -78,20 +78,29 @@ def _keygen(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           timeout=60)
 
 
-def test_keygen_kb_option(tmp_path: Path) -> None:
+def test_keygen_kb_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     proc = _keygen(tmp_path, "--kb", "docs", "--kb", "hr", "--kb", "docs")
     assert proc.returncode == 0, proc.stderr
     out = dict(line.split("=", 1) for line in proc.stdout.strip().splitlines())
     assert out["CDR_API_KEYS"] == f"generate@docs+hr:{hash_key(out['key'])}"
     (key,) = parse_api_keys(out["CDR_API_KEYS"])
     assert key.kbs == frozenset({"docs", "hr"})
-    star = _keygen(tmp_path, "--scope", "admin", "--kb", "*")
-    assert star.returncode == 0 and "CDR_API_KEYS=admin@*:sha256:" in star.stdout
+    # The same command in this process (`cli_in_process`, no second start-up).
+    status, stdout, _ = cli_in_process(tmp_path, ["keygen", "--scope", "admin", "--kb", "*"],
+                                       {}, monkeypatch)
+    assert status == 0 and "CDR_API_KEYS=admin@*:sha256:" in stdout
 
 
 @pytest.mark.parametrize("args", [["--kb", "no/slash"], ["--kb", "*", "--kb", "docs"],
                                   ["--kb", ""]])
-def test_keygen_refuses_bad_kb_names(tmp_path: Path, args: list[str]) -> None:
-    proc = _keygen(tmp_path, *args)
-    assert proc.returncode == 2 and proc.stdout == ""
-    assert len(proc.stderr.strip().splitlines()) == 1 and "--kb" in proc.stderr
+def test_keygen_refuses_bad_kb_names(tmp_path: Path, args: list[str],
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first case in a real `cdr keygen` process, the others in this one
+    (`cli_in_process`: the same exit, stdout and stderr, without a process start-up)."""
+    if args == ["--kb", "no/slash"]:
+        proc = _keygen(tmp_path, *args)
+        status, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+    else:
+        status, stdout, stderr = cli_in_process(tmp_path, ["keygen", *args], {}, monkeypatch)
+    assert status == 2 and stdout == ""
+    assert len(stderr.strip().splitlines()) == 1 and "--kb" in stderr
