@@ -159,6 +159,42 @@ class _WindowFacts:
         return fact_prompt_tokens([(fact_label(f), f.content) for f in self.get(rows)])
 
 
+@dataclass(frozen=True, slots=True)
+class _WindowInputs:
+    """What every packing of one window shares: computed once per window, so that a repack
+    changes only its reserve."""
+
+    plan_sqs: list[SubQuery]  # the open sections the window may plan
+    section_vecs: np.ndarray | None  # ranking mode `sections`: each section's query
+    words: int | None  # the length contract: the words the window carries
+    max_facts: int | None
+    anchor: str
+    summary: str
+    bare: str  # the user message for the prompt's shape, with no facts: T
+    facts: _WindowFacts  # the facts its packings looked at, each fetched once
+
+
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    """One packing of a window at one reserve, planned and rendered: what `prepare` keeps,
+    or reads `over` and `unplanned` off to decide the next packing."""
+
+    reserve: int  # tokens added to T (`make_budget`'s `reserve`)
+    envelope: Envelope
+    rows: np.ndarray  # CKF rows of the packed facts, in layout order
+    facts: list[Any]
+    plan: list[PlanSection]
+    grounds: int | None
+    messages: list[dict[str, str]]
+    over: int  # tokens the rendered prompt exceeds C − G by (≤ 0: it fits)
+    unplanned: int  # tokens of T the plan left unused (sections counted that got no line)
+
+    @property
+    def overflows(self) -> bool:
+        """Too long to send; an empty envelope is never packed again (nothing to take out)."""
+        return self.over > 0 and len(self.envelope) > 0
+
+
 @dataclass
 class PreparedWindow:
     """A window's envelope and prompt, before anything is written."""
@@ -393,9 +429,42 @@ class Generator:
         The envelope's budget counts the whole prompt (docs/design.md §3.16, "The budget
         counts the whole prompt"): T is the user message rendered without facts for the
         sections the window may plan (`_prompt_shape`), and each fact costs its label line
-        and plan ref besides its text. Should the prompt as rendered still come out longer
-        than C − G (a plan the shape did not foresee), the excess is reserved and the window
-        packed again, so no writer is sent more than its context holds."""
+        and plan ref besides its text. That shape is a forecast of the plan, so the prompt
+        is checked as rendered and the window packed again when it missed:
+
+        - longer than C − G (a plan the shape did not foresee): the excess is reserved, so
+          no writer is sent more than its context holds. Reserving it once is what a plan
+          that stays put needs; a second excess means the new packing moved the plan again,
+          so each further repack doubles what it adds. After k repacks the reserve is at
+          least 2^k − 1 tokens, so within ⌈log2(E + 1)⌉ of them either a packing fits, or
+          the envelope is empty (not repacked: nothing to take out), or the reserve has
+          taken all of E and `make_budget` refuses the window. On the grid of
+          tests/test_prompt_budget.py no first packing overflows at all.
+        - shorter than T by `WIDEN_MIN_TOKENS` or more (a paster's sections that got no
+          facts drop out of its plan): one more packing with T counted on the plan it got,
+          corrected once should it overflow (the facts it adds can bring sections back), and
+          kept only if it then fits; else the packing that fit stands. Once, because a
+          widened packing that fits is what the window wanted, and one that does not has
+          shown that the shorter plan does not hold."""
+        window = self._window_inputs(session)
+        got = self._attempt(session, window, 0)
+        step = 1
+        while got.overflows:
+            got = self._attempt(session, window, got.reserve + step * got.over)
+            step *= 2
+        if len(got.envelope) and got.unplanned >= WIDEN_MIN_TOKENS:
+            wide = self._attempt(session, window, got.reserve - got.unplanned)
+            if wide.overflows:
+                wide = self._attempt(session, window, wide.reserve + wide.over)
+            if not wide.overflows:
+                got = wide
+        got.envelope.messages = got.messages
+        return PreparedWindow(session.window_count + 1, got.envelope, got.rows, list(got.facts),
+                              got.plan, got.messages, len(session.coverage),
+                              self.config.generation_tokens, got.grounds)
+
+    def _window_inputs(self, session: Session) -> _WindowInputs:
+        """What every packing of the next window shares (`_WindowInputs`)."""
         cfg = self.config
         opts = session.options
         plan_sqs = self._plan_sub_queries(session)
@@ -417,39 +486,33 @@ class Generator:
             max_facts = n if max_facts is None else min(n, max_facts)
         bare = self._user_prompt(session, anchor, summary,
                                  self._prompt_shape(session, plan_sqs, words), [])
-        seen = _WindowFacts(self.index)
-        room = cfg.context_tokens - cfg.generation_tokens
-        reserve, fitted, widened, corrected = 0, None, False, False
-        while True:
-            budget = make_budget(cfg.context_tokens, cfg.system_prompt, bare,
-                                 cfg.generation_tokens, messages=2, reserve=reserve)
-            envelope = self._pack(session, budget, anchor, max_facts, section_vecs, seen.cost)
-            packed_rows = envelope.ranking.indices
-            facts = seen.get(packed_rows)
-            plan, grounds = self._window_plan(session, plan_sqs, packed_rows, envelope, facts,
-                                              words)
-            messages = [{"role": "system", "content": cfg.system_prompt},
-                        {"role": "user", "content": self._user_prompt(session, anchor, summary,
-                                                                      plan, facts)}]
-            over = estimate_prompt_tokens(messages) - room
-            if over > 0 and len(envelope):
-                if fitted is not None and corrected:  # widening overflowed twice: keep the fit
-                    envelope, packed_rows, facts, plan, grounds, messages = fitted
-                    break
-                corrected = fitted is not None
-                reserve += over  # a plan the shape did not foresee: count it and pack again
-                continue
-            # The plan got fewer sections than T was counted with (a paster's sections with no
-            # facts, a model's trimmed by its grounding): count T on the plan it got, once.
-            unplanned = budget.task - reserve - count_tokens(self._user_prompt(
-                session, anchor, summary, [replace(p, fact_refs=()) for p in plan], []))
-            if widened or unplanned < WIDEN_MIN_TOKENS or not len(envelope):
-                break
-            fitted, widened = (envelope, packed_rows, facts, plan, grounds, messages), True
-            reserve -= unplanned
-        envelope.messages = messages
-        return PreparedWindow(session.window_count + 1, envelope, packed_rows, list(facts), plan,
-                              messages, len(session.coverage), cfg.generation_tokens, grounds)
+        return _WindowInputs(plan_sqs, section_vecs, words, max_facts, anchor, summary, bare,
+                             _WindowFacts(self.index))
+
+    def _attempt(self, session: Session, window: _WindowInputs, reserve: int) -> _Attempt:
+        """The window packed with `reserve` tokens added to T, planned and rendered, with
+        what its prompt came to against C − G: all `prepare` reads to choose the next
+        packing, so that choice is written in one place."""
+        cfg = self.config
+        budget = make_budget(cfg.context_tokens, cfg.system_prompt, window.bare,
+                             cfg.generation_tokens, messages=2, reserve=reserve)
+        envelope = self._pack(session, budget, window.anchor, window.max_facts,
+                              window.section_vecs, window.facts.cost)
+        rows = envelope.ranking.indices
+        facts = window.facts.get(rows)
+        plan, grounds = self._window_plan(session, window.plan_sqs, rows, envelope, facts,
+                                          window.words)
+        messages = [{"role": "system", "content": cfg.system_prompt},
+                    {"role": "user", "content": self._user_prompt(
+                        session, window.anchor, window.summary, plan, facts)}]
+        over = estimate_prompt_tokens(messages) - (cfg.context_tokens - cfg.generation_tokens)
+        # T re-counted on the plan it got (its lines without refs): the shape's sections that
+        # got no line are the room a widening gives back.
+        unplanned = budget.task - reserve - count_tokens(self._user_prompt(
+            session, window.anchor, window.summary,
+            [replace(p, fact_refs=()) for p in plan], []))
+        return _Attempt(reserve, envelope, rows, facts, plan, grounds, messages, over,
+                        unplanned)
 
     def _pack(self, session: Session, budget: Budget, anchor: str, max_facts: int | None,
               section_vecs: np.ndarray | None, costs_of: Callable[[np.ndarray], np.ndarray]
