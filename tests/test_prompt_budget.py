@@ -507,3 +507,25 @@ def test_a_widening_that_overflows_twice_keeps_the_first_fit(
     assert len(attempts.reserves) == 3 and attempts.reserves[2] > attempts.reserves[1]
     assert kept.rows.tolist() == unwidened.rows.tolist()
     assert kept.plan == unwidened.plan and kept.messages == unwidened.messages
+
+
+def test_a_repacked_window_prices_each_fact_once(deep_ckf: Path,
+                                                 monkeypatch: pytest.MonkeyPatch):
+    """A window packed three times (widened, then repacked over the excess) counts each
+    fact's label and text once: the later packings price from what the first counted."""
+    from cdr.window import loop
+
+    priced: list[tuple[str, str]] = []
+    count = loop.fact_prompt_tokens
+
+    def spy(facts: list[tuple[str, str]]) -> Any:
+        priced.extend(facts)
+        return count(facts)
+
+    monkeypatch.setattr(loop, "fact_prompt_tokens", spy)
+    gen = _grid_generator(deep_ckf, (2048, 320), "spec", "pasting")
+    session = gen.start(BUILTIN_TYPES_TASK, LONG_OUTLINE)
+    attempts = _Attempts(monkeypatch)
+    prepared = gen.prepare(session)
+    assert len(attempts.reserves) == 3 and attempts.widened and attempts.repacked
+    assert len(priced) == len(set(priced)) > len(prepared.facts) > 0

@@ -137,13 +137,17 @@ class FactRef:
 
 
 class _WindowFacts:
-    """The facts one window's packing looked at, each fetched from the index once: their
-    labels and text price them in the prompt (`cost`, `cdr.window.envelope.pack`'s
-    `costs_of`), and the packed ones are the prompt's (`get`)."""
+    """The facts one window's packing looked at, each fetched from the index and priced once.
+
+    A window is packed up to a few times (`Generator.prepare`: an overflow's repack, a
+    widening) and `cdr.window.envelope.pack` asks `costs_of` again on every packing; the
+    facts' labels and texts do not change between them, so each row's tokens are counted
+    the first time it is asked for and read from here after."""
 
     def __init__(self, index: FactIndex) -> None:
         self.index = index
         self.seen: dict[int, Any] = {}
+        self.costs: dict[int, int] = {}
 
     def get(self, rows: np.ndarray) -> list[Any]:
         """The facts at `rows`, in order."""
@@ -156,7 +160,13 @@ class _WindowFacts:
 
     def cost(self, rows: np.ndarray) -> np.ndarray:
         """Each fact's tokens in the prompt, its label and plan ref included."""
-        return fact_prompt_tokens([(fact_label(f), f.content) for f in self.get(rows)])
+        wanted = [int(r) for r in rows]
+        missing = [r for r in dict.fromkeys(wanted) if r not in self.costs]
+        if missing:
+            priced = fact_prompt_tokens([(fact_label(f), f.content)
+                                         for f in self.get(np.asarray(missing, np.int64))])
+            self.costs.update(zip(missing, (int(c) for c in priced), strict=True))
+        return np.fromiter((self.costs[r] for r in wanted), dtype=np.int64, count=len(wanted))
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +181,7 @@ class _WindowInputs:
     anchor: str
     summary: str
     bare: str  # the user message for the prompt's shape, with no facts: T
-    facts: _WindowFacts  # the facts its packings looked at, each fetched once
+    facts: _WindowFacts  # the facts its packings looked at, each fetched and priced once
 
 
 @dataclass(frozen=True, slots=True)
