@@ -445,7 +445,7 @@ class Generator:
         - longer than C − G (a plan the shape did not foresee): the excess is reserved, so
           no writer is sent more than its context holds. Reserving it once is what a plan
           that stays put needs; a second excess means the new packing moved the plan again,
-          so each further repack doubles what it adds. After k repacks the reserve is at
+          so the k-th repack reserves 2^(k−1) times its excess. After k repacks it is at
           least 2^k − 1 tokens, so within ⌈log2(E + 1)⌉ of them either a packing fits, or
           the envelope is empty (not repacked: nothing to take out), or the reserve has
           taken all of E and `make_budget` refuses the window. On the grid of
