@@ -24,8 +24,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-if os.environ.get("CDR_RAY_ADDRESS"):  # Ray reads it on import; an explicit address needs it
-    os.environ.setdefault("RAY_AUTH_MODE", "token")
+from cdr.cluster.ray_index import export_ray_env  # does not import ray
+
+export_ray_env(os.environ.get("CDR_RAY_ADDRESS"))  # Ray reads its RAY_* settings on import
 ray = pytest.importorskip(
     "ray", reason="Ray is not installed: pip install 'cdr-retrieval[ray]' (.ci/run installs it and "
                   "starts a Ray head for these tests)")
@@ -51,8 +52,6 @@ Doc = tuple[str, float, list[str], np.ndarray]  # source, importance, contents, 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[None]:
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     address = os.environ.get("CDR_RAY_ADDRESS")
     if address:
         connect(address)

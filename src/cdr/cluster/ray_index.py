@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import socket
+import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -131,21 +133,123 @@ def parse_address(value: str) -> RayAddress:
     return RayAddress(host, int(port), Path("/" + path.lstrip("/")))
 
 
-def connect(address: str | None = None, **init_kwargs: Any) -> None:
-    """Join the Ray cluster at `address` (GCS HOST:PORT; None: `RAY_ADDRESS`), once per
-    process, on loopback-safe settings."""
+CONNECT_SECONDS = 30.0  # how long connect() waits for a head's GCS port to accept
+
+
+class RayHeadUnreachableError(CdrError):
+    """No Ray head can be joined at an address: said within a bounded wait, naming the
+    address, where `ray.init` would retry for many minutes (20 rounds of ~40 s)."""
+
+    def __init__(self, address: str, reason: str) -> None:
+        self.address = address
+        super().__init__(f"cannot join the Ray head at {address}: {reason}")
+
+
+def export_ray_env(address: str | None = None) -> None:
+    """Export the `RAY_*` settings CDR joins Ray with, keeping values the user set. Ray reads
+    them once, when `ray` is imported, so a process that imports `ray` itself (a test module,
+    a notebook) calls this first; `connect` calls it too and then checks what Ray read."""
     settings.export(RAY_ENV, overwrite=False)
     if address:
         # Ray turns token auth on by itself only for a cluster it finds automatically; an
         # explicit address must ask for it (the token is read from ~/.ray/auth_token).
         settings.export({"RAY_AUTH_MODE": "token"}, overwrite=False)
+
+
+def _split_gcs(address: str) -> tuple[str, int] | None:
+    host, colon, port = address.rpartition(":")
+    if not colon or not host or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def _accepts(host: str, port: int, seconds: float) -> bool:
+    """Whether a TCP connection to host:port succeeds within `seconds` (retried: a head that
+    is starting opens its port a moment later)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with socket.create_connection((host, port), timeout=max(0.1, min(left, 2.0))):
+                return True
+        except OSError:
+            if time.monotonic() + 0.2 >= deadline:
+                return False
+            time.sleep(0.2)
+
+
+def _check_import_time_settings(address: str, imported_before: bool) -> None:
+    """Raise if the settings Ray read on import cannot join `address`.
+
+    Without RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 at import, Ray rewrites a loopback address to
+    the machine's routable one (a head started with --node-ip-address=127.0.0.1 does not
+    listen there) and retries for many minutes; without RAY_AUTH_MODE=token it sends no token
+    and the head refuses it. Both checks use private parts of Ray, so a Ray without them is
+    not checked."""
+    fix = ("set RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 and RAY_AUTH_MODE=token in the "
+           "environment before importing ray (or call cdr.cluster.ray_index.export_ray_env() "
+           "first)")
+    cause = "ray was imported before {name} was set" if imported_before else "{name} is not set"
     try:
-        import ray
-    except ImportError:
-        raise CdrError("Ray is not installed: pip install 'cdr-retrieval[ray]'") from None
+        from ray._private import services
+        dialled = services.canonicalize_bootstrap_address(address)
+    except Exception:  # a Ray without these internals: nothing to check
+        dialled = None
+    if dialled and dialled != address:
+        parsed = _split_gcs(dialled)
+        if parsed and not _accepts(*parsed, 2.0):
+            name = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0"
+            raise RayHeadUnreachableError(
+                address, f"{cause.format(name=name)}, so Ray would dial {dialled} instead, "
+                         f"where nothing answers; {fix}")
+    if settings.env("RAY_AUTH_MODE", "").lower() == "token":
+        try:
+            from importlib import import_module
+
+            raylet: Any = import_module("ray._raylet")  # compiled: no types for mypy
+            token_mode = raylet.get_authentication_mode() == raylet.AuthenticationMode.TOKEN
+        except Exception:  # as above
+            return
+        if not token_mode:
+            raise RayHeadUnreachableError(
+                address, f"{cause.format(name='RAY_AUTH_MODE=token')}, so Ray would join "
+                         f"without a token and the head would refuse it; {fix}")
+
+
+def connect(address: str | None = None, *, wait_seconds: float = CONNECT_SECONDS,
+            **init_kwargs: Any) -> None:
+    """Join the Ray cluster at `address` (GCS HOST:PORT; None: `RAY_ADDRESS`, else a new local
+    one), once per process, on loopback-safe settings.
+
+    A head that does not accept connections within `wait_seconds`, or a `ray` imported too
+    early to reach it, raises `RayHeadUnreachableError` naming the address instead of
+    entering Ray's own retry loop, which a user sees as a hang."""
+    from importlib.util import find_spec
+
+    imported_before = "ray" in sys.modules
+    export_ray_env(address)
+    if find_spec("ray") is None:
+        raise CdrError("Ray is not installed: pip install 'cdr-retrieval[ray]'")
+    if imported_before and sys.modules["ray"].is_initialized():
+        return
+    gcs = _split_gcs(address) if address else None
+    if gcs and not _accepts(*gcs, wait_seconds):
+        raise RayHeadUnreachableError(
+            address or "", f"no Ray head answers there within {wait_seconds:g} s (nothing "
+                           "accepts connections on that port: start one with `ray start "
+                           "--head --port PORT`, or fix the address)")
+    import ray
+
     if ray.is_initialized():
         return
-    ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, **init_kwargs)
+    if address and gcs:
+        _check_import_time_settings(address, imported_before)
+    try:
+        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, **init_kwargs)
+    except ConnectionError as exc:
+        if not address:
+            raise
+        raise RayHeadUnreachableError(address, f"Ray could not join it: {exc}") from exc
 
 
 def _actor_class() -> Any:
