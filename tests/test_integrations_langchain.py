@@ -8,18 +8,30 @@ from __future__ import annotations
 import asyncio
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-pytest.importorskip("langchain_core", reason="the langchain extra is not installed "
-                    "(pip install 'cdr-retrieval[langchain]')")
-
-from cdr.integrations.langchain import CDRLoop, CDRRetriever, LangChainWriter
 from cdr.window.loop import GenerationConfig
 from cdr.writers import get_writer
 from tests.chat_server import ChatServer
 from tests.conftest import BUILTIN_TYPES_OUTLINE, BUILTIN_TYPES_TASK
+
+if TYPE_CHECKING:
+    from cdr.integrations.langchain import CDRLoop, CDRRetriever, LangChainWriter
+
+
+@pytest.fixture(scope="module", autouse=True)
+def langchain_imported() -> None:
+    """Imports LangChain (and skips every test when the extra is absent) when this module's
+    first test runs, not when pytest collects it: importing `langchain_core` costs about 1 s of
+    CPU, and under `make test` each xdist worker collects every module while only one of them
+    runs this one."""
+    global CDRLoop, CDRRetriever, LangChainWriter
+    pytest.importorskip("langchain_core", reason="the langchain extra is not installed "
+                        "(pip install 'cdr-retrieval[langchain]')")
+    from cdr.integrations.langchain import CDRLoop, CDRRetriever, LangChainWriter
+
 
 SCORES = {"relevance", "novelty", "residual_pull", "ngram_penalty", "score"}
 

@@ -7,18 +7,34 @@ from __future__ import annotations
 import asyncio
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-pytest.importorskip("llama_index.core", reason="the llamaindex extra is not installed "
-                    "(pip install 'cdr-retrieval[llamaindex]')")
-
-from llama_index.core import SummaryIndex
-from llama_index.core.schema import MetadataMode, QueryBundle, TextNode
-
-from cdr.integrations.llamaindex import CDRNodePostprocessor
 from cdr.report import render_report
 from tests.chat_server import ChatServer
+
+if TYPE_CHECKING:
+    from llama_index.core import SummaryIndex
+    from llama_index.core.schema import MetadataMode, QueryBundle, TextNode
+
+    from cdr.integrations.llamaindex import CDRNodePostprocessor
+
+
+@pytest.fixture(scope="module", autouse=True)
+def llama_index_imported() -> None:
+    """Imports LlamaIndex (and skips every test when the extra is absent) when this module's
+    first test runs, not when pytest collects it: importing `llama_index.core` costs about 2 s
+    of CPU, and under `make test` each xdist worker collects every module while only one of
+    them runs this one."""
+    global SummaryIndex, MetadataMode, QueryBundle, TextNode, CDRNodePostprocessor
+    pytest.importorskip("llama_index.core", reason="the llamaindex extra is not installed "
+                        "(pip install 'cdr-retrieval[llamaindex]')")
+    from llama_index.core import SummaryIndex
+    from llama_index.core.schema import MetadataMode, QueryBundle, TextNode
+
+    from cdr.integrations.llamaindex import CDRNodePostprocessor
+
 
 TOPICS = ("truth", "typesseq", "typesmapping", "integers")
 TASK = "Write a guide to Python's built-in types"
@@ -48,7 +64,7 @@ def server():
 
 
 @pytest.fixture(scope="module")
-def retriever():
+def retriever(llama_index_imported: None):
     nodes = [TextNode(text=t, metadata={"source": n}) for n, t in documents()]
     return SummaryIndex(nodes).as_retriever()
 

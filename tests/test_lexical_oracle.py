@@ -7,6 +7,8 @@ query's distinct words, `bm25s` every token it is given, so the oracle gets them
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings
@@ -14,7 +16,18 @@ from hypothesis import strategies as st
 
 from cdr.retrieval.lexical import K1, B, LexicalIndex, terms
 
-bm25s = pytest.importorskip("bm25s")
+if TYPE_CHECKING:
+    import bm25s
+
+
+@pytest.fixture(scope="module", autouse=True)
+def bm25s_imported() -> None:
+    """Imports the oracle (and skips when it is absent) when this module's test runs, not when
+    pytest collects it: `bm25s` imports numba (about 0.5 s of CPU), and under `make test` each
+    xdist worker collects every module while only one of them runs this one."""
+    global bm25s
+    bm25s = pytest.importorskip("bm25s")
+
 
 WORDS = ("pipe", "buffer", "socket", "signal", "thread", "errno", "flags", "read")
 rows_st = st.lists(st.lists(st.sampled_from(WORDS), max_size=9), min_size=1, max_size=25)
