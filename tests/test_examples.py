@@ -1,10 +1,10 @@
 """The scripts under examples/ run as a user runs them (a subprocess, from another directory)
-against the extractive writer, a real gateway or a real loopback OpenAI-compatible server;
-`mypy --strict` is clean on them; and each README or docs snippet is the code of one of them."""
+against the extractive writer, a real gateway or a real loopback OpenAI-compatible server, and
+each README or docs snippet is the code of one of them (`mypy --strict` on them is in
+tests/test_typing.py, in one run with the package's)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -113,22 +113,3 @@ def test_llamaindex_rerank(tmp_path: Path):
         assert server.requests and all(
             r.body["model"] == "test-model" for r in server.requests)
     assert lines[-1] in EXIT_REASONS
-
-
-# The third-party packages an example imports beyond the core ones: its extra. Without them
-# (a bare `make test`) the example is not type-checked, as its run test is skipped.
-EXAMPLE_EXTRAS = {"langchain_loop.py": ("langchain_openai",),
-                  "llamaindex_rerank.py": ("llama_index.core",)}
-
-
-def test_examples_are_mypy_strict_clean():
-    pytest.importorskip("mypy", reason="mypy is not installed (the dev extra has it)")
-    files = [str(p) for p in sorted(EXAMPLES.glob("*.py"))
-             if all(importlib.util.find_spec(m.split(".")[0]) is not None
-                    and importlib.util.find_spec(m) is not None
-                    for m in EXAMPLE_EXTRAS.get(p.name, ()))]
-    assert any(f.endswith("library_loop.py") for f in files)
-    proc = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-error-summary",
-                           "--cache-dir", str(ROOT / ".mypy_cache"), *files],
-                          capture_output=True, text=True, timeout=900, cwd=ROOT)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
