@@ -52,31 +52,40 @@ def reference() -> tuple[list[str], np.ndarray]:
     return [str(t) for t in data["texts"]], data["vectors"]
 
 
+@pytest.fixture(scope="module")
+def reference_vectors(model: MiniLMEmbedder, reference: tuple[list[str], np.ndarray]
+                      ) -> np.ndarray:
+    """The reference texts through `model.encode` with the default batch size (32), computed
+    once: eight tests compared against that same call, each making it again (about 0.5 s of
+    forward pass each time). Computed without the run's embedding cache, as every vector in
+    this module; `test_deterministic` still encodes the texts once more itself."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("CDR_EMBED_CACHE", raising=False)
+        return model.encode(reference[0])
+
+
 # --------------------------------------------------------------------------- agreement
 
 
 def test_matches_sentence_transformers(
-    model: MiniLMEmbedder, reference: tuple[list[str], np.ndarray]
+    reference: tuple[list[str], np.ndarray], reference_vectors: np.ndarray
 ) -> None:
     """Made by bench/make_minilm_reference.py with SentenceTransformer on the same weights;
     measured: min cosine 0.9999975 (tanh GELU vs the model's erf GELU)."""
     texts, ref = reference
     assert ref.dtype == np.float32 and ref.shape == (len(texts), 384)
-    ours = model.encode(texts)
+    ours = reference_vectors
     cos = np.sum(ours * ref, axis=1)
     worst = int(np.argmin(cos))
     assert cos.min() >= 0.9999, f"min cosine {cos.min():.7f} on {texts[worst][:60]!r}"
 
 
-def test_default_vectors_are_unchanged_bit_for_bit(
-    model: MiniLMEmbedder, reference: tuple[list[str], np.ndarray]
-) -> None:
+def test_default_vectors_are_unchanged_bit_for_bit(reference_vectors: np.ndarray) -> None:
     """The default float32 path is untouched by the opt-in int8 one (issue 26): the vectors of
     the reference texts equal, bit for bit, those the code before it gave on this machine
     (tests/data/minilm_fp32_vectors.npy, one `encode` call with the default batch size)."""
-    texts, _ = reference
     want = np.load(Path(__file__).parent / "data" / "minilm_fp32_vectors.npy")
-    np.testing.assert_array_equal(model.encode(texts), want)
+    np.testing.assert_array_equal(reference_vectors, want)
 
 
 def test_reference_exercises_truncation(
@@ -116,28 +125,30 @@ def test_empty_input_gives_zero_rows(model: MiniLMEmbedder) -> None:
     assert out.shape == (0, 384) and out.dtype == np.float32
 
 
-def test_deterministic(model: MiniLMEmbedder, reference: tuple[list[str], Any]) -> None:
+def test_deterministic(model: MiniLMEmbedder, reference: tuple[list[str], Any],
+                       reference_vectors: np.ndarray) -> None:
     texts, _ = reference
-    np.testing.assert_array_equal(model.encode(texts), model.encode(texts))
+    np.testing.assert_array_equal(model.encode(texts), reference_vectors)
 
 
 @pytest.mark.parametrize("batch_size", [1, 3, 7, 64])
 def test_batch_size_and_order_invariance(
-    model: MiniLMEmbedder, reference: tuple[list[str], Any], batch_size: int
+    model: MiniLMEmbedder, reference: tuple[list[str], Any], reference_vectors: np.ndarray,
+    batch_size: int
 ) -> None:
     texts, _ = reference
-    base = model.encode(texts, batch_size=32)
+    base = reference_vectors  # batch_size=32
     np.testing.assert_allclose(model.encode(texts, batch_size=batch_size), base, atol=2e-5)
     rev = model.encode(texts[::-1], batch_size=batch_size)
     np.testing.assert_allclose(rev[::-1], base, atol=2e-5)
 
 
 def test_worker_threads_do_not_change_vectors(
-    model: MiniLMEmbedder, reference: tuple[list[str], Any]
+    reference: tuple[list[str], Any], reference_vectors: np.ndarray
 ) -> None:
     texts, _ = reference
     single = MiniLMEmbedder(threads=1)
-    np.testing.assert_allclose(single.encode(texts, batch_size=4), model.encode(texts), atol=2e-5)
+    np.testing.assert_allclose(single.encode(texts, batch_size=4), reference_vectors, atol=2e-5)
     with pytest.raises(InvalidInputError, match="threads"):
         MiniLMEmbedder(threads=0)
 
