@@ -11,9 +11,12 @@ seed 42). A run stops where its own exit rule stops it, at most `--windows` wind
 Every finished (task, arm) run is checkpointed to `--runs DIR` (one JSON per run, written after
 each window, marked complete at the end); `--resume` skips complete runs with the same
 settings, so an interrupted benchmark resumes. `--stop-at HH:MM` starts no new run after that
-wall-clock time (UTC), and `--shard i/n` splits the tasks between processes. The report
-(`bench/results/quality-llm.md` and PNG plots) is computed from the checkpoints by
-`--report-only`, and at the end of a run: see quality_llm_report.py.
+wall-clock time (UTC), and `--shard i/n` splits the tasks between processes; several processes
+may share one `--runs DIR` (a run another process has taken is skipped). The report
+(`bench/results/quality-llm-v4.md` and PNG plots; loop version 3's runs and report are
+`quality-llm-runs/` and `quality-llm.md`) is computed from the checkpoints by `--report-only`,
+and at the end of a run: see quality_llm_report.py. `--ckf DIR` runs on another knowledge base
+(the plain-recipe baseline: `bench/results/quality-llm-plain-recipe-v4.md`).
 
 The Python-docs knowledge base (`~/.cache/cdr/bench-llm/pydocs-related.ckf`, ~7.1k facts of
 bench/quality.py's `related` pages) is ingested on first use with the default fact recipe
@@ -24,7 +27,7 @@ spec CDR (`cdr`) and relevance-only.
 `--corpus man` runs the second genre of issue 21 instead: three held-out system-call man
 pages (`quality_llm_man.py`) in the retrieval benchmark's man-page CKF, arms `focused` (the
 recommended profile), `cdr` (spec CDR, the default) and `relevance`, same window settings, report
-`bench/results/quality-llm-man.md` and its own checkpoints.
+`bench/results/quality-llm-man-v4.md` and its own checkpoints.
 
 Usage: `python bench/quality_llm.py [--corpus pydocs|man] [--resume] [--tasks N]
 [--arms relevance,cdr,...] [--context-tokens 2048] [--generation-tokens 320] [--stop-at 14:20]
@@ -54,8 +57,13 @@ from quality_llm_runs import pending, save_run, settings_key, taken
 from quality_tasks import Task
 
 RESULTS = BENCH / "results"
-DEFAULT_RUNS = RESULTS / "quality-llm-runs"
-MAN_RUNS = RESULTS / "quality-llm-man-runs"
+# Loop version 4's checkpoints and reports. Version 3's stay where they were
+# (`quality-llm-runs`, `quality-llm-man-runs`; reports `quality-llm.md`, `quality-llm-man.md`)
+# and are regenerated with `--report-only --loop-version 3 --runs DIR --out FILE`.
+DEFAULT_RUNS = RESULTS / "quality-llm-runs-v4"
+MAN_RUNS = RESULTS / "quality-llm-man-runs-v4"
+DEFAULT_OUT = RESULTS / "quality-llm-v4.md"
+MAN_OUT = RESULTS / "quality-llm-man-v4.md"
 # The man corpus compares the recommended profile with spec CDR (the default profile) and
 # relevance-only (issue 21 §5).
 MAN_ARMS = ("focused", "cdr", "relevance")
@@ -306,7 +314,7 @@ def main(argv: list[str] | None = None) -> None:
     man = args.corpus == "man"
     pages = MAN_TASKS if man else DEFAULT_PAGES
     runs_dir = args.runs or (MAN_RUNS if man else DEFAULT_RUNS)
-    out = args.out or RESULTS / ("quality-llm-man.md" if man else "quality-llm.md")
+    out = args.out or (MAN_OUT if man else DEFAULT_OUT)
     arm_list = args.arms or ",".join(MAN_ARMS if man else DEFAULT_ARMS)
 
     from cdr.retrieval.models import local_llm_path  # CDR_LOCAL_MODEL, else the reference model
