@@ -78,3 +78,18 @@ def test_connect_after_ray_was_imported_without_the_loopback_setting_names_the_f
     assert last.startswith("cdr.cluster.ray_index.RayHeadUnreachableError")
     assert f"127.0.0.1:{loopback_listener}" in last
     assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0" in last and "before importing ray" in last
+
+
+def test_cdr_generate_on_a_dead_ray_address_exits_with_one_line_naming_it(tmp_path) -> None:
+    """The real CLI, the address a user typed: no hang, no traceback, nothing written."""
+    port = unused_port()
+    out = tmp_path / "doc.md"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "cdr", "generate", "a task", "--ckf",
+         f"ray://127.0.0.1:{port}/srv/kb", "--out", str(out)],
+        env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert f"127.0.0.1:{port}" in done.stderr and "no Ray head answers" in done.stderr
+    assert not out.exists() and list(tmp_path.iterdir()) == []
