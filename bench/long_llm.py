@@ -61,10 +61,17 @@ from window_rows import window_means
 
 RESULTS = BENCH / "results"
 RUNS = RESULTS / "long-llm-runs.jsonl"
+# Version 1's runs (11 of the matrix, library commits up to 7db4d65): packed before the
+# envelope budget counted the whole prompt (prompts of up to 2,875 model tokens where C − G
+# allows 2,048 cl100k tokens), so they are no run of today's loop. Kept apart, shown as
+# superseded, counted in no verdict.
+RUNS_V1 = RESULTS / "long-llm-runs-v1.jsonl"
 PARTIAL = RESULTS / "long-llm-partial"
 REPORT = RESULTS / "long.md"
 PLOT = RESULTS / "long-windows.png"
-BENCH_VERSION = 1  # bump when a change here changes what a run records
+# Bump when a change here or in the loop changes what a run is (2: the whole-prompt budget,
+# and each window's end time recorded).
+BENCH_VERSION = 2
 
 TASKS = (("pydocs", "library/datetime.html"), ("pydocs", "library/unittest.html"),
          ("man", "mbind"))
@@ -153,6 +160,9 @@ def run_windows(ckf: Any, writer: Any, task: Any, arm: LlmArm, words: int, key: 
             # window (the loop's and the model's: llama.cpp runs in this process) and the
             # 1-minute load average as it ended
             "cpu_s": round(cpu, 2), "load": round(os.getloadavg()[0], 2),
+            # when it ended (UTC): a window whose seconds span a pause of the process (the
+            # lead's SIGSTOP for a quiet timing) is found by it, and its wall seconds set aside
+            "ended": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "timing": None if timing is None else {
                 "prompt_tokens": timing.prompt_tokens, "reused": timing.reused_tokens,
                 "prompt_s": round(timing.prompt_seconds, 3),
@@ -231,7 +241,7 @@ def finish_record(ckf: Any, own: set[int], task: Any, arm: LlmArm, words: int,
             if t.get("generation_s") and t.get("completion_tokens") else None,
             "completion_tokens": t.get("completion_tokens"),
             "prompt_s": t.get("prompt_s"), "generation_s": t.get("generation_s"),
-            "cpu_s": w.get("cpu_s"), "load": w.get("load"),
+            "cpu_s": w.get("cpu_s"), "load": w.get("load"), "ended": w.get("ended"),
             "plan": w["plan"], "text": w["text"], "rows": w["rows"],
         })
     delivered = sum(w["words"] for w in windows)
@@ -458,13 +468,37 @@ def plot(runs: Sequence[dict[str, Any]], path: Any = PLOT) -> bool:
     return True
 
 
+def render_superseded(old: Sequence[dict[str, Any]]) -> list[str]:
+    """Version 1's runs (`RUNS_V1`), words only: a reader comparing with the earlier report
+    finds them here, labelled, and in no other table, mean or verdict."""
+    if not old:
+        return []
+    lines = ["", "### Superseded: bench version 1 (before the whole-prompt budget)", "",
+             f"{len(old)} runs made before the envelope budget counted the whole prompt "
+             "(prompts of up to 2,875 model tokens, where C − G allows 2,048 cl100k tokens; "
+             "docs/length.md, \"The budget counts the whole prompt\"). Not runs of today's "
+             "loop: listed for comparison only, and counted in no per-window mean, verdict, "
+             "speed figure or curve of this report (`bench/results/long-llm-runs-v1.jsonl`).",
+             "",
+             "| corpus | task | arm | asked | delivered | ratio | length score | windows | exit "
+             "| commit |",
+             "|---|---|---|---:|---:|---:|---:|---:|---|---|"]
+    for r in sorted(old, key=lambda r: (r["words"], r["corpus"], r["task"], r["arm"])):
+        lines.append(
+            f"| {r['corpus']} | {r['task']} | {r['arm']} | {r['words']:,} | "
+            f"{r['delivered']:,} | {r['ratio']:.2f} | {r['length_score']:.1f} | "
+            f"{len(r['windows'])} | {r['status']} | {r.get('commit', '?')} |")
+    return lines
+
+
 def render(runs: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = [
         "# Long documents written by the reference model: the words asked, every window",
         "",
         f"Generated {meta['generated']} by `make bench-long ARGS=\"--writer local\"` "
         "(`python bench/long.py --writer local`) from the checkpoint "
-        "`bench/results/long-llm-runs.jsonl`; runs made on library commits "
+        f"`bench/results/long-llm-runs.jsonl` (bench version {BENCH_VERSION}); runs made on "
+        "library commits "
         f"{', '.join(sorted({r.get('commit', '?') for r in runs}))}.",
         "",
         "**Writer: the reference model** (Qwen2.5-Coder-1.5B-Instruct Q4_K_M on llama.cpp, "
@@ -492,6 +526,7 @@ def render(runs: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"{r['status']} | {_f(_nan(r['replanned']), '.1f', True)} | "
             f"{_f(_nan(r['written_twice']), '.1f', True)} | {r.get('commit', '?')} | "
             f"{_options(r)} |")
+    lines += render_superseded(meta.get("superseded") or [])
     lines += ["", "## Per window", "",
               "Means over the runs (all lengths) that reached the window (n). Semantic "
               "repetition, restating and CWR6 compare a window with the earlier windows of its "
@@ -691,7 +726,8 @@ def main(words: Sequence[int], max_runs: int | None, report_only: bool,
             "load": ", ".join(f"{x:.1f}" for x in os.getloadavg()),
             "matrix": len(plan),
             "matrix_desc": f"{len(tasks)} tasks × {len(ARMS)} arms × "
-                           f"{', '.join(f'{w:,}' for w in WORDS)} words"}
+                           f"{', '.join(f'{w:,}' for w in WORDS)} words",
+            "superseded": list(load_runs(RUNS_V1).values())}
     deepest: dict[str, int] = {}
     for r in kept:
         deepest[r["task"]] = max(deepest.get(r["task"], 0), len(r["windows"]))
