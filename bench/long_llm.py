@@ -66,6 +66,9 @@ RUNS = RESULTS / "long-llm-runs.jsonl"
 # allows 2,048 cl100k tokens), so they are no run of today's loop. Kept apart, shown as
 # superseded, counted in no verdict.
 RUNS_V1 = RESULTS / "long-llm-runs-v1.jsonl"
+# When the runs' processes were stopped for another measurement (long_llm_speed.load_pauses):
+# windows spanning a pause are marked, and the seconds measures also given without them.
+PAUSES = RESULTS / "long-llm-pauses.json"
 PARTIAL = RESULTS / "long-llm-partial"
 REPORT = RESULTS / "long.md"
 PLOT = RESULTS / "long-windows.png"
@@ -309,6 +312,7 @@ LABELS = {"semrep": "semantic repetition (0.607, old)",
 
 RATIO_LABELS = {
     "seconds_ratio": "seconds per window (ratio)",
+    "seconds_ratio_unpaused": "seconds per window (ratio), windows spanning a pause left out",
     "work_ratio": "… of which work: the last third's tokens at the first third's speed",
     "rate_ratio": "… of which rate: seconds per token, last third / first third"}
 
@@ -379,7 +383,16 @@ def verdicts(runs: Sequence[dict[str, Any]], arm: str) -> dict[str, tuple[float,
             by_task.setdefault(r["task"], []).append(q)
     out["seconds_ratio"] = (*bootstrap([statistics.fmean(v) for v in by_task.values()]),
                             sum(len(v) for v in by_task.values()))
-    from long_llm_speed import decompose
+    from long_llm_speed import decompose, paused_windows, without_paused
+
+    if any(paused_windows(r) for r in runs if r["arm"] == arm):
+        by_task = {}
+        for r in runs:
+            if r["arm"] == arm and (q := seconds_ratio(without_paused(r))) is not None:
+                by_task.setdefault(r["task"], []).append(q)
+        out["seconds_ratio_unpaused"] = (
+            *bootstrap([statistics.fmean(v) for v in by_task.values()]),
+            sum(len(v) for v in by_task.values()))
 
     for part in ("work", "rate"):  # seconds ratio = work × rate (long_llm_speed.py)
         by_task = {}
@@ -532,7 +545,11 @@ def render(runs: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
               "repetition, restating and CWR6 compare a window with the earlier windows of its "
               "run (0 at Window 1); grounding is the share of its sentences that reach a fact "
               "of its own envelope. Prompt tokens/s counts the tokens llama.cpp evaluated "
-              "(the prompt less the prefix it kept from the previous window).", "",
+              "(the prompt less the prefix it kept from the previous window)."
+              + (f" {meta['paused']} window(s) spanned a pause of their process (stopped for "
+                 "another measurement's quiet timing): their seconds include it (\"Speed at "
+                 "length\" gives the ratios without them)." if meta.get("paused") else ""),
+              "",
               "| window | arm | n | words | seconds | prompt tok/s | gen tok/s | semrep | "
               "restating | CWR6 | grounding | on-topic | fresh |",
               "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -728,6 +745,9 @@ def main(words: Sequence[int], max_runs: int | None, report_only: bool,
             "matrix_desc": f"{len(tasks)} tasks × {len(ARMS)} arms × "
                            f"{', '.join(f'{w:,}' for w in WORDS)} words",
             "superseded": list(load_runs(RUNS_V1).values())}
+    from long_llm_speed import load_pauses, mark_paused
+
+    meta["paused"] = mark_paused(kept, load_pauses(PAUSES))
     deepest: dict[str, int] = {}
     for r in kept:
         deepest[r["task"]] = max(deepest.get(r["task"], 0), len(r["windows"]))

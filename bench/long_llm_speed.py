@@ -28,9 +28,12 @@ wall seconds). Computed at report time from the run records; nothing here change
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from window_rows import nan_mean, window_means
@@ -102,6 +105,49 @@ def decompose(run: dict[str, Any]) -> dict[str, float] | None:
     return out
 
 
+def load_pauses(path: Path) -> list[tuple[datetime, datetime]]:
+    """The intervals in which the runs' processes were stopped (SIGSTOP for another
+    measurement's quiet timing), as recorded in `path` ({"intervals": [[start, end], ...]},
+    ISO times in UTC); none when the file is absent. A stopped process's wall seconds keep
+    running while its CPU seconds do not, so a window spanning a pause is slow by the pause,
+    not by its work or the machine's load."""
+    if not path.is_file():
+        return []
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return [(datetime.fromisoformat(a), datetime.fromisoformat(b))
+            for a, b in data.get("intervals", [])]
+
+
+def mark_paused(runs: Sequence[dict[str, Any]],
+                pauses: Sequence[tuple[datetime, datetime]]) -> int:
+    """Set `paused` on every window whose wall time (its end less its seconds) overlaps a
+    pause; windows recorded without an end time (bench version 1) are never marked. Returns
+    the windows marked."""
+    from datetime import timedelta
+
+    marked = 0
+    for r in runs:
+        for w in r["windows"]:
+            if not w.get("ended") or w.get("seconds") is None:
+                continue
+            end = datetime.fromisoformat(w["ended"])
+            start = end - timedelta(seconds=float(w["seconds"]))
+            w["paused"] = any(start < b and a < end for a, b in pauses)
+            marked += w["paused"]
+    return marked
+
+
+def paused_windows(run: dict[str, Any]) -> list[int]:
+    """The run's windows (1-based) marked by `mark_paused`."""
+    return [i for i, w in enumerate(run["windows"], 1) if w.get("paused")]
+
+
+def without_paused(run: dict[str, Any]) -> dict[str, Any]:
+    """The run with its paused windows left out, for the seconds measures only (its thirds
+    are then cut from the windows that ran unpaused)."""
+    return {**run, "windows": [w for w in run["windows"] if not w.get("paused")]}
+
+
 def cache_restarts(run: dict[str, Any]) -> list[int]:
     """Windows after the first that kept no prefix at all: the model process started afresh
     there (a run resumed from its checkpoint in a new process), so its cache was empty."""
@@ -125,12 +171,21 @@ def render_speed(runs: Sequence[dict[str, Any]], arms: Sequence[str]) -> list[st
              "Load is the 1-minute average at each window's end (the run's own model thread "
              "counts 1 of it); CPU is the process's CPU seconds, which count only time on a "
              "core. Both were recorded from the runs after the decomposition was added "
-             "(bench/long_llm_speed.py); earlier runs show their end-of-run load.", "",
+             "(bench/long_llm_speed.py); earlier runs show their end-of-run load. A run with "
+             "windows that span a pause of its process (stopped for another measurement's "
+             "quiet timing: their wall seconds include the pause, their CPU seconds do not) "
+             "has a second row with those windows left out.", "",
              "| task | arm | asked | windows | seconds ratio | = work | × rate | prompt s/token "
              "| gen s/token | prompt tokens (first → last third) | kept prefix | generated | "
              "load (first → last third) | CPU ratio |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---:|"]
+    rows = []
     for r in sorted(runs, key=lambda r: (r["words"], r["task"], r["arm"])):
+        rows.append((r, r["task"]))
+        if paused := paused_windows(r):
+            rows.append((without_paused(r), f"{r['task']} without W{', W'.join(map(str, paused))}"
+                         " (paused)"))
+    for r, name in rows:
         d = decompose(r)
         if d is None:
             continue
@@ -141,7 +196,7 @@ def render_speed(runs: Sequence[dict[str, Any]], arms: Sequence[str]) -> list[st
         kept = f"{d['reused_first']:.0f} → {d['reused_last']:.0f}" + (
             f" (W{', W'.join(map(str, restarts))}: 0, new process)" if restarts else "")
         lines.append(
-            f"| {r['task']} | {r['arm']} | {r['words']:,} | {len(r['windows'])} | "
+            f"| {name} | {r['arm']} | {r['words']:,} | {len(r['windows'])} | "
             f"{d['seconds']:.2f}× | {d['work']:.2f}× | {d['rate']:.2f}× | "
             f"{_f(d['prompt_s_tok'], '.2f')}× | {d['gen_s_tok']:.2f}× | "
             f"{d['prompt_first']:,.0f} → {d['prompt_last']:,.0f} | {kept} | "

@@ -156,6 +156,27 @@ def test_verdicts_average_runs_per_task_first():
     assert set(v) == {*long_llm.BASELINE, "seconds_ratio", "work_ratio", "rate_ratio"}
 
 
+def test_windows_spanning_a_pause_are_marked_and_left_out_of_the_seconds_ratio(
+        tmp_path: Path):
+    from long_llm_speed import load_pauses, mark_paused, paused_windows, without_paused
+
+    run = _run_of([0.1] * 6, seconds=[10, 10, 10, 10, 100, 10])
+    for w, end in zip(run["windows"], ["17:00:10", "17:00:20", "17:00:30", "17:00:40",
+                                       "17:02:20", "17:02:30"], strict=True):
+        w["ended"] = f"2026-12-03T{end}Z"
+    old = _run_of([0.1] * 3)  # recorded before windows had an end time: never marked
+    path = tmp_path / "pauses.json"
+    path.write_text('{"intervals": [["2026-12-03T17:01:00Z", "2026-12-03T17:02:10Z"]]}')
+    # W5 ran 17:00:40-17:02:20 and spans the pause; W6 starts at its end, W4 ends before it
+    assert mark_paused([run, old], load_pauses(path)) == 1
+    assert paused_windows(run) == [5] and paused_windows(old) == []
+    assert long_llm.seconds_ratio(run) == pytest.approx(55 / 10)
+    assert long_llm.seconds_ratio(without_paused(run)) == pytest.approx(1.0)
+    v = long_llm.verdicts([run, old], "focused")
+    assert v["seconds_ratio_unpaused"][0] == pytest.approx(1.0)
+    assert load_pauses(tmp_path / "absent.json") == []
+
+
 def test_a_run_resumes_from_its_window_checkpoint(types_ckf_path: Path, tmp_path: Path):
     """Interrupted after one window, the run goes on from the checkpointed session and ends
     exactly where an uninterrupted run ends (the extractive writer is deterministic)."""
