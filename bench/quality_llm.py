@@ -165,17 +165,26 @@ PROMPT_VERSION = 2
 # minimal section (`cdr.window.length.grounded_words`); 4: the envelope's budget counts the
 # whole prompt (every arm packs fewer facts) and a model writer's prompt lists every packed
 # fact (the arms without the length contract listed only part of theirs before): docs/design.md
-# §3.16 and §3.17.
-LOOP_VERSION = 4
+# §3.16 and §3.17; 5: a model writer's window under `plan: "packed"` plans only sections that
+# own enough of its packed facts (`cdr.window.plan`, docs/design.md §3.18).
+LOOP_VERSION = 5
 # Version 3 changes only windows under the length contract: the other arms' windows are the
 # same code path at 2 and 3, so their runs keep version 2's key. Version 4 changes every arm.
 CONTRACT_ARMS = frozenset({"focused"})
+# Version 5 changes only the arms that plan by the packed facts (`--profile focused`): the
+# others' windows are the same code path at 4 and 5, so their runs keep version 4's key.
+PACKED_PLAN_ARMS = frozenset({"focused"})
 
 
 def arm_loop_version(arm: str, loop: int) -> int:
     """The loop version `arm`'s runs are keyed by: version 3's change reached only the arms
-    with the length contract; version 4's reaches every arm."""
-    return 2 if loop == 3 and arm not in CONTRACT_ARMS else loop
+    with the length contract; version 4's reaches every arm; version 5's only the arms that
+    plan by the packed facts."""
+    if loop == 3 and arm not in CONTRACT_ARMS:
+        return 2
+    if loop == 5 and arm not in PACKED_PLAN_ARMS:
+        return 4
+    return loop
 
 
 def arm_keys(settings: Settings, arms: Sequence[str]) -> dict[str, str]:

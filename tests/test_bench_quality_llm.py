@@ -203,7 +203,7 @@ def test_loop_version_3_rekeys_only_the_arms_with_the_length_contract() -> None:
     `focused` runs made before it are rerun, the other arms keep their version-2 runs."""
     from quality_llm import LOOP_VERSION, Settings, arm_keys
 
-    assert LOOP_VERSION == 4
+    assert LOOP_VERSION == 5
     three = Settings("m.gguf", 2048, 320, 1200, 5, loop=3)
     before = Settings("m.gguf", 2048, 320, 1200, 5, loop=2)
     keys, old = arm_keys(three, ["focused", "cdr", "relevance"]), arm_keys(before, ["focused"])
@@ -217,11 +217,25 @@ def test_loop_version_4_rekeys_every_arm() -> None:
     from quality_llm import Settings, arm_keys
 
     arms = ["focused", "cdr", "relevance"]
-    now = arm_keys(Settings("m.gguf", 2048, 320, 1200, 5), arms)
+    now = arm_keys(Settings("m.gguf", 2048, 320, 1200, 5, loop=4), arms)
     earlier = [arm_keys(Settings("m.gguf", 2048, 320, 1200, 5, loop=v), arms) for v in (2, 3)]
     for arm in arms:
-        assert now[arm] == settings_key(Settings("m.gguf", 2048, 320, 1200, 5).as_dict())
+        assert now[arm] == settings_key(Settings("m.gguf", 2048, 320, 1200, 5, loop=4).as_dict())
         assert all(now[arm] != e[arm] for e in earlier)
+
+
+def test_loop_version_5_rekeys_only_the_arms_that_plan_by_the_packed_facts() -> None:
+    """Planning by the packed facts (loop version 5, `plan: "packed"`) changes only
+    `focused`'s windows: its version-4 runs are rerun, spec CDR's and relevance-only's are
+    kept under their version-4 key."""
+    from quality_llm import LOOP_VERSION, Settings, arm_keys
+
+    assert LOOP_VERSION == 5
+    arms = ["focused", "cdr", "relevance"]
+    now = arm_keys(Settings("m.gguf", 2048, 320, 1200, 5), arms)
+    four = settings_key(Settings("m.gguf", 2048, 320, 1200, 5, loop=4).as_dict())
+    assert now["cdr"] == now["relevance"] == four
+    assert now["focused"] == settings_key(Settings("m.gguf", 2048, 320, 1200, 5).as_dict()) != four
 
 
 def test_semantic_repetition_split_separates_same_and_other_section() -> None:

@@ -114,6 +114,7 @@ def generate(
     stale: Annotated[str | None, typer.Option(help=meaning("stale"))] = D.stale,
     length: Annotated[str | None, typer.Option(help=meaning("length"))] = D.length,
     documents: Annotated[str | None, typer.Option(help=meaning("documents"))] = D.documents,
+    plan: Annotated[str | None, typer.Option(help=meaning("plan"))] = D.plan,
     trace: Annotated[Path | None, typer.Option(help="Write the trace JSON here.")] = None,
     report: Annotated[Path | None, typer.Option(help="Write an HTML run report here.")] = None,
     out_file: Annotated[Path | None, typer.Option("--out", help="Write the Markdown here "
@@ -146,10 +147,10 @@ def generate(
     try:
         resolve_options(profile, memory=memory, envelope=envelope, queries=queries,
                         repeats=repeats, subject=subject, lexical=lexical, stale=stale,
-                        length=length, documents=documents)
+                        length=length, documents=documents, plan=plan)
     except CdrError as exc:
         raise fail(f"{exc} (--profile/--memory/--envelope/--queries/--repeats/--subject/"
-                   "--lexical/--stale/--length/--documents)", 2) from None
+                   "--lexical/--stale/--length/--documents/--plan)", 2) from None
     outline_text = None
     if outline is not None:
         try:
@@ -172,7 +173,7 @@ def generate(
             min_relevance=min_relevance, mmr_lambda=mmr_lambda, context_tokens=context_tokens,
             generation_tokens=generation_tokens, profile=profile, memory=memory,
             envelope=envelope, queries=queries, repeats=repeats, subject=subject,
-            lexical=lexical, stale=stale, length=length, documents=documents,
+            lexical=lexical, stale=stale, length=length, documents=documents, plan=plan,
         )
         gen = Generator(store, _writer(writer, llm_base_url, llm_model), config)
         session = gen.start(task, outline_text)

@@ -20,6 +20,7 @@ from cdr.options import (
     LengthMode,
     LexicalMode,
     MemoryMode,
+    PlanMode,
     ProfileName,
     QueriesMode,
     RepeatsMode,
@@ -96,6 +97,7 @@ class GenerationOptions(_Strict):
     stale: StaleMode | None = option_field("stale")
     length: LengthMode | None = option_field("length")
     documents: DocumentsMode | None = option_field("documents")
+    plan: PlanMode | None = option_field("plan")
 
     def run_options(self) -> dict[str, Any]:
         """The options this request set, by their `RunOptions` names (`window_tokens` is

@@ -36,6 +36,7 @@ from cdr.window.dpe import DEFAULT_ATTRIBUTION_THRESHOLD
 from cdr.window.envelope import DEFAULT_SYSTEM_PROMPT
 from cdr.window.fit import FIT_FACTS_PER_WORD
 from cdr.window.memory import DEFAULT_MEMORY_RULE, MemoryRule
+from cdr.window.plan import PLAN_MIN_FACTS
 
 
 class Ranker(Protocol):
@@ -72,6 +73,11 @@ class Tunables:
     # None: every packed fact goes under its closest remaining section, however far. A value
     # keeps a fact out of the plan unless its cosine to that section reaches it.
     plan_min_similarity: float | None = None
+    # `plan: "packed"` (cdr.window.plan): facts a section must own in the envelope to be planned.
+    plan_min_facts: int = PLAN_MIN_FACTS
+    # ... and a fact whose heading is an open section's line is that section's (False: the
+    # cosine alone decides, the benchmark's ablation)
+    plan_by_heading: bool = True
     lexical_weight: float = LEXICAL_WEIGHT  # cdr.retrieval.lexical: BM25's share of fused relevance
     support_power: float = SUPPORT_POWER  # cdr.retrieval.doc_support: how hard to cut
     memory_rule: MemoryRule = DEFAULT_MEMORY_RULE

@@ -74,6 +74,7 @@ from cdr.window.length import (
     writer_words_per_token,
 )
 from cdr.window.memory import apply_memory, written_rows
+from cdr.window.plan import label_owners, owning_sections
 from cdr.window.prompt import (
     WORDS_PER_TOKEN,
     PlanSection,
@@ -561,6 +562,19 @@ class Generator:
             # left for a full section was written from memory (cdr.window.length).
             grounds = grounded_words(envelope_words(f.content for f in facts))
             budget_words = grounded_budget(words, grounds)
+        if session.options.plan == "packed" and len(rows) and plan_sqs:
+            # cdr.window.plan: only sections that own enough of the packed facts, those
+            # owning the most first; written in outline order
+            labels = [f.section for f in facts] if self.config.plan_by_heading else None
+            owning = owning_sections(self._owners(session, plan_sqs, rows, labels),
+                                     len(plan_sqs), self.config.plan_min_facts)
+            if owning:
+                writing = self._sections_to_write(session, [plan_sqs[j] for j in owning],
+                                                  budget_words)
+                plan = fit_plan(self._plan(session, writing, rows, envelope, labels),
+                                budget_words)
+                order = {sq.text: i for i, sq in enumerate(plan_sqs)}
+                return sorted(plan, key=lambda p: order[p.title]), grounds
         writing = self._sections_to_write(session, plan_sqs, budget_words)
         return fit_plan(self._plan(session, writing, rows, envelope), budget_words), grounds
 
@@ -757,17 +771,15 @@ class Generator:
         return self._cheapest[1]
 
     def _plan(
-        self, session: Session, plan_sqs: list[SubQuery], rows: np.ndarray, envelope: Envelope
+        self, session: Session, plan_sqs: list[SubQuery], rows: np.ndarray, envelope: Envelope,
+        labels: Sequence[str] | None = None,
     ) -> list[PlanSection]:
-        """Each packed fact goes to its closest planned sub-query; sections keep the residual
-        order, facts within a section keep ranking order (best first)."""
+        """Each packed fact goes to its closest planned sub-query (`labels`: its section
+        heading's, when that is one: `_owners`); sections keep the order given, facts within a
+        section keep ranking order (best first)."""
         if not len(rows) or not plan_sqs:
             return []
-        pos = [session.sub_query_ids.index(sq.id) for sq in plan_sqs]
-        sims = self.index.vectors(rows) @ session.target_embeddings[pos].T
-        owner = np.argmax(sims, axis=1)
-        if self.config.plan_min_similarity is not None:
-            owner[sims[np.arange(len(rows)), owner] < self.config.plan_min_similarity] = -1
+        owner = self._owners(session, plan_sqs, rows, labels)
         by_score = np.argsort(-envelope.ranking.score, kind="stable")
         plan = []
         for j, sq in enumerate(plan_sqs):
@@ -775,6 +787,22 @@ class Generator:
             if refs:
                 plan.append(PlanSection(sq.text, self._target_words(session, sq), refs))
         return plan
+
+    def _owners(self, session: Session, sqs: list[SubQuery], rows: np.ndarray,
+                labels: Sequence[str] | None = None) -> np.ndarray:
+        """Each packed fact's closest sub-query among `sqs` (its position), −1 where
+        `plan_min_similarity` keeps it out of the plan. With `labels` (`plan: "packed"`, the
+        facts' section paths), a fact whose heading is one of the sub-queries' lines is that
+        section's, whatever the cosine says (`cdr.window.plan.label_owners`)."""
+        pos = [session.sub_query_ids.index(sq.id) for sq in sqs]
+        sims = self.index.vectors(rows) @ session.target_embeddings[pos].T
+        owner = np.argmax(sims, axis=1)
+        if self.config.plan_min_similarity is not None:
+            owner[sims[np.arange(len(rows)), owner] < self.config.plan_min_similarity] = -1
+        if labels is not None:
+            named = label_owners(labels, [sq.text for sq in sqs])
+            owner = np.where(named >= 0, named, owner)
+        return owner
 
     def verify(self, session: Session, text: str) -> DpeReport:
         """DPE Stage 8 on a window's text, with the CKF's embedding model."""
