@@ -12,6 +12,7 @@ import os
 import resource
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -139,17 +140,44 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         item.add_marker(pytest.mark.integration)
 
 
+# The integration modules that take longest (CPU or waiting), longest first, as measured by
+# `--cpu-log` in whole runs and alone (docs/development.md): the parallel run starts them
+# before every other module. In file order, `test_typing` (one cold `mypy --strict` of the
+# package and the examples, about 35 s of CPU in a clean clone) and `test_ray_connect` (a
+# 30 s connection probe) started among the last integration modules, when the unit modules
+# left could no longer fill the other workers while they ran.
+HEAVY_FIRST = (
+    "test_typing.py", "test_ray_connect.py", "test_gateway_fuzz.py", "test_gateway_hostile.py",
+    "test_examples.py", "test_cli_generate.py", "test_ckf_ingest_hostile.py",
+    "test_gateway_job_crash.py", "test_gateway_resume.py", "test_gateway_replicas.py",
+    "test_gateway_isolation.py", "test_gateway_ops.py", "test_embed.py", "test_gateway_kbs.py",
+    "test_gateway_owner_hostile.py", "test_writers_llm.py", "test_gateway_owner_postgres.py",
+    "test_gateway_upstream.py",
+)
+
+
+def run_order(path: Path) -> tuple[int, int]:
+    """Where the module at `path` starts in the parallel run: the heavy integration modules
+    (`HEAVY_FIRST`, in its order), the other integration modules, the unit modules."""
+    if path.name in HEAVY_FIRST:
+        return 0, HEAVY_FIRST.index(path.name)
+    return (1 if is_integration(path) else 2), 0
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The integration modules first, the unit modules after them; file order, and the order
-    of tests inside a file, kept otherwise (a stable sort).
+    """The heavy integration modules first (`HEAVY_FIRST`), the other integration modules
+    next, the unit modules last; file order, and the order of tests inside a file, kept
+    otherwise (a stable sort).
 
     Under `make test` (`--dist loadfile --no-loadscope-reorder`) a worker takes the next whole
     module when it finishes one, so the run ends when the last module started ends. Heavy
     modules (servers, corpora) started last made that tail: xdist's own order, by number of
     tests, put the heaviest few-test modules (a killed replica, fifty concurrent sessions, the
     schema fuzzer) at the very end. Started first, they run beside each other, and the many
-    short unit modules fill both cores to the end."""
-    items.sort(key=lambda item: 0 if is_integration(item.path) else 1)
+    short unit modules fill both cores to the end. xdist hands a worker its next module when
+    two or fewer of its tests are left, so a one-test module that runs half a minute takes
+    the module after it along: among the heavy ones at the start, that costs nothing."""
+    items.sort(key=lambda item: run_order(item.path))
 
 
 def module_marks(path: Path) -> dict[str, bool]:
@@ -230,7 +258,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--cpu-log", metavar="FILE", default=None,
         help="append one line per test module to FILE: worker, module, CPU seconds of this "
-             "process (user, system) and of the child processes it reaped (user, system)")
+             "process (user, system) and of the child processes it reaped (user, system), "
+             "the wall clock when the module started and ended (Unix seconds)")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -238,13 +267,14 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     """With `--cpu-log`: the CPU each module costs, its fixtures' setup and teardown included
     (a module-scoped server is stopped in its last test's teardown). Children count once
     reaped, so a server's CPU goes to the module whose fixture stopped it; a session-scoped
-    server's to the last module of the worker."""
+    server's to the last module of the worker. The start and end times give each worker's
+    timeline: which module ended the run, and what ran beside it."""
     path = item.config.getoption("--cpu-log")
     if path is None:
         return (yield)
     state = item.config.stash.setdefault(_CPU_STATE, {})
     if state.get("module") != item.path.name:
-        state["module"], state["start"] = item.path.name, _cpu_now()
+        state["module"], state["start"], state["wall"] = item.path.name, _cpu_now(), time.time()
     try:
         return (yield)
     finally:
@@ -253,7 +283,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
             worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
             with open(path, "a", encoding="utf-8") as log:
                 log.write(f"{worker}\t{item.path.name}\t" + "\t".join(
-                    f"{x:.2f}" for x in used) + "\n")
+                    f"{x:.2f}" for x in used) + f"\t{state['wall']:.2f}\t{time.time():.2f}\n")
 
 
 _CPU_STATE = pytest.StashKey[dict[str, object]]()
