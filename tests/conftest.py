@@ -132,6 +132,42 @@ def is_integration(path: Path) -> bool:
     return path.name.startswith(INTEGRATION_PREFIXES) or path.name in INTEGRATION_MODULES
 
 
+# Modules that share a session-scoped server with others (`pytest_xdist_make_scheduler`), by
+# the fixture they share: `gateway` (tests/gateway_server.py) and the report views'
+# `ui_gateway`, `ui_dev_gateway` with the hostile CKF and traces they serve
+# (tests/ui_fixtures.py).
+SHARED_SERVER_GROUPS = {
+    "session-gateway": ("test_examples.py", "test_gateway_concurrency.py",
+                        "test_gateway_openai.py", "test_gateway_sidecar.py", "test_options.py"),
+    "ui-gateways": ("test_gateway_ui.py", "test_report.py", "test_report_browser.py"),
+}
+_GROUP_OF = {module: group for group, modules in SHARED_SERVER_GROUPS.items()
+             for module in modules}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """Under `--dist loadfile` (`make test`), the modules of each `SHARED_SERVER_GROUPS` entry
+    run on one worker, one after the other, as one unit of work; every other module is its
+    own unit, as before.
+
+    Each worker that ran one of them started the session-scoped server again (and built what
+    it serves): a gateway process for each, about 1.3 s of CPU to start and then its own
+    embeddings, and for the report views two gateways, a CKF ingested and two traces
+    generated. xdist's own grouping (`--dist loadgroup`, the `xdist_group` mark) does nothing
+    on this pytest: it renames the tests' node ids, which pytest 9 no longer lets a plugin do."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedServerScheduling(LoadFileScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = super()._split_scope(nodeid)
+            return _GROUP_OF.get(module.rpartition("/")[2], module)
+
+    return SharedServerScheduling(config, log)
+
+
 def pytest_itemcollected(item: pytest.Item) -> None:
     """Marks each test by its module as it is collected (before `-m` selects)."""
     if item.path.name in SERIAL_MODULES:
@@ -169,14 +205,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     next, the unit modules last; file order, and the order of tests inside a file, kept
     otherwise (a stable sort).
 
-    Under `make test` (`--dist loadfile --no-loadscope-reorder`) a worker takes the next whole
-    module when it finishes one, so the run ends when the last module started ends. Heavy
-    modules (servers, corpora) started last made that tail: xdist's own order, by number of
-    tests, put the heaviest few-test modules (a killed replica, fifty concurrent sessions, the
-    schema fuzzer) at the very end. Started first, they run beside each other, and the many
-    short unit modules fill both cores to the end. xdist hands a worker its next module when
-    two or fewer of its tests are left, so a one-test module that runs half a minute takes
-    the module after it along: among the heavy ones at the start, that costs nothing."""
+    Under `make test` (`--dist loadfile --no-loadscope-reorder`; `SHARED_SERVER_GROUPS` as one
+    unit each) a worker takes the next whole module when it finishes one, so the
+    run ends when the last module started ends. Heavy modules (servers, corpora) started last
+    made that tail: xdist's own order, by number of tests, put the heaviest few-test modules
+    (a killed replica, fifty concurrent sessions, the schema fuzzer) at the very end. Started
+    first, they run beside each other, and the many short unit modules fill the cores to the
+    end. xdist hands a worker its next module when two or fewer of its tests are left, so a
+    one-test module that runs half a minute takes the module after it along (a group starts
+    where its first module would): among the heavy ones at the start, that costs nothing."""
     items.sort(key=lambda item: run_order(item.path))
 
 
