@@ -32,14 +32,18 @@ CHAT = {"model": "cdr", "stream": True, "messages": [{"role": "user", "content":
         "crp": {"outline": OUTLINE, "words": 3000, "window_tokens": 300, "max_windows": 6}}
 
 
-@pytest.fixture()
-def setup(gateway_ckf: Path, tmp_path: Path) -> Iterator[tuple[ChatServer, GatewayServer]]:
+@pytest.fixture(scope="module")
+def setup(gateway_ckf: Path, tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[tuple[ChatServer, GatewayServer]]:
+    """One upstream and one gateway for both tests: each resumes a session of its own (the
+    first leaves the process running, the second kills it and starts it again on the same
+    store), so they share the process start-up and the CKF copy."""
+    tmp = tmp_path_factory.mktemp("gateway-resume")
     with ChatServer(body="Exceptions are raised with raise and handled by try statements; "
                          "the with statement runs cleanup code.") as chat:
-        env = key_env(tmp_path, CDR_WRITER="openai", CDR_LLM_BASE_URL=chat.openai_base_url,
+        env = key_env(tmp, CDR_WRITER="openai", CDR_LLM_BASE_URL=chat.openai_base_url,
                       CDR_LLM_MODEL="upstream-model")
-        server = GatewayServer(env, ckf=copy_ckf(gateway_ckf, tmp_path / "ckf"),
-                               workdir=tmp_path)
+        server = GatewayServer(env, ckf=copy_ckf(gateway_ckf, tmp / "ckf"), workdir=tmp)
         chat.hang_next(100, seconds=1.0)
         try:
             yield chat, server.start()
