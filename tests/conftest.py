@@ -271,7 +271,9 @@ def pytest_configure(config: pytest.Config) -> None:
     the model's forward pass was most of the suite's CPU. Each run starts empty, so a run
     computes every vector it uses once (`tests/test_embed.py` and `tests/test_embed_int8.py`,
     which test the forward pass itself, turn it off). A cache the caller named is used instead,
-    and `CDR_EMBED_CACHE=` (set, empty) runs without one."""
+    and `CDR_EMBED_CACHE=` (set, empty) runs without one. Every test process, workers
+    included, first shares its TLS context (`_share_the_default_tls_context`)."""
+    _share_the_default_tls_context()
     if hasattr(config, "workerinput") or "CDR_EMBED_CACHE" in os.environ:
         return
     directory = tempfile.mkdtemp(prefix="cdr-test-embeddings-")
@@ -287,6 +289,36 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 _EMBED_CACHE_DIR = pytest.StashKey[str]()
+
+
+# ------------------------------------------------------------------ one TLS context per process
+
+def _share_the_default_tls_context() -> None:
+    """Every httpx client a test process makes with the default TLS settings gets one
+    `ssl.SSLContext`, made on first use, instead of a new one each.
+
+    httpx builds a context for every `Client` (and every `httpx.get`, which makes a client),
+    TLS or not, and loading certifi's CA bundle into it costs about 37 ms of CPU. The tests
+    make thousands: each test server's readiness poll (`tests.gateway_server`, one
+    `httpx.get` every 50 ms while the server starts), a client per request in many tests, the
+    OpenAI SDK's clients. Loopback servers speak plain HTTP, so no test verifies a
+    certificate; a context made with other settings (`verify=False`, a CA file, a cert) is
+    made as before. Only the test processes: the servers and commands they start are left
+    alone."""
+    import httpx._transports.default as transport
+
+    make = transport.create_ssl_context
+    made: list[object] = []
+
+    def create_ssl_context(verify: object = True, cert: object = None,
+                           trust_env: bool = True) -> object:
+        if verify is not True or cert is not None or not trust_env:
+            return make(verify=verify, cert=cert, trust_env=trust_env)  # type: ignore[arg-type]
+        if not made:
+            made.append(make(verify=True, cert=None, trust_env=True))
+        return made[0]
+
+    transport.create_ssl_context = create_ssl_context  # type: ignore[assignment]
 
 
 # ------------------------------------------------------------------ CPU by module
