@@ -409,7 +409,11 @@ def write_report(ckf: Any, corpus: Corpus, tasks: Sequence[Task], arms: Sequence
                  "finished items; 3: the length contract asks a model writer for no more than "
                  "its envelope grounds, 0.4 words per word of its facts, and does not write a "
                  "window too thin for a 40-word section — only the arms with the contract, "
-                 "`focused`, run at 3, the others' windows are the same at 2).")
+                 "`focused`, run at 3, the others' windows are the same at 2; 4: the "
+                 "envelope's budget counts the whole prompt and a model writer's prompt lists "
+                 "every packed fact, every arm; 5: a window plans only sections owning at least "
+                 "4 of its packed facts, `plan: packed` — only `focused` runs at 5, the others' "
+                 "windows are the same at 4).")
     if any(a.endswith("-guard") for a in arms):
         lines.append("- `*-guard` arms: the same ranking with the opt-in repeat guard "
                      "(`--repeats drop`, `cdr.window.repeat_guard`), which takes out of each "
