@@ -325,6 +325,11 @@ def _share_the_default_tls_context() -> None:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
+        "--screenshots", metavar="DIR", default=None,
+        help="write the browser tests' screenshots to DIR (the docs' pictures come from "
+             "`--screenshots bench/results`); without it they go to each test's tmp_path, "
+             "so a test run leaves the checkout as it found it")
+    parser.addoption(
         "--cpu-log", metavar="FILE", default=None,
         help="append one line per test module to FILE: worker, module, CPU seconds of this "
              "process (user, system) and of the child processes it reaped (user, system), "

@@ -1,7 +1,9 @@
 """The report and the gateway inspector in a real browser (headless Chromium from Debian,
 driven by selenium): no console errors (CSP violations included), charts drawn at their size,
 sortable envelope tables, live refresh, and hostile markup in facts shown as text, never run.
-Screenshots go to bench/results/ (docs/guide.md shows one)."""
+Screenshots go to each test's tmp_path, or to `--screenshots DIR` (`pytest
+tests/test_report_browser.py --screenshots bench/results` takes the pictures docs/guide.md
+shows), so that a test run never rewrites files of the checkout."""
 
 from __future__ import annotations
 
@@ -16,7 +18,15 @@ from tests.ui_fixtures import MARKUP
 pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
 pytest_plugins = ["tests.ui_fixtures"]
 
-RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
+
+
+@pytest.fixture
+def shots(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """Where screenshots go: `--screenshots DIR`, else the test's own temporary directory."""
+    chosen = request.config.getoption("--screenshots")
+    out = Path(chosen) if chosen else tmp_path
+    out.mkdir(parents=True, exist_ok=True)
+    return out
 
 
 def wait_for(driver, condition, timeout: float = 30.0):
@@ -45,7 +55,7 @@ def check_charts(driver) -> int:
     return len(sizes)
 
 
-def test_static_report_in_chromium(hostile_traces, tmp_path):
+def test_static_report_in_chromium(hostile_traces, tmp_path, shots):
     from cdr.report import write_report
 
     out = write_report([hostile_traces["cdr"], hostile_traces["relevance"]],
@@ -73,11 +83,11 @@ def test_static_report_in_chromium(hostile_traces, tmp_path):
         assert d.execute_script("return window.__pwned === undefined")
         assert console_errors(d) == []
         d.execute_script("window.scrollTo(0, 0)")
-        full_page_screenshot(d, RESULTS / "report.png", max_height=2400)
-    assert (RESULTS / "report.png").stat().st_size > 20_000
+        full_page_screenshot(d, shots / "report.png", max_height=2400)
+    assert (shots / "report.png").stat().st_size > 20_000
 
 
-def test_gateway_inspector_refreshes_live(ui_dev_gateway):
+def test_gateway_inspector_refreshes_live(ui_dev_gateway, shots):
     ui_gateway = ui_dev_gateway  # a browser navigation sends no API key: dev mode
     from selenium.webdriver.common.by import By
 
@@ -101,10 +111,11 @@ def test_gateway_inspector_refreshes_live(ui_dev_gateway):
             assert d.execute_script("return window.__pwned === undefined")
             assert check_charts(d) >= 5
             assert console_errors(d) == []
-            full_page_screenshot(d, RESULTS / "inspector.png", max_height=2400)
+            full_page_screenshot(d, shots / "inspector.png", max_height=2400)
+    assert (shots / "inspector.png").stat().st_size > 20_000
 
 
-def test_admin_session_list(ui_dev_gateway):
+def test_admin_session_list(ui_dev_gateway, shots):
     from selenium.webdriver.common.by import By
 
     with ui_dev_gateway.client() as client:
@@ -115,7 +126,7 @@ def test_admin_session_list(ui_dev_gateway):
         link = d.find_element(By.LINK_TEXT, sid)
         assert link.get_attribute("href").endswith(f"/ui/sessions/{sid}")
         assert console_errors(d) == []
-        d.save_screenshot(str(RESULTS / "inspector-list.png"))
+        d.save_screenshot(str(shots / "inspector-list.png"))
         link.click()
         wait_for(d, lambda d: d.find_elements(By.ID, "w1"))
         assert console_errors(d) == []
