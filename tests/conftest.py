@@ -124,7 +124,7 @@ INTEGRATION_MODULES = frozenset({
     "test_continued_sections.py", "test_cli.py", "test_demo.py", "test_docs_pages.py",
     "test_lexical.py", "test_report.py", "test_embed.py", "test_embed_cache.py",
     "test_ranking_sections.py", "test_shard_merge.py", "test_bench_retrieval.py",
-    "test_prompt_budget.py", "test_typing.py",
+    "test_prompt_budget.py", "test_typing.py", "test_default_profile.py",
 })
 
 

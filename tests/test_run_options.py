@@ -20,7 +20,15 @@ from cdr.cli import app
 from cdr.errors import InvalidInputError
 from cdr.gateway.app_state import Gateway
 from cdr.gateway.schemas import GenerationOptions
-from cdr.options import DEFAULTS, RUN_OPTION_NAMES, RunOptions, meaning, spelling, wire_names
+from cdr.options import (
+    DEFAULTS,
+    FACE_DEFAULTS,
+    RUN_OPTION_NAMES,
+    RunOptions,
+    meaning,
+    spelling,
+    wire_names,
+)
 from cdr.window.config import GenerationConfig, Hooks, Tunables
 
 SRC = Path(cdr.__file__).parent
@@ -39,12 +47,13 @@ def _gateway_options(opts: GenerationOptions | None, cap: int = 20) -> dict[str,
 
 
 def test_the_cli_s_defaults_and_help_are_the_options():
+    """The CLI's defaults are the faces' (`FACE_DEFAULTS`: the library's, profile focused)."""
     params = _generate_params()
     flagged = [n for n in RUN_OPTION_NAMES if spelling(n).flag is not None]
     assert flagged == list(RUN_OPTION_NAMES)  # every run option is a flag of `cdr generate`
     for name in flagged:
         param = params[spelling(name).flag]  # type: ignore[index]
-        assert param.default == getattr(DEFAULTS, name), name
+        assert param.default == getattr(FACE_DEFAULTS, name), name
         assert param.help == meaning(name), name
 
 
@@ -52,7 +61,7 @@ def test_the_gateway_schema_s_defaults_and_descriptions_are_the_options():
     props = GenerationOptions.model_json_schema()["properties"]
     assert set(wire_names()) == set(props) - {"outline"}
     for wire, name in wire_names().items():
-        assert props[wire].get("default") == getattr(DEFAULTS, name), wire
+        assert props[wire].get("default") == getattr(FACE_DEFAULTS, name), wire
         assert props[wire]["description"] == meaning(name), wire
     assert wire_names()["window_tokens"] == "generation_tokens"  # the wire name is kept
 
@@ -60,8 +69,9 @@ def test_the_gateway_schema_s_defaults_and_descriptions_are_the_options():
 def test_generation_config_and_the_gateway_s_effective_defaults_are_the_options():
     assert GenerationConfig().run_options() == DEFAULTS == RunOptions()
     empty = _gateway_options(None)
-    assert empty == {"max_windows": DEFAULTS.max_windows, "ranking": DEFAULTS.ranking}
-    assert GenerationConfig(**empty).run_options() == DEFAULTS
+    assert empty == {"max_windows": DEFAULTS.max_windows, "ranking": DEFAULTS.ranking,
+                     "profile": FACE_DEFAULTS.profile}
+    assert GenerationConfig(**empty).run_options() == FACE_DEFAULTS
     # The operator's cap lowers the default window limit, and refuses more.
     assert _gateway_options(None, cap=3)["max_windows"] == 3
     with pytest.raises(Exception, match="exceeds this gateway's cap of 3"):

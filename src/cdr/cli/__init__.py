@@ -15,7 +15,7 @@ from cdr.cli.ckf import ckf_app, ingest_command
 from cdr.cli.keys import keygen_command
 from cdr.cli.models import models_app
 from cdr.errors import CdrError
-from cdr.options import DEFAULTS as D
+from cdr.options import FACE_DEFAULTS as D  # the library's defaults, profile FACES_PROFILE
 from cdr.options import MAX_WINDOWS_LIMIT, meaning
 from cdr.ranking import RANKING_MODES
 from cdr.session import (
@@ -84,7 +84,8 @@ def generate(
         help="CKF directory (made by `cdr ingest`), or a Ray-served shard set "
              "ray://HOST:PORT/PATH.")],
     outline: Annotated[Path | None, typer.Option(help="One sub-query per line.")] = None,
-    # The run's options: defaults and help from cdr.options.RunOptions (`D`), never retyped.
+    # The run's options: defaults and help from cdr.options.RunOptions (`D`, the faces'
+    # defaults: the profile is cdr.options.FACES_PROFILE), never retyped.
     windows: Annotated[int, typer.Option(help=meaning("max_windows"))] = D.max_windows,
     words: Annotated[int, typer.Option(help=meaning("words"))] = D.words,
     fit_windows: Annotated[bool, typer.Option(

@@ -28,7 +28,7 @@ from cdr.gateway.session_token import StaleTokenError, TokenPayload, TokenSigner
 from cdr.gateway.settings import DEFAULT_KB, GatewaySettings
 from cdr.gateway.shard_kb import ShardSetKnowledgeBase, index_root
 from cdr.old_paths import RenamedAttribute, renamed_keywords
-from cdr.options import DEFAULTS
+from cdr.options import DEFAULTS, FACE_DEFAULTS
 from cdr.retrieval.factindex import FactIndex
 from cdr.session import IN_PROGRESS, Session
 from cdr.window.headers import SAFETY_ONLY_HEADERS, crp_headers
@@ -191,8 +191,10 @@ class Gateway:
 
     def options(self, opts: GenerationOptions | None) -> dict[str, Any]:
         """Request options with the server's defaults filled in, checked against its caps:
-        `GenerationConfig` keyword arguments, stored with the session (the window limit and
-        the ranking always; the rest as the request set them, else the options' defaults)."""
+        `GenerationConfig` keyword arguments, stored with the session (the window limit, the
+        ranking and the profile always, the profile being the faces' default `FACES_PROFILE`
+        when the request names none; the rest as the request set them, else the options'
+        defaults)."""
         o = opts or GenerationOptions()
         given = o.run_options()
         cap = self.settings.max_windows_cap
@@ -200,8 +202,11 @@ class Gateway:
         if windows > cap:
             raise ApiError(422, f"max_windows={windows} exceeds this gateway's cap of {cap} "
                            "(CDR_MAX_WINDOWS_CAP)", param="max_windows", code="invalid_fields")
+        # The profile is stored even when the request left it out, so a stored session keeps
+        # the options it started with whatever the faces' default becomes; a session stored
+        # without one (before FACES_PROFILE) resumes as the library's default, the spec.
         return {"max_windows": windows, "ranking": given.pop("ranking", DEFAULTS.ranking),
-                **given}
+                **given, "profile": given.get("profile", FACE_DEFAULTS.profile)}
 
     @renamed_keywords(snapshot="index")
     def generator(self, index: FactIndex, options: Mapping[str, Any]) -> Generator:

@@ -13,7 +13,7 @@ from pydantic_core import PydanticCustomError
 
 from cdr.gateway.limits import check_text
 from cdr.options import (
-    DEFAULTS,
+    FACE_DEFAULTS,
     MAX_WINDOWS_LIMIT,
     DocumentsMode,
     EnvelopeMode,
@@ -66,9 +66,10 @@ def _too_long(length: int, limit: int, what: str = "text") -> PydanticCustomErro
 def option_field(wire: str, **bounds: Any) -> Any:
     """A request field for the run option sent as `wire` (`cdr.options.RunOptions`): optional
     (omitted = the server's default), described by the option's one meaning, and publishing
-    the option's default in the schema; `bounds` are this gateway's limits on one request."""
+    the option's default on the faces (`cdr.options.FACE_DEFAULTS`) in the schema; `bounds`
+    are this gateway's limits on one request."""
     name = wire_names()[wire]
-    default = getattr(DEFAULTS, name)
+    default = getattr(FACE_DEFAULTS, name)
     extra = {"default": default} if default is not None else None
     return Field(None, description=meaning(name), json_schema_extra=extra, **bounds)
 
