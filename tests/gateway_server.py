@@ -44,13 +44,16 @@ MAX_BODY_BYTES = 200_000
 TOKEN_TTL = 900
 TOPICS = ("try", "exceptions", "with", "raise", "for", "while", "break", "continue",
           "context-managers", "assert")
-# A task the extractive writer completes in two windows on this CKF (task-complete); small
-# windows (~200 words) keep the DPE's embedding of each window cheap.
+# A task the extractive writer completes in two windows on this CKF (task-complete) under the
+# spec's loop; small windows (~200 words) keep the DPE's embedding of each window cheap. The
+# gateway tests are about the protocol over the spec loop, so CRP names the spec profile (the
+# gateway's default is `focused`, cdr.options.FACES_PROFILE; tests/test_default_profile.py).
 TASK = "Write a guide to Python exception handling"
 OUTLINE = ["The try statement", "Raising exceptions", "The with statement"]
 WORDS = 300
 WINDOW_TOKENS = 300
-CRP = {"outline": OUTLINE, "words": WORDS, "window_tokens": WINDOW_TOKENS, "max_windows": 4}
+CRP = {"outline": OUTLINE, "words": WORDS, "window_tokens": WINDOW_TOKENS, "max_windows": 4,
+       "profile": "spec"}
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 

@@ -24,7 +24,8 @@ THREADS = 16
 MAX_WINDOWS = 6
 # 50 words per sub-query: one section of ~60 words covers it, so each window covers one
 # sub-query and a session takes two windows.
-START = {"task": TASK, "outline": OUTLINE[:2], "words": 100, "max_windows": MAX_WINDOWS}
+START = {"task": TASK, "outline": OUTLINE[:2], "words": 100, "max_windows": MAX_WINDOWS,
+         "profile": "spec"}  # the protocol over the spec loop (the default is focused)
 
 
 def one_section(envelope: dict[str, Any]) -> str:

@@ -101,8 +101,10 @@ def error_of(r: httpx.Response) -> dict[str, Any]:
 
 
 def session(http: httpx.Client, **extra: Any) -> dict[str, Any]:
+    """A session of the spec loop (the gateway's default, focused, may stop this small task
+    after one window), which the protocol tests below move window by window."""
     r = http.post("/v1/sessions", json={"task": TASK, "outline": OUTLINE, "words": 300,
-                                        "window_tokens": 300, **extra})
+                                        "window_tokens": 300, "profile": "spec", **extra})
     assert r.status_code == 201, r.text
     return r.json()
 

@@ -39,8 +39,9 @@ ADMIN_KEY = "cdr_admin_Jp5tY2wQ9mR7uK1oL4nH8gF3dS6aZ0xB"
 A = {"Authorization": f"Bearer {KEY_A}"}
 B = {"Authorization": f"Bearer {KEY_B}"}
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
+# The spec loop's windows (the default, focused, may end this small task after one).
 SESSION = {"task": TASK, "outline": OUTLINE, "words": 300, "window_tokens": 300,
-           "max_windows": 4}
+           "max_windows": 4, "profile": "spec"}
 
 
 def key_env(tmp: Path, **extra: str) -> dict[str, str]:

@@ -29,7 +29,8 @@ from tests.test_gateway_owner_hostile import A, key_env
 pytest_plugins = ["tests.gateway_server"]
 
 CHAT = {"model": "cdr", "stream": True, "messages": [{"role": "user", "content": TASK}],
-        "crp": {"outline": OUTLINE, "words": 3000, "window_tokens": 300, "max_windows": 6}}
+        "crp": {"outline": OUTLINE, "words": 3000, "window_tokens": 300, "max_windows": 6,
+                "profile": "spec"}}  # six windows of the spec loop (the default is focused)
 
 
 @pytest.fixture(scope="module")

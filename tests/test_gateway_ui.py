@@ -14,7 +14,7 @@ from tests.ui_fixtures import ADMIN_KEY, GENERATE_KEY, MARKUP, OUTLINE, TASK
 pytest_plugins = ["tests.ui_fixtures"]
 
 START = {"task": TASK, "outline": OUTLINE.splitlines(), "words": 600, "window_tokens": 400,
-         "max_windows": 3}
+         "max_windows": 3, "profile": "spec"}  # 3 windows of the spec loop (default: focused)
 
 
 def run_windows(client: httpx.Client, n: int) -> tuple[str, list[str]]:

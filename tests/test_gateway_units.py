@@ -144,11 +144,12 @@ def test_options_apply_defaults_and_the_window_cap(tmp_path, ckf):
                                 max_windows_cap=3)
     gw = Gateway(settings_, ckf=ckf, store=MemorySessionStore())
     try:
-        assert gw.options(None) == {"max_windows": 3, "ranking": "cdr"}
+        # the profile is the faces' default (cdr.options.FACES_PROFILE), stored with the session
+        assert gw.options(None) == {"max_windows": 3, "ranking": "cdr", "profile": "focused"}
         assert gw.options(GenerationOptions(words=900, ranking="mmr", max_windows=2,
                                             window_tokens=500, context_tokens=4096)) == {
             "max_windows": 2, "ranking": "mmr", "words": 900, "generation_tokens": 500,
-            "context_tokens": 4096}
+            "context_tokens": 4096, "profile": "focused"}
         with pytest.raises(ApiError) as e:
             gw.options(GenerationOptions(max_windows=4))
         assert e.value.status == 422 and "cap of 3" in e.value.message

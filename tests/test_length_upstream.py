@@ -39,7 +39,7 @@ def _generate(server: ChatServer, ckf: Path, tmp_path: Path, *extra: str) -> dic
     res = runner.invoke(app, [
         "generate", BUILTIN_TYPES_TASK, "--ckf", str(ckf), "--outline", str(outline),
         "--writer", "openai", "--llm-base-url", server.openai_base_url,
-        "--llm-model", "loopback-test-server", "--words", "1200",
+        "--llm-model", "loopback-test-server", "--words", "1200", "--profile", "spec",
         "--generation-tokens", str(TOKENS), "--trace", str(trace), *extra,
     ], env={"CDR_LLM_API_KEY": "test-key"})
     assert res.exit_code == 0, res.output

@@ -241,7 +241,7 @@ def test_the_openai_writer_sends_prompts_that_fit(server: ChatServer, deep_ckf: 
         "generate", BUILTIN_TYPES_TASK, "--ckf", str(deep_ckf), "--outline", str(outline),
         "--writer", "openai", "--llm-base-url", server.openai_base_url,
         "--llm-model", "loopback-test-server", "--words", str(WORDS), "--windows",
-        str(WINDOWS), "--ranking", "relevance", "--length", "contract",
+        str(WINDOWS), "--profile", "spec", "--ranking", "relevance", "--length", "contract",
         "--context-tokens", str(CONTEXT), "--generation-tokens", str(GENERATION),
         "--trace", str(trace)], env={"CDR_LLM_API_KEY": "test-key"})
     assert res.exit_code == 0, res.output

@@ -266,7 +266,7 @@ def test_cli_repeats_drop_reaches_the_trace(types_ckf_path: Path, tmp_path: Path
     trace = tmp_path / "t.json"
     r = CliRunner().invoke(app, ["generate", "Write a guide to Python's built-in types",
                                  "--ckf", str(types_ckf_path), "--windows", "2",
-                                 "--repeats", "drop", "--trace", str(trace),
+                                 "--profile", "spec", "--repeats", "drop", "--trace", str(trace),
                                  "--out", str(tmp_path / "o.md")])
     assert r.exit_code == 0, r.output
     doc = json.loads(trace.read_text(encoding="utf-8"))

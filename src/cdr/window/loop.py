@@ -796,7 +796,7 @@ class Generator:
         section's, whatever the cosine says (`cdr.window.plan.label_owners`)."""
         pos = [session.sub_query_ids.index(sq.id) for sq in sqs]
         sims = self.index.vectors(rows) @ session.target_embeddings[pos].T
-        owner = np.argmax(sims, axis=1)
+        owner: np.ndarray = np.argmax(sims, axis=1)
         if self.config.plan_min_similarity is not None:
             owner[sims[np.arange(len(rows)), owner] < self.config.plan_min_similarity] = -1
         if labels is not None:

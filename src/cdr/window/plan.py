@@ -49,15 +49,15 @@ def label_owners(sections: Sequence[str], titles: Sequence[str]) -> np.ndarray:
     headings (an outline decomposed from the CKF is made of them): on the retrieval
     benchmark's TUNE pages the closest sub-query by cosine was another section for most of a
     window's facts (bench/results/focused_plan.md)."""
-    where = {}
+    where: dict[str, int] = {}
     for j, t in enumerate(titles):
         where.setdefault(heading_key(t), j)
     out = np.full(len(sections), -1, dtype=np.int64)
     for i, path in enumerate(sections):
         for part in reversed((path or "").split(" > ")):
-            j = where.get(heading_key(part))
-            if j is not None:
-                out[i] = j
+            at = where.get(heading_key(part))
+            if at is not None:
+                out[i] = at
                 break
     return out
 
