@@ -102,8 +102,9 @@ def test_gateway_streams_two_real_windows_to_the_openai_client(local_gateway, re
 
     client = OpenAI(base_url=local_gateway.openai_base_url, api_key="x", max_retries=0,
                     timeout=900)
+    # The relay over the spec loop ("profile": "spec"; the faces default to focused).
     crp = {"outline": OUTLINE, "words": 300, "window_tokens": 128, "max_windows": 2,
-           "context_tokens": CONTEXT}
+           "context_tokens": CONTEXT, "profile": "spec"}
     if repeats:  # the opt-in repeat guard (cdr.window.repeat_guard) on the same relay
         crp["repeats"] = repeats
     raw = client.chat.completions.with_raw_response.create(

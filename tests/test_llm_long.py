@@ -47,8 +47,11 @@ def test_gateway_streams_a_multi_window_document_under_the_length_contract(contr
                     timeout=1800)
     # 96 tokens a window carry about 55 words: 240 words need more than the 4 windows allowed,
     # so the run writes every window (or stops on the band, task-complete)
+    # The length contract alone over the spec loop ("profile": "spec"; the faces default to
+    # focused, which includes it).
     crp = {"outline": OUTLINE, "words": 240, "window_tokens": WINDOW_TOKENS,
-           "max_windows": WINDOWS, "context_tokens": CONTEXT, "length": "contract"}
+           "max_windows": WINDOWS, "context_tokens": CONTEXT, "length": "contract",
+           "profile": "spec"}
     raw = client.chat.completions.with_raw_response.create(
         model="cdr-local", messages=[{"role": "user", "content": TASK}], stream=True,
         extra_body={"crp": crp})
