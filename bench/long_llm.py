@@ -66,6 +66,22 @@ RUNS = RESULTS / "long-llm-runs.jsonl"
 # allows 2,048 cl100k tokens), so they are no run of today's loop. Kept apart, shown as
 # superseded, counted in no verdict.
 RUNS_V1 = RESULTS / "long-llm-runs-v1.jsonl"
+# Bench version 2's first Python-docs runs (5, on library commits 518e007 and c3264ec): made on
+# a cached CKF that re-ingests under earlier code had grown to 7,240 rows, where a fresh build
+# of the same 53 pages gives 7,097 (both on c3264ec and on 88c3c02). Their keys name the old
+# size and their records name rows of the old CKF, so they can be neither resumed nor rescored
+# on the CKF a clean checkout builds: kept apart like version 1's.
+RUNS_OLD_CKF = RESULTS / "long-llm-runs-ckf7240.jsonl"
+SUPERSEDED = (
+    (RUNS_V1, "bench version 1 (before the whole-prompt budget)",
+     "runs made before the envelope budget counted the whole prompt (prompts of up to 2,875 "
+     "model tokens, where C − G allows 2,048 cl100k tokens; docs/length.md, \"The budget "
+     "counts the whole prompt\")"),
+    (RUNS_OLD_CKF, "bench version 2 on the earlier Python-docs CKF",
+     "Python-docs runs made on a cached CKF that re-ingests under earlier code had grown to "
+     "7,240 rows; a fresh build of the same pages, which a clean checkout makes, has 7,097, so "
+     "their rows cannot be read on it (docs/length.md, \"Runs on the earlier CKF\")"),
+)
 # When the runs' processes were stopped for another measurement (long_llm_speed.load_pauses):
 # windows spanning a pause are marked, and the seconds measures also given without them.
 PAUSES = RESULTS / "long-llm-pauses.json"
@@ -481,26 +497,27 @@ def plot(runs: Sequence[dict[str, Any]], path: Any = PLOT) -> bool:
     return True
 
 
-def render_superseded(old: Sequence[dict[str, Any]]) -> list[str]:
-    """Version 1's runs (`RUNS_V1`), words only: a reader comparing with the earlier report
-    finds them here, labelled, and in no other table, mean or verdict."""
-    if not old:
-        return []
-    lines = ["", "### Superseded: bench version 1 (before the whole-prompt budget)", "",
-             f"{len(old)} runs made before the envelope budget counted the whole prompt "
-             "(prompts of up to 2,875 model tokens, where C − G allows 2,048 cl100k tokens; "
-             "docs/length.md, \"The budget counts the whole prompt\"). Not runs of today's "
-             "loop: listed for comparison only, and counted in no per-window mean, verdict, "
-             "speed figure or curve of this report (`bench/results/long-llm-runs-v1.jsonl`).",
-             "",
-             "| corpus | task | arm | asked | delivered | ratio | length score | windows | exit "
-             "| commit |",
-             "|---|---|---|---:|---:|---:|---:|---:|---|---|"]
-    for r in sorted(old, key=lambda r: (r["words"], r["corpus"], r["task"], r["arm"])):
-        lines.append(
-            f"| {r['corpus']} | {r['task']} | {r['arm']} | {r['words']:,} | "
-            f"{r['delivered']:,} | {r['ratio']:.2f} | {r['length_score']:.1f} | "
-            f"{len(r['windows'])} | {r['status']} | {r.get('commit', '?')} |")
+def render_superseded(groups: Sequence[tuple[str, str, str, list[dict[str, Any]]]]
+                      ) -> list[str]:
+    """Superseded runs (`SUPERSEDED`: heading, why, file, runs), words only: a reader
+    comparing with an earlier report finds them here, labelled, and in no other table, mean or
+    verdict."""
+    lines: list[str] = []
+    for heading, why, file, old in groups:
+        if not old:
+            continue
+        lines += ["", f"### Superseded: {heading}", "",
+                  f"{len(old)} {why}. Not runs of today's loop on today's data: listed for "
+                  "comparison only, and counted in no per-window mean, verdict, speed figure "
+                  f"or curve of this report (`bench/results/{file}`).", "",
+                  "| corpus | task | arm | asked | delivered | ratio | length score | windows "
+                  "| exit | commit |",
+                  "|---|---|---|---:|---:|---:|---:|---:|---|---|"]
+        for r in sorted(old, key=lambda r: (r["words"], r["corpus"], r["task"], r["arm"])):
+            lines.append(
+                f"| {r['corpus']} | {r['task']} | {r['arm']} | {r['words']:,} | "
+                f"{r['delivered']:,} | {r['ratio']:.2f} | {r['length_score']:.1f} | "
+                f"{len(r['windows'])} | {r['status']} | {r.get('commit', '?')} |")
     return lines
 
 
@@ -744,7 +761,8 @@ def main(words: Sequence[int], max_runs: int | None, report_only: bool,
             "matrix": len(plan),
             "matrix_desc": f"{len(tasks)} tasks × {len(ARMS)} arms × "
                            f"{', '.join(f'{w:,}' for w in WORDS)} words",
-            "superseded": list(load_runs(RUNS_V1).values())}
+            "superseded": [(heading, why, f.name, list(load_runs(f).values()))
+                           for f, heading, why in SUPERSEDED]}
     from long_llm_speed import load_pauses, mark_paused
 
     meta["paused"] = mark_paused(kept, load_pauses(PAUSES))

@@ -286,3 +286,36 @@ def test_report_keeps_the_latest_run_per_arm_and_task(tmp_path: Path) -> None:
     assert retrieval_report.compact(path) == 2
     assert sorted(r["key"] for r in retrieval_report.load(path)) == ["k2", "k3"]
     assert len(path.read_text().splitlines()) == 2
+
+
+# ------------------------------------------------------------------ the bench's CKF build
+
+
+def test_a_bench_ckf_with_superseded_rows_is_built_again(tmp_path: Path) -> None:
+    """A page re-cut by a re-ingest leaves superseded rows; run keys name the row count, so
+    the bench's build must equal a fresh one (what a clean checkout makes)."""
+    import retrieval
+    from cdr.ckf import CKF, ingest
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    page = docs / "a.md"
+    paras = [f"Paragraph {i} says fact number {i} about topic {i % 3}, in a sentence of its own "
+             "long enough to stand as one fact of the page." for i in range(6)]
+    page.write_text("# A\n\n" + "\n\n".join(paras) + "\n", encoding="utf-8")
+    (docs / "b.md").write_text("# B\n\nA second page that stays as it is, one fact long.\n",
+                               encoding="utf-8")
+    plain = CKF.open_or_create(tmp_path / "plain.ckf", recipe="plain")
+    ingest(plain, [docs], include=["*.md"])
+    bench, _, _ = retrieval._ingest(tmp_path / "bench.ckf", "plain", docs, ["*.md"])
+    bench.close()
+    page.write_text("# A\n\n" + "\n\n".join(["The page now opens otherwise.", *paras[1:]])
+                    + "\n", encoding="utf-8")
+    ingest(plain, [docs], include=["*.md"])
+    plain.refresh()
+    assert int(plain.active.sum()) < plain.n_rows  # the library keeps superseded rows
+    bench, _, _ = retrieval._ingest(tmp_path / "bench.ckf", "plain", docs, ["*.md"])
+    assert int(bench.active.sum()) == bench.n_rows
+    fresh, _, _ = retrieval._ingest(tmp_path / "fresh.ckf", "plain", docs, ["*.md"])
+    assert [f.content for f in bench.facts(range(bench.n_rows))] == \
+        [f.content for f in fresh.facts(range(fresh.n_rows))]
