@@ -21,9 +21,8 @@ from cdr.session import IN_PROGRESS
 from cdr.window.loop import GenerationConfig, Generator
 from cdr.window.plan import PLAN_MIN_FACTS, heading_key, label_owners, owning_sections
 from cdr.window.prompt import parse_prompt
-from cdr.writers import get_writer
-from cdr.writers.base import WriterResult
 from tests.conftest import BUILTIN_TYPES_OUTLINE, BUILTIN_TYPES_TASK
+from tests.prose_writer import ProseWriter
 
 # ------------------------------------------------------------------ the rule, exact cases
 
@@ -76,22 +75,6 @@ def test_focused_plans_by_the_packed_facts_and_the_spec_does_not():
 # ------------------------------------------------------------------ the loop
 
 
-class ProseWriter:
-    """Writes prose (no `pastes_facts`): the planned sections from their facts, 150 words."""
-
-    name = "prose"
-
-    def __init__(self) -> None:
-        self.prompts: list[str] = []
-
-    def generate(self, messages: list[dict[str, str]], max_tokens: int, *,
-                 on_delta: Any = None) -> WriterResult:
-        self.prompts.append(messages[-1]["content"])
-        words = get_writer("extractive").generate(messages, 100_000).text.split(" ")
-        return WriterResult(" ".join(words[:150]), "length" if len(words) > 150 else "stop",
-                            {"completion_tokens": min(len(words), 150)})
-
-
 class Recording(Generator):
     """Records, per window, each packed fact's owner among the open sections and the plan."""
 
@@ -111,7 +94,7 @@ class Recording(Generator):
 
 def _run(ckf_path: Path, outline: str = BUILTIN_TYPES_OUTLINE, **options: Any
          ) -> tuple[Recording, ProseWriter, list[Any]]:
-    writer = ProseWriter()
+    writer = ProseWriter(words=150)
     cfg = GenerationConfig(max_windows=6, words=2400, context_tokens=2048,
                            generation_tokens=320, **options)
     gen = Recording(CKF.open(ckf_path), writer, cfg)

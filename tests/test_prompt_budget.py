@@ -34,10 +34,11 @@ from cdr.text.tokens import count_tokens
 from cdr.window.loop import GenerationConfig, Generator, WindowEvent
 from cdr.window.prompt import fact_label, fact_lines, parse_prompt
 from cdr.writers import get_writer
-from cdr.writers.base import WriterResult, estimate_prompt_tokens
+from cdr.writers.base import estimate_prompt_tokens
 from cdr.writers.local import reference_vocabulary
 from tests.chat_server import ChatServer
 from tests.conftest import BUILTIN_TYPES_TASK
+from tests.prose_writer import ProseWriter
 
 CONTEXT, GENERATION = 3072, 1024  # the long-document benchmark's window (bench/long_llm.py)
 ROOM = CONTEXT - GENERATION
@@ -108,21 +109,10 @@ def _cut(messages: list[dict[str, str]], call: int) -> tuple[str, str]:
             "length" if len(words) > WRITTEN_WORDS else "stop")
 
 
-class ProseWriter:
-    """Writes prose (no `pastes_facts`): the loop plans, fits and prompts as for a model."""
-
-    name = "prose"
-
-    def __init__(self) -> None:
-        self.prompts: list[list[dict[str, str]]] = []
-        self.max_tokens: list[int] = []
-
-    def generate(self, messages: list[dict[str, str]], max_tokens: int, *,
-                 on_delta: Any = None) -> WriterResult:
-        self.prompts.append(messages)
-        self.max_tokens.append(max_tokens)
-        text, finish = _cut(messages, len(self.prompts))
-        return WriterResult(text, finish, {"completion_tokens": len(text.split())})
+def CutWriter() -> ProseWriter:
+    """A prose writer whose windows `_cut` ends: the loop plans, fits and prompts as for a
+    model."""
+    return ProseWriter(cut=_cut)
 
 
 class PastingWriter(ProseWriter):
@@ -130,6 +120,9 @@ class PastingWriter(ProseWriter):
 
     name = "pasting"
     pastes_facts = True
+
+    def __init__(self) -> None:
+        super().__init__(cut=_cut)
 
 
 def _run(ckf_path: Path, writer: Any, **options: Any) -> list[WindowEvent]:
@@ -144,9 +137,9 @@ def _run(ckf_path: Path, writer: Any, **options: Any) -> list[WindowEvent]:
 
 
 ARMS = {
-    "contract": (ProseWriter, LONG),  # the length contract's plan (bench-long's arm)
-    "focused": (ProseWriter, {"profile": "focused"}),  # the recommended profile
-    "spec": (ProseWriter, {}),  # no contract: the plan is fitted after facts are assigned
+    "contract": (CutWriter, LONG),  # the length contract's plan (bench-long's arm)
+    "focused": (CutWriter, {"profile": "focused"}),  # the recommended profile
+    "spec": (CutWriter, {}),  # no contract: the plan is fitted after facts are assigned
     "pasting": (PastingWriter, {}),  # every section planned: the longest plan
 }
 
@@ -170,16 +163,16 @@ def test_every_window_prompt_fits_the_context_less_the_generation(runs: dict, ar
     """Every prompt the writer receives fits C − G, in windows whose facts carry the long
     labels and in those that plan and continue the most sections."""
     writer, events = runs[arm]
-    tokens = [estimate_prompt_tokens(m) for m in writer.prompts]
+    tokens = [estimate_prompt_tokens(m) for m in writer.messages]
     assert len(tokens) >= 5 and all(t <= ROOM for t in tokens), (ROOM, tokens)
     assert all(m == GENERATION for m in writer.max_tokens)
     # The run exercised what the budget used to leave out: labels of 300+ characters, plans
     # of several long section lines, and continued sections quoted in the closing lines.
-    assert any(len(label) >= 300 for m in writer.prompts for label in _labels(m))
+    assert any(len(label) >= 300 for m in writer.messages for label in _labels(m))
     # (a model writer's window plans what its ~600 words cover: one of these long sections;
     # a paster plans them all)
     assert max(len(e.prepared.plan) for e in events) >= (4 if arm == "pasting" else 1)
-    assert any("was begun earlier" in m[-1]["content"] for m in writer.prompts)
+    assert any("was begun earlier" in m[-1]["content"] for m in writer.messages)
     if arm == "contract":
         assert len(events) == WINDOWS
 
@@ -205,7 +198,7 @@ def test_a_full_envelope_still_fills_what_the_prompt_leaves(runs: dict, arm: str
     writer, events = runs[arm]
     written = [e for e in events if e.usage or e.output]
     shares = []
-    for event, messages in zip(written, writer.prompts, strict=True):
+    for event, messages in zip(written, writer.messages, strict=True):
         env = event.prepared.envelope
         if env.skipped == 0 or not len(env):
             continue
@@ -323,8 +316,8 @@ def test_every_packed_fact_is_in_the_window_prompt(runs: dict, arm: str):
     only the facts of the one section its plan kept: 1 of 25–46 facts in most windows."""
     writer, events = runs[arm]
     written = [e for e in events if e.usage or e.output]
-    assert len(written) == len(writer.prompts) >= 5
-    for event, messages in zip(written, writer.prompts, strict=True):
+    assert len(written) == len(writer.messages) >= 5
+    for event, messages in zip(written, writer.messages, strict=True):
         listed = _listed(messages)
         facts = event.prepared.facts
         assert len(facts) == len(event.prepared.envelope) > 0
@@ -365,7 +358,7 @@ def test_the_spec_profile_trace_envelope_is_what_the_writer_was_sent(
 
 GRID_SIZES = ((1280, 256), (2048, 320), (3072, 1024))  # a tight window, bench-llm's, bench-long's
 GRID_PROFILES = ("spec", "focused")
-GRID_WRITERS = {"pasting": PastingWriter, "prose": ProseWriter}
+GRID_WRITERS = {"pasting": PastingWriter, "prose": CutWriter}
 GRID_WINDOWS = 4
 
 

@@ -33,29 +33,11 @@ from cdr.window.length import (
 from cdr.window.loop import GenerationConfig, Generator, PreparedWindow
 from cdr.window.prompt import PlanSection, fit_plan
 from cdr.writers import get_writer
-from cdr.writers.base import WriterResult
 from tests.conftest import BUILTIN_TYPES_OUTLINE, BUILTIN_TYPES_TASK
+from tests.prose_writer import ProseWriter
 
 GEN_TOKENS = 320  # the LLM benchmark's window: ⌊320 · 0.577⌋ = 184 words
 _ASKED = re.compile(r"About (\d+) words in all")
-
-
-class ModelLikeWriter:
-    """A prose writer (it does not paste facts, so the loop treats it as a model): it writes
-    the planned sections from the listed facts and records every prompt it was given."""
-
-    name = "model-like"
-    needs_model = False
-    pastes_facts = False
-    words_per_token = LLM_WORDS_PER_TOKEN
-
-    def __init__(self) -> None:
-        self.inner = get_writer("extractive")
-        self.prompts: list[str] = []
-
-    def generate(self, messages, max_tokens, *, on_delta=None) -> WriterResult:
-        self.prompts.append(messages[-1]["content"])
-        return self.inner.generate(messages, max_tokens, on_delta=on_delta)
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +48,7 @@ def types_ckf(types_ckf_path) -> CKF:
 def _generator(ckf: CKF, writer=None, **cfg) -> Generator:
     opts = {"max_windows": 5, "words": 1200, "generation_tokens": GEN_TOKENS,
             "length": "contract", **cfg}
-    return Generator(ckf, writer or ModelLikeWriter(), GenerationConfig(**opts))
+    return Generator(ckf, writer or ProseWriter(), GenerationConfig(**opts))
 
 
 def _asked(prepared: PreparedWindow) -> int:
@@ -116,7 +98,7 @@ def test_the_asked_words_never_exceed_the_cap_and_the_shares_still_add_up(
 
 
 def test_a_one_fact_envelope_is_not_written_and_ends_ckf_exhausted(types_ckf):
-    writer = ModelLikeWriter()
+    writer = ProseWriter()
     gen = _generator(types_ckf, writer, max_envelope_facts=1)
     session = gen.start(BUILTIN_TYPES_TASK, BUILTIN_TYPES_OUTLINE)
     prepared = gen.prepare(session)
@@ -141,7 +123,7 @@ def test_a_thin_envelope_is_asked_for_no_more_than_it_grounds(types_ckf):
     budget = math.floor(GEN_TOKENS * LLM_WORDS_PER_TOKEN)
     seen = []
     for k in range(2, 12):
-        writer = ModelLikeWriter()
+        writer = ProseWriter()
         gen = _generator(types_ckf, writer, max_envelope_facts=k)
         session = gen.start(BUILTIN_TYPES_TASK, BUILTIN_TYPES_OUTLINE)
         prepared = gen.prepare(session)
@@ -175,7 +157,7 @@ def test_a_full_envelope_keeps_its_planned_budget(types_ckf, monkeypatch):
 
 
 def test_no_cap_without_the_contract_or_for_a_writer_that_pastes_facts(types_ckf):
-    spec = Generator(types_ckf, ModelLikeWriter(),
+    spec = Generator(types_ckf, ProseWriter(),
                      GenerationConfig(max_windows=5, words=1200, max_envelope_facts=1))
     session = spec.start(BUILTIN_TYPES_TASK, BUILTIN_TYPES_OUTLINE)
     prepared = spec.prepare(session)
