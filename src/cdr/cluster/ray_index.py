@@ -152,7 +152,8 @@ def export_ray_env(address: str | None = None) -> None:
     settings.export(RAY_ENV, overwrite=False)
     if address:
         # Ray turns token auth on by itself only for a cluster it finds automatically; an
-        # explicit address must ask for it (the token is read from ~/.ray/auth_token).
+        # explicit address must ask for it (the token is read from RAY_AUTH_TOKEN_PATH, else
+        # ~/.ray/auth_token).
         settings.export({"RAY_AUTH_MODE": "token"}, overwrite=False)
 
 
