@@ -622,10 +622,11 @@ def render(runs: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
             k = max(1, len(reps) // 3)
             lines.append(f"| {name} | {len(reps)} | {_f(_mean(reps[1:]), '.1f', True)} | "
                          f"{_f(_mean(reps[-k:]), '.1f', True)} |")
-    from long_llm_causes import render_sections
+    from long_llm_causes import render_continued, render_sections
 
     lines += render_sections(runs, [a.name for a in ARMS], meta.get("calibration"),
                              meta.get("floors2") or {})
+    lines += render_continued(runs, [a.name for a in ARMS])
     if meta.get("plot"):
         lines += ["", "## Curves", "", "![per-window measures, both arms](long-windows.png)", ""]
     return "\n".join(lines) + "\n"

@@ -201,3 +201,44 @@ def render_sections(runs: Sequence[dict[str, Any]], arms: Sequence[str],
             f"{task}: " + ", ".join(f"`{e}`" for t2, e in examples if t2 == task)
             for task in sorted({t for t, _ in examples})) + "."]
     return lines
+
+
+def continued_split(run: dict[str, Any]) -> list[tuple[bool, dict[str, Any]]]:
+    """Windows 2+ that wrote words, each marked whether its plan names a section an earlier
+    window of the run had planned (a continuation) or only sections new to the run."""
+    seen: set[str] = set()
+    out = []
+    for i, w in enumerate(run["windows"]):
+        titles = [p[0] for p in w.get("plan") or []]
+        if i and w.get("words") and titles:
+            out.append((any(t in seen for t in titles), w))
+        seen.update(titles)
+    return out
+
+
+def render_continued(runs: Sequence[dict[str, Any]], arms: Sequence[str]) -> list[str]:
+    """Where the repetition at length comes from: windows that continue a begun section
+    against windows that open new ones, per arm (means over windows, all runs)."""
+    lines = ["", "## Windows continuing a begun section against windows opening new ones", "",
+             "Windows 2+ that wrote words, split by their plan: *continues* = it names a "
+             "section an earlier window of the run had planned (cut there, or continued with "
+             "fresh facts of it); *new* = only sections no earlier window planned. Means over "
+             "the windows of every run of the arm. The envelope is as fresh either way; what "
+             "differs is what the model writes under a heading it has written before.", "",
+             "| arm | windows | n | words | restating | CWR6 | semantic repetition "
+             "(recalibrated) | grounding (envelope) | grounding in the page |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for arm in arms:
+        split = [x for r in runs if r["arm"] == arm for x in continued_split(r)]
+        for label, flag in (("continues", True), ("new", False)):
+            ws = [w for c, w in split if c is flag]
+            if not ws:
+                continue
+
+            def m(key: str, ws: list[dict[str, Any]] = ws) -> float:
+                return _mean([w.get(key) for w in ws])
+
+            lines.append(f"| {arm} | {label} | {len(ws)} | {m('words'):.0f} | "
+                         f"{_pct(m('lexrep'))} | {_pct(m('cwr6'))} | {_pct(m('semrep_cal'))} "
+                         f"| {_pct(m('grounding'))} | {_pct(m('ground_page'))} |")
+    return lines

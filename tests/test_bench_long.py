@@ -356,3 +356,22 @@ def test_speed_reads_old_records_and_reports_load_and_cpu():
     lines = long_llm_speed.render_speed([{**run, "load": [4.0, 3.0, 2.0]}], ["focused"])
     assert any(line.startswith("| t | focused | 5,000 | 3 |") for line in lines)
     assert any("(W3: 0, new process)" in line for line in lines)
+
+
+def test_continued_windows_are_those_naming_a_section_planned_before() -> None:
+    from long_llm_causes import continued_split, render_continued
+
+    def w(titles: list[str], words: int = 100, cwr6: float = 0.0) -> dict:
+        return {"plan": [[t, 100, False] for t in titles], "words": words, "cwr6": cwr6}
+
+    run = {"arm": "focused", "windows": [
+        w(["A"]), w(["B"]), w(["A"], cwr6=0.4), w(["C", "B"], cwr6=0.2), w(["D"], words=0),
+        w(["D"], cwr6=0.1), w([])]}
+    split = continued_split(run)
+    # window 1 has no earlier window; window 5 wrote nothing (but its plan counts as seen);
+    # window 7 planned nothing
+    assert [c for c, _ in split] == [False, True, True, True]
+    assert [x["cwr6"] for _, x in split] == [0.0, 0.4, 0.2, 0.1]
+    table = "\n".join(render_continued([run], ["focused"]))
+    assert "| focused | continues | 3 | 100 |" in table
+    assert "| focused | new | 1 | 100 |" in table
