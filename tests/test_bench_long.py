@@ -375,3 +375,20 @@ def test_continued_windows_are_those_naming_a_section_planned_before() -> None:
     table = "\n".join(render_continued([run], ["focused"]))
     assert "| focused | continues | 3 | 100 |" in table
     assert "| focused | new | 1 | 100 |" in table
+
+
+def test_the_guard_estimate_filters_each_window_against_what_earlier_ones_kept() -> None:
+    import numpy as np
+
+    from long_llm_guard import guarded
+
+    def encode(texts):  # far-apart unit vectors: only the 6-gram rule can drop here
+        rows = [np.random.default_rng(abs(hash(t)) % 2**32).standard_normal(16) for t in texts]
+        return np.array([r / np.linalg.norm(r) for r in rows], np.float32)
+
+    a = "The clock module keeps time in seconds since the epoch of the system."
+    b = "A timer object counts down and then calls the function it was given."
+    out = guarded([a, f"{a} {b}", f"{b} {a}"], encode, 16)
+    assert out[0] == (a, 0)
+    assert out[1][0].strip() == b and out[1][1] == 1  # the repeated sentence is dropped
+    assert out[2][0].strip() == "" and out[2][1] == 2  # both were kept before
