@@ -75,17 +75,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     cosines = [RESTATE_COSINE] + ([round(cal["threshold"], 3)] if cal else [])
     runs = [json.loads(line) for line in RUNS.read_text(encoding="utf-8").splitlines() if line]
     runs = [r for r in runs if r["words"] >= args.min_words and r["delivered"]]
-    tasks = {t.name: (ckf, own) for ckf, own, t in load_fixed_tasks()}
+    # The control depends on the page and the threshold only: once per task, not per run.
+    page_kept = {}
+    for ckf, own, t in load_fixed_tasks():
+        if any(r["task"] == t.name for r in runs):
+            page = page_windows(ckf, own)
+            for c in cosines:
+                total, kept = _kept(page, emb.encode, emb.dim, c)
+                page_kept[t.name, c] = kept / total
     rows = []
     for r in runs:
         texts = [w["text"] for w in r["windows"]]
-        page = page_windows(*tasks[r["task"]])
-        row = {"task": r["task"], "arm": r["arm"], "asked": r["words"],
-               "windows": len(texts), "words": sum(len(t.split()) for t in texts)}
+        row = {"task": r["task"], "arm": r["arm"], "asked": r["words"], "windows": len(texts)}
         for c in cosines:
-            row[f"kept_{c}"] = _kept(texts, emb.encode, emb.dim, c)[1] / max(row["words"], 1)
-            total, kept = _kept(page, emb.encode, emb.dim, c)
-            row[f"page_kept_{c}"] = kept / total
+            words, kept = _kept(texts, emb.encode, emb.dim, c)
+            row["words"] = words
+            row[f"kept_{c}"] = kept / max(words, 1)
+            row[f"page_kept_{c}"] = page_kept[r["task"], c]
         rows.append(row)
     OUT.write_text(json.dumps({"cosines": cosines, "page_window_words": PAGE_WINDOW_WORDS,
                                "runs": rows}, indent=1), encoding="utf-8")
