@@ -47,7 +47,11 @@ existed loads with the defaults. Each option is a rule in its own module:
   words cover, in outline order, and the packed facts are assigned among them) or ``"packed"``
   (`cdr.window.plan`: it plans only open sections that own at least a few of its packed facts,
   each fact owned by its closest open section, so a window is never asked for a section its
-  envelope holds nothing of).
+  envelope holds nothing of);
+- `resume`: ``"prompt"`` (spec: a window that continues a section an earlier window began is
+  told so in its prompt) or ``"prefill"`` (`cdr.window.resume`: with a writer that can continue
+  a begun answer, the local model, that window's answer starts with the section's heading and
+  the last words written for it, and the model goes on from them).
 
 A profile names a set of options: ``"spec"`` is the defaults, ``"fresh"`` turns on what the
 quality benchmark measured to win on the Python-docs corpus, ``"focused"`` is fact memory plus
@@ -76,6 +80,7 @@ StaleMode = Literal["write", "stop"]
 LengthMode = Literal["open", "contract"]
 DocumentsMode = Literal["off", "support"]
 PlanMode = Literal["outline", "packed"]
+ResumeMode = Literal["prompt", "prefill"]
 ProfileName = Literal["spec", "fresh", "focused"]
 
 MEMORY_MODES: tuple[str, ...] = get_args(MemoryMode)
@@ -88,6 +93,7 @@ STALE_MODES: tuple[str, ...] = get_args(StaleMode)
 LENGTH_MODES: tuple[str, ...] = get_args(LengthMode)
 DOCUMENTS_MODES: tuple[str, ...] = get_args(DocumentsMode)
 PLAN_MODES: tuple[str, ...] = get_args(PlanMode)
+RESUME_MODES: tuple[str, ...] = get_args(ResumeMode)
 PROFILE_NAMES: tuple[str, ...] = get_args(ProfileName)
 
 # Every option and its values, the first being the spec's: the CLI, the gateway schema and
@@ -96,7 +102,7 @@ OPTION_CHOICES: dict[str, tuple[str, ...]] = {
     "memory": MEMORY_MODES, "envelope": ENVELOPE_MODES, "queries": QUERIES_MODES,
     "repeats": REPEATS_MODES, "subject": SUBJECT_MODES, "lexical": LEXICAL_MODES,
     "stale": STALE_MODES, "length": LENGTH_MODES, "documents": DOCUMENTS_MODES,
-    "plan": PLAN_MODES,
+    "plan": PLAN_MODES, "resume": RESUME_MODES,
 }
 # What each rule's opt-in choice does: the CLI's help and the API's description, after the
 # spec's choice (`_session_option`).
@@ -117,6 +123,8 @@ OPTION_MEANINGS: dict[str, str] = {
         "the task against the best-matching document.",
     "plan": "packed: a model writer's window plans only the open sections that own "
         "enough of its packed facts (never a section its envelope holds nothing of).",
+    "resume": "prefill: a writer that can (the local model) starts a window that continues "
+        "a begun section with its heading and last written words, and goes on from them.",
 }
 OPTION_NAMES: tuple[str, ...] = tuple(OPTION_CHOICES)
 _CHOICES = OPTION_CHOICES
@@ -137,6 +145,7 @@ class SessionOptions:
     length: str = LENGTH_MODES[0]
     documents: str = DOCUMENTS_MODES[0]
     plan: str = PLAN_MODES[0]
+    resume: str = RESUME_MODES[0]
 
     def __post_init__(self) -> None:
         for name, choices in _CHOICES.items():
@@ -283,6 +292,7 @@ class RunOptions:
     length: str | None = _session_option("length")
     documents: str | None = _session_option("documents")
     plan: str | None = _session_option("plan")
+    resume: str | None = _session_option("resume")
 
     def session_options(self) -> SessionOptions:
         """The profile's options with single ones on top; an unknown value is refused."""

@@ -116,6 +116,7 @@ def generate(
     length: Annotated[str | None, typer.Option(help=meaning("length"))] = D.length,
     documents: Annotated[str | None, typer.Option(help=meaning("documents"))] = D.documents,
     plan: Annotated[str | None, typer.Option(help=meaning("plan"))] = D.plan,
+    resume: Annotated[str | None, typer.Option(help=meaning("resume"))] = D.resume,
     trace: Annotated[Path | None, typer.Option(help="Write the trace JSON here.")] = None,
     report: Annotated[Path | None, typer.Option(help="Write an HTML run report here.")] = None,
     out_file: Annotated[Path | None, typer.Option("--out", help="Write the Markdown here "
@@ -148,10 +149,11 @@ def generate(
     try:
         resolve_options(profile, memory=memory, envelope=envelope, queries=queries,
                         repeats=repeats, subject=subject, lexical=lexical, stale=stale,
-                        length=length, documents=documents, plan=plan)
+                        length=length, documents=documents, plan=plan,
+                        resume=resume)
     except CdrError as exc:
         raise fail(f"{exc} (--profile/--memory/--envelope/--queries/--repeats/--subject/"
-                   "--lexical/--stale/--length/--documents/--plan)", 2) from None
+                   "--lexical/--stale/--length/--documents/--plan/--resume)", 2) from None
     outline_text = None
     if outline is not None:
         try:
@@ -175,6 +177,7 @@ def generate(
             generation_tokens=generation_tokens, profile=profile, memory=memory,
             envelope=envelope, queries=queries, repeats=repeats, subject=subject,
             lexical=lexical, stale=stale, length=length, documents=documents, plan=plan,
+            resume=resume,
         )
         gen = Generator(store, _writer(writer, llm_base_url, llm_model), config)
         session = gen.start(task, outline_text)

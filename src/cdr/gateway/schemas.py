@@ -24,6 +24,7 @@ from cdr.options import (
     ProfileName,
     QueriesMode,
     RepeatsMode,
+    ResumeMode,
     StaleMode,
     SubjectMode,
     meaning,
@@ -99,6 +100,7 @@ class GenerationOptions(_Strict):
     length: LengthMode | None = option_field("length")
     documents: DocumentsMode | None = option_field("documents")
     plan: PlanMode | None = option_field("plan")
+    resume: ResumeMode | None = option_field("resume")
 
     def run_options(self) -> dict[str, Any]:
         """The options this request set, by their `RunOptions` names (`window_tokens` is

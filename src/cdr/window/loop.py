@@ -84,6 +84,7 @@ from cdr.window.prompt import (
     fit_plan,
 )
 from cdr.window.repeat_guard import GuardResult, RepeatGuard
+from cdr.window.resume import Resume, can_resume, resume_for, write_resumed
 from cdr.window.stale import is_stale
 from cdr.window.telemetry import window_span
 from cdr.writers.base import Writer, WriterResult, estimate_prompt_tokens, pastes_facts
@@ -221,6 +222,9 @@ class PreparedWindow:
     # The length contract with a model writer: the words the envelope can ground
     # (`cdr.window.length.grounded_words`); None when no cap was computed.
     grounds_words: int | None = None
+    # `resume: "prefill"` with a writer that continues a prefix: where the answer starts
+    # (`cdr.window.resume`). Not stored: a window restored from `to_dict` is written unresumed.
+    resume: Resume | None = None
 
     @property
     def too_thin(self) -> bool:
@@ -472,7 +476,15 @@ class Generator:
         got.envelope.messages = got.messages
         return PreparedWindow(session.window_count + 1, got.envelope, got.rows, list(got.facts),
                               got.plan, got.messages, len(session.coverage),
-                              self.config.generation_tokens, got.grounds)
+                              self.config.generation_tokens, got.grounds,
+                              self._resume(session, got.plan))
+
+    def _resume(self, session: Session, plan: list[PlanSection]) -> Resume | None:
+        """Where the window's answer starts, for `resume: "prefill"` and a writer that can
+        be handed one (`cdr.window.resume`); None otherwise."""
+        if session.options.resume != "prefill" or not can_resume(self.writer):
+            return None
+        return resume_for(plan, self._continued(session, plan))
 
     def _window_inputs(self, session: Session) -> _WindowInputs:
         """What every packing of the next window shares (`_WindowInputs`)."""
@@ -911,6 +923,9 @@ class Generator:
 
     def write(self, prepared: PreparedWindow, on_delta: Callable[[str], None] | None = None
               ) -> WriterResult:
+        if prepared.resume is not None:
+            return write_resumed(self.writer, prepared.messages, prepared.max_tokens,
+                                 prepared.resume, on_delta)
         return self.writer.generate(prepared.messages, prepared.max_tokens, on_delta=on_delta)
 
     def write_and_complete(

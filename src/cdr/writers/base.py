@@ -60,7 +60,9 @@ class Writer(Protocol):
     - `needs_model`: it must be told an upstream model name (an API writer;
       `cdr.writers.needs_model` asks the class before building one).
 
-    A writer may also declare `words_per_token` (`cdr.window.length.writer_words_per_token`).
+    A writer may also declare `words_per_token` (`cdr.window.length.writer_words_per_token`),
+    and `continues_prefix = True` when `generate` takes `prefix=`: the start of its answer,
+    which it goes on from and does not repeat (`cdr.window.resume`).
     A writer written before the flags existed still works: read through `pastes_facts()` and
     `cdr.writers.needs_model`, a missing flag means a prose writer that needs a model.
     """
@@ -130,6 +132,7 @@ class WriterBase:
     name = "writer"
     pastes_facts = False  # a model writes prose
     needs_model = True  # told which model; an in-process model says False
+    continues_prefix = False  # `generate(prefix=...)`: a writer that can says True
 
     def generate(
         self,
@@ -137,16 +140,29 @@ class WriterBase:
         max_tokens: int,
         *,
         on_delta: DeltaCallback | None = None,
+        prefix: str = "",
     ) -> WriterResult:
-        """Write at most `max_tokens` tokens (the `Writer` protocol)."""
+        """Write at most `max_tokens` tokens (the `Writer` protocol). `prefix`, for a writer
+        that `continues_prefix`, is the start of the answer: the model goes on from it, and
+        the result holds only what it wrote after it."""
         check_request(messages, max_tokens)
-        result = self._generate(messages, max_tokens, on_delta)
+        if prefix and not self.continues_prefix:
+            raise InvalidInputError(f"the {self.name} writer cannot continue a prefix")
+        result = (self._generate_after(messages, max_tokens, on_delta, prefix) if prefix
+                  else self._generate(messages, max_tokens, on_delta))
         result.usage = complete_usage(result.usage, messages, result.text)
         return trim_truncated(result)
 
     def _generate(
         self, messages: list[dict[str, str]], max_tokens: int, on_delta: DeltaCallback | None
     ) -> WriterResult:
+        raise NotImplementedError
+
+    def _generate_after(
+        self, messages: list[dict[str, str]], max_tokens: int, on_delta: DeltaCallback | None,
+        prefix: str,
+    ) -> WriterResult:
+        """`_generate` with the answer begun by `prefix` (writers that `continues_prefix`)."""
         raise NotImplementedError
 
 

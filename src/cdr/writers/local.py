@@ -16,6 +16,7 @@ import atexit
 import os
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -159,6 +160,7 @@ class LocalWriter(WriterBase):
     reference model installed by `make llm`; `n_ctx` to `CDR_LOCAL_N_CTX`, else 6144."""
 
     name = "local"
+    continues_prefix = True  # its answer can be begun for it (`_stream`)
     needs_model = False  # the GGUF from cdr.retrieval.models, loaded in this process
     # Words a completion token of the reference model carries (`cdr.window.length`): what the length
     # contract plans a window's words with.
@@ -192,6 +194,7 @@ class LocalWriter(WriterBase):
         self.stop = list(stop or [])
         self._llm = load_model(path, self.n_ctx, n_threads or default_threads())
         self.reuse = ReuseStats()
+        self._formatter: Any = None
 
     @property
     def last_timing(self) -> WindowTiming | None:
@@ -200,11 +203,22 @@ class LocalWriter(WriterBase):
     def _generate(
         self, messages: list[dict[str, str]], max_tokens: int, on_delta: DeltaCallback | None
     ) -> WriterResult:
+        return self._run(messages, max_tokens, on_delta, "")
+
+    def _generate_after(
+        self, messages: list[dict[str, str]], max_tokens: int, on_delta: DeltaCallback | None,
+        prefix: str,
+    ) -> WriterResult:
+        return self._run(messages, max_tokens, on_delta, prefix)
+
+    def _run(self, messages: list[dict[str, str]], max_tokens: int,
+             on_delta: DeltaCallback | None, prefix: str) -> WriterResult:
         emit = Pieces(on_delta)
         finish = "stop"
         with _RUN_LOCK:
             try:
-                prompt_tokens = self._prompt_tokens(messages)
+                prompt_tokens = self._prompt_tokens(messages) + (
+                    len(self._llm.tokenize(prefix.encode(), add_bos=False)) if prefix else 0)
                 room = self.n_ctx - prompt_tokens
                 if room < 16:
                     raise InvalidInputError(
@@ -215,17 +229,12 @@ class LocalWriter(WriterBase):
                 before = list(getattr(self._llm, "_input_ids", ()))
                 started = time.perf_counter()
                 first: float | None = None
-                stream = self._llm.create_chat_completion(
-                    messages=messages, max_tokens=limit, temperature=self.temperature,
-                    seed=self.seed, stop=self.stop or None, stream=True)
-                for chunk in stream:
-                    choice = (chunk.get("choices") or [{}])[0]
-                    piece = (choice.get("delta") or {}).get("content") or ""
+                for piece, reason in self._stream(messages, limit, prefix):
                     if piece and first is None:
                         first = time.perf_counter()
                     emit(piece)
-                    if choice.get("finish_reason"):
-                        finish = choice["finish_reason"]
+                    if reason:
+                        finish = reason
                 ended = time.perf_counter()
                 completion = len(self._llm.tokenize(emit.text.encode(), add_bos=False))
                 self._count(before, prompt_tokens, completion, started, first or ended, ended)
@@ -239,6 +248,54 @@ class LocalWriter(WriterBase):
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
                  "total_tokens": prompt_tokens + completion}
         return WriterResult(emit.text, finish, usage)
+
+    def _stream(self, messages: list[dict[str, str]], limit: int, prefix: str
+                ) -> Iterator[tuple[str, str | None]]:
+        """(piece, finish reason or None) as llama.cpp generates. With a `prefix` the chat is
+        rendered by the model's own template up to the assistant's turn, the prefix put
+        after it and completed as plain text: the model reads the prefix as what it has
+        already answered, and only what follows comes back."""
+        common = {"max_tokens": limit, "temperature": self.temperature, "seed": self.seed,
+                  "stream": True}
+        if not prefix:
+            for chunk in self._llm.create_chat_completion(
+                    messages=messages, stop=self.stop or None, **common):
+                choice = (chunk.get("choices") or [{}])[0]
+                yield (choice.get("delta") or {}).get("content") or "", choice.get(
+                    "finish_reason")
+            return
+        turn = self._chat_formatter()(messages=messages)
+        tokens = self._llm.tokenize((turn.prompt + prefix).encode("utf-8"),
+                                    add_bos=not turn.added_special, special=True)
+        template_stop = [] if turn.stop is None else (
+            [turn.stop] if isinstance(turn.stop, str) else list(turn.stop))
+        for chunk in self._llm.create_completion(
+                prompt=tokens, stop=(self.stop + template_stop) or None,
+                stopping_criteria=turn.stopping_criteria, **common):
+            choice = (chunk.get("choices") or [{}])[0]
+            yield choice.get("text") or "", choice.get("finish_reason")
+
+    def _chat_formatter(self) -> Any:
+        """The model's chat template as llama-cpp-python renders it for
+        `create_chat_completion` (the GGUF's `tokenizer.chat_template`, its own end and
+        start tokens), so a prefixed answer is framed exactly like any other."""
+        if self._formatter is None:
+            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+            template = self._llm.metadata.get("tokenizer.chat_template")
+            if not template:
+                raise InvalidInputError(
+                    f"local writer: {self.model} has no chat template to continue an answer in")
+
+            def text_of(token: int) -> str:
+                return "" if token == -1 else self._llm.detokenize(
+                    [token], special=True).decode("utf-8", "replace")
+
+            eos = self._llm.token_eos()
+            self._formatter = Jinja2ChatFormatter(
+                template=template, eos_token=text_of(eos), bos_token=text_of(
+                    self._llm.token_bos()), stop_token_ids=[eos])
+        return self._formatter
 
     def _count(self, before: list[int], prompt_tokens: int, completion: int, started: float,
                first: float, ended: float) -> None:
