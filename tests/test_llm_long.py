@@ -100,3 +100,29 @@ def test_the_local_writer_counts_the_prefix_it_reuses(model_path):  # noqa: F811
     assert writer.reuse.calls_reusing >= 1
     assert writer.reuse.reused_tokens == first.reused_tokens + second.reused_tokens
     assert second.evaluated_tokens == second.prompt_tokens - second.reused_tokens
+
+
+def test_the_local_writer_goes_on_from_a_begun_answer(model_path):  # noqa: F811
+    """`prefix=` (resume: "prefill"): the chat is framed by the model's own template up to its
+    turn, so a prefixed call reuses the plain call's whole prompt as a token prefix; the prefix
+    is counted in the prompt and is not handed back in the text."""
+    from cdr.writers.local import LocalWriter
+
+    writer = LocalWriter(n_ctx=N_CTX)
+    messages = [{"role": "system", "content": "You write reference documentation."},
+                {"role": "user", "content": "Write a short section about Python lists."}]
+    plain = writer.generate(messages, 8)
+    prefix = "## Lists\n\nA list is a mutable sequence written between square brackets."
+    pieces: list[str] = []
+    begun = writer.generate(messages, 8, prefix=prefix, on_delta=pieces.append)
+    first, second = writer.reuse.timings
+    prefix_tokens = len(writer._llm.tokenize(prefix.encode(), add_bos=False))
+    assert second.prompt_tokens == first.prompt_tokens + prefix_tokens
+    # everything the plain call evaluated before its answer is the begun call's head
+    assert second.reused_tokens >= first.prompt_tokens - 1
+    assert begun.usage["prompt_tokens"] == second.prompt_tokens
+    # cut at 8 tokens: the text kept is its complete paragraphs, the rest `dropped_text`
+    written = begun.text + begun.dropped_text
+    assert "".join(pieces) == written and written.strip()
+    assert not written.lstrip().startswith("## Lists")  # it went on, not from the start
+    assert (plain.text + plain.dropped_text).strip()
