@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 
-.PHONY: demo demo-llm llm test-llm test test-fast docs lint bench bench-ranking bench-ingest bench-quality bench-llm bench-gateway bench-scale bench-retrieval bench-long clean-venv
+.PHONY: demo demo-llm llm test-llm test test-fast docs lint bench bench-ranking bench-ingest bench-quality bench-llm bench-gateway bench-scale bench-retrieval bench-long bench-long-gateway clean-venv
 
 $(BIN)/python:
 	@command -v $(PY) >/dev/null 2>&1 || { echo "need $(PY) (or run: make PY=python3)"; exit 1; }
@@ -103,6 +103,10 @@ bench-retrieval: $(STAMP)
 # per-window measures; extractive writer unless ARGS="--writer local"; checkpointed, resumes.
 bench-long: $(STAMP)
 	$(BIN)/python bench/long.py $(ARGS)
+
+# One 5,000-word document streamed through the gateway by the reference model (issue 22 §5).
+bench-long-gateway: $(STAMP)
+	$(BIN)/python bench/long_gateway.py $(ARGS)
 
 bench-gateway: $(STAMP)
 	$(BIN)/python bench/gateway.py
