@@ -13,9 +13,17 @@ from hypothesis import strategies as st
 from cdr.ckf import CKF
 from cdr.errors import InvalidInputError
 from cdr.options import SessionOptions
+from cdr.text.kept_stream import KeptStream
 from cdr.window.loop import GenerationConfig, Generator
 from cdr.window.prompt import PlanSection
-from cdr.window.resume import Resume, can_resume, resume_for, write_resumed
+from cdr.window.resume import (
+    Resume,
+    can_resume,
+    repeats_itself,
+    resume_for,
+    without_own_heading,
+    write_resumed,
+)
 from cdr.writers import get_writer
 from cdr.writers.base import StreamInterruptedError, WriterBase, WriterResult
 from tests.prose_writer import ProseWriter
@@ -32,6 +40,22 @@ def test_resume_for_takes_the_first_planned_section_only_when_begun_with_known_w
     assert got == Resume("## Alpha", "It ends here.")
     assert got.prefix == "## Alpha\n\nIt ends here."
     assert got.head == "## Alpha\n\n"
+
+
+def test_a_tail_that_repeats_itself_is_not_handed_on():
+    loop = " ".join(["- `tuple`"] * 20)
+    assert repeats_itself(loop) and resume_for(PLAN, {"Alpha": loop}) is None
+    prose = ("The `Generic` base class makes a class generic in the type variables it names, "
+             "and a subclass may fix some of them.")
+    assert not repeats_itself(prose) and resume_for(PLAN, {"Alpha": prose}) is not None
+    assert not repeats_itself("")
+
+
+def test_without_own_heading_drops_only_the_same_sections_heading():
+    assert without_own_heading("## Alpha\n\nText.", "## Alpha") == "Text."
+    assert without_own_heading("### 2. alpha\nText.", "## Alpha") == "Text."
+    assert without_own_heading("## Beta\n\nText.", "## Alpha") == "## Beta\n\nText."
+    assert without_own_heading("  Text first.", "## Alpha") == "Text first."
 
 
 class _Continuing:
@@ -63,8 +87,10 @@ def test_streamed_pieces_concatenate_to_the_windows_text(pieces):
     got: list[str] = []
     resume = Resume("## Alpha", "So far.")
     result = write_resumed(writer, [{"role": "user", "content": "u"}], 50, resume, got.append)
-    assert writer.prefixes == ["## Alpha\n\nSo far."]
+    assert writer.prefixes[0] == "## Alpha\n\nSo far."
     assert "".join(got) == result.text == "## Alpha\n\n" + "".join(pieces).lstrip()
+    # a continuation that is only whitespace keeps nothing: written again, unresumed
+    assert writer.prefixes[1:] == ([""] if not "".join(pieces).strip() else [])
 
 
 def test_the_words_so_far_are_not_written_again_and_an_interruption_keeps_the_heading():
@@ -77,6 +103,38 @@ def test_the_words_so_far_are_not_written_again_and_an_interruption_keeps_the_he
         write_resumed(broken, [{"role": "user", "content": "u"}], 50,
                       Resume("## Alpha", "So far."))
     assert info.value.partial_text == "## Alpha\n\nNext one."
+
+
+class _NowhereThenPlain:
+    """Keeps nothing after a prefix (cut inside its first paragraph); answers plainly."""
+
+    name = "nowhere"
+    continues_prefix = True
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def generate(self, messages: list[dict[str, str]], max_tokens: int, *,
+                 on_delta: Any = None, prefix: str = "") -> WriterResult:
+        self.calls.append(prefix)
+        if prefix:
+            if on_delta is not None:
+                on_delta(" - `tuple` - `tuple`")
+            return WriterResult("", "length", {}, dropped_text=" - `tuple` - `tuple`")
+        return WriterResult("## Alpha\n\nA fresh paragraph.", "stop", {})
+
+
+def test_a_continuation_that_keeps_nothing_is_written_again_unresumed():
+    writer = _NowhereThenPlain()
+    got: list[str] = []
+    held = KeptStream(got.append)  # as the loop streams: complete blocks only
+    result = write_resumed(writer, [{"role": "user", "content": "u"}], 50,
+                           Resume("## Alpha", "So far."), held.feed)
+    assert writer.calls == ["## Alpha\n\nSo far.", ""]
+    assert result.text == "## Alpha\n\nA fresh paragraph." and result.finish_reason == "stop"
+    assert result.text.startswith("".join(got))  # released: at most the heading
+    held.finish(result.text)
+    assert "".join(got) == result.text  # the stream is the window's text
 
 
 def test_a_writer_that_cannot_continue_a_prefix_refuses_it_before_any_work():

@@ -14,6 +14,12 @@ Only the window's first planned section can be resumed: an answer has one start,
 is in outline order, so a begun section is first whenever it is planned at all (every section
 before it was written whole or left). The heading goes into the window's text; the words
 already written do not (they are in the earlier window).
+
+Two ways it can go nowhere, both seen on the tuning runs (bench/results/long-tune.md): the
+words so far are the model's own loop (a list of one item repeated to the token limit), which
+a model handed them goes on repeating, so such a tail (`MIN_DISTINCT_SHARE`) is not handed
+on; and a continuation cut inside its first paragraph keeps nothing, so the window is written
+once more unresumed rather than left empty (which the next window would only repeat).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cdr.window.plan import heading_key
 from cdr.window.prompt import PlanSection
 from cdr.writers.base import DeltaCallback, StreamInterruptedError, WriterResult
 
@@ -44,13 +51,38 @@ class Resume:
         return f"{self.heading}\n\n"
 
 
+# Distinct words among the words so far below which they are a loop, not a start: prose
+# repeats few of its 40 words (function words), a model's loop ("- `tuple` - `tuple` …")
+# nearly all.
+MIN_DISTINCT_SHARE = 0.5
+
+
+def repeats_itself(words: str) -> bool:
+    """Whether `words` are mostly the same few words over again."""
+    tokens = words.casefold().split()
+    return bool(tokens) and len(set(tokens)) < MIN_DISTINCT_SHARE * len(tokens)
+
+
 def resume_for(plan: Sequence[PlanSection], continued: Mapping[str, str]) -> Resume | None:
     """The resume of a window whose first planned section an earlier window began and whose
-    last words are known (`continued`: title → words); None otherwise."""
+    last words are known (`continued`: title → words) and are no loop; None otherwise."""
     if not plan:
         return None
     words = continued.get(plan[0].title, "").strip()
-    return Resume(f"## {plan[0].title}", words) if words else None
+    if not words or repeats_itself(words):
+        return None
+    return Resume(f"## {plan[0].title}", words)
+
+
+def without_own_heading(text: str, heading: str) -> str:
+    """`text` without a first line that is a Markdown heading naming the same section as
+    `heading` (an unresumed answer begins with the section's heading, which the resumed
+    window's text already holds)."""
+    first, _, rest = text.lstrip().partition("\n")
+    if first.startswith("#") and heading_key(first.lstrip("#").strip()) == heading_key(
+            heading.lstrip("#").strip()):
+        return rest.lstrip()
+    return text.lstrip()
 
 
 def can_resume(writer: Any) -> bool:
@@ -88,5 +120,11 @@ def write_resumed(writer: Any, messages: list[dict[str, str]], max_tokens: int,
     except StreamInterruptedError as exc:
         raise StreamInterruptedError(str(exc), exc.status,
                                      resume.head + exc.partial_text.lstrip()) from None
-    result.text = resume.head + result.text.lstrip()
-    return result
+    if result.text.strip():
+        result.text = resume.head + result.text.lstrip()
+        return result
+    # Nothing kept after the words so far: written again as any window is, not streamed
+    # piece by piece (the stream has released at most the heading, which the text keeps).
+    again: WriterResult = writer.generate(messages, max_tokens)
+    again.text = resume.head + without_own_heading(again.text, resume.heading)
+    return again
