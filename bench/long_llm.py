@@ -122,11 +122,20 @@ ARMS = (
 def run_key(task: Any, arm: LlmArm, words: int, n_rows: int, context: int,
             generation: int) -> str:
     """What makes a run: not the library's code (a model run takes minutes to hours; the
-    record keeps the commit it ran on, and the report names it)."""
+    record keeps the commit it ran on, and the report names it). An arm that names a profile
+    also names the options the profile stands for today, so a run made before the profile
+    changed is not taken for one of it (an arm of single options is keyed as before)."""
     parts = [BENCH_VERSION, task.corpus, task.name, task.text, task.outline, arm.name,
              sorted(arm.config.items()), words, MAX_WINDOWS, "local", n_rows, context,
              generation]
+    if "profile" in arm.config:
+        parts.append(sorted(arm_options(arm).items()))
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:32]
+
+
+def arm_options(arm: LlmArm) -> dict[str, str]:
+    """The session options an arm's runs are made with (`SessionOptions.to_dict`)."""
+    return GenerationConfig(**arm.config).session_options().to_dict()
 
 
 def _atomic_write(path: Any, data: dict[str, Any]) -> None:
@@ -736,7 +745,7 @@ def main(words: Sequence[int], max_runs: int | None, report_only: bool,
                   f"{len(windows)} windows", flush=True)
             continue
         rec = finish_record(ckf, own, task, arm, w, session, windows)
-        options = GenerationConfig(**arm.config).session_options().to_dict()
+        options = arm_options(arm)
         rec.update(key=key, commit=library_commit(), options=options,
                    seconds=round(time.perf_counter() - started, 1),
                    load=[round(x, 2) for x in os.getloadavg()])

@@ -392,3 +392,21 @@ def test_the_guard_estimate_filters_each_window_against_what_earlier_ones_kept()
     assert out[0] == (a, 0)
     assert out[1][0].strip() == b and out[1][1] == 1  # the repeated sentence is dropped
     assert out[2][0].strip() == "" and out[2][1] == 2  # both were kept before
+
+
+def test_a_profile_arms_key_follows_what_the_profile_stands_for(monkeypatch):
+    """A run made before the recommended profile changed is not taken for one of it; an arm
+    of single options keeps its key."""
+    import cdr.options as options
+
+    focused, relevance = long_llm.ARMS
+    before = (long_llm.run_key(TASK, focused, 2000, 100, 3072, 1024),
+              long_llm.run_key(TASK, relevance, 2000, 100, 3072, 1024))
+    changed = dict(options.PROFILES)
+    changed["focused"] = options.SessionOptions(**{**options.asdict(
+        options.PROFILES["focused"]), "repeats": "drop"})
+    monkeypatch.setattr(options, "PROFILES", changed)
+    after = (long_llm.run_key(TASK, focused, 2000, 100, 3072, 1024),
+             long_llm.run_key(TASK, relevance, 2000, 100, 3072, 1024))
+    assert after[0] != before[0] and after[1] == before[1]
+    assert long_llm.arm_options(focused)["repeats"] == "drop"

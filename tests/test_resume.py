@@ -219,3 +219,11 @@ def test_no_resume_without_the_option_or_the_writers_capability(types_ckf_path: 
         writer = _ContinuingProse(words=40)
         _, events = _run(types_ckf_path, writer, resume)
         assert all(p.resume is None for p, _ in events) and set(writer.prefixes) == {""}
+
+
+def test_the_recommended_profile_resumes_begun_sections():
+    from cdr.options import PROFILES, resolve_options
+
+    assert PROFILES["focused"].resume == "prefill"
+    assert resolve_options("focused", resume="prompt").resume == "prompt"
+    assert PROFILES["spec"].resume == "prompt"
