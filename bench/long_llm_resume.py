@@ -1,0 +1,64 @@
+"""`focused` before and after it resumed begun sections (`resume: "prefill"`, chosen on the
+tuning tasks: bench/results/long-tune.md), on the long benchmark's report tasks.
+
+The runs before are bench version 2's focused runs on the same CKF, tasks, lengths and budget
+(`long-llm-runs-v2-focused-prompt.jsonl`, library 2ac4f04); the runs after are today's. Both
+sets are scored by the same code at report time (`long_llm_causes.enrich` for the recalibrated
+repetition), so a difference is the change's and the model's, not the measure's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from long_llm_causes import continued_split
+from window_rows import nan_mean as _mean
+
+MEASURES = (("lexrep", "restating"), ("cwr6", "CWR6"),
+            ("semrep_cal", "semantic repetition (recalibrated)"),
+            ("semrep_excess", "… above the page's floor"),
+            ("grounding", "grounding (envelope)"), ("ground_page", "grounding in the page"))
+
+
+def _pct(x: float) -> str:
+    return "–" if x != x else f"{100 * x:.1f}%"
+
+
+def _windows(runs: Sequence[dict[str, Any]], pick: Callable[[dict[str, Any]], list[Any]]
+             ) -> list[dict[str, Any]]:
+    return [w for r in runs for w in pick(r) if w.get("words")]
+
+
+def render_before_after(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]],
+                        delta: Callable[[Sequence[dict[str, Any]], str], tuple[float, ...]]
+                        ) -> list[str]:
+    """The section: window means (2+, and continuing windows) and the last-third verdicts
+    (`delta(runs, measure)` → (mean, low, high, runs)) of the two sets."""
+    if not before or not after:
+        return []
+    lines = ["", "## `focused` before and after resuming begun sections", "",
+             "The same report tasks, lengths and budget; *before*: bench version 2's focused "
+             f"runs (library {', '.join(sorted({r.get('commit', '?') for r in before}))}, "
+             "`resume: prompt`: the prompt quoted where a begun section stopped); *after*: "
+             "today's (`resume: prefill`: the model's answer starts with the section's heading "
+             "and last words). Chosen on the tuning tasks before these runs "
+             "(bench/results/long-tune.md).", "",
+             "| set | runs | windows | " + " | ".join(label for _, label in MEASURES) + " |",
+             "|---|---:|---|" + "---:|" * len(MEASURES)]
+    for name, runs in (("before", before), ("after", after)):
+        for label, pick in (("2+", lambda r: r["windows"][1:]),
+                            ("continuing", lambda r: [w for c, w in continued_split(r) if c])):
+            ws = _windows(runs, pick)
+            lines.append(f"| {name} | {len(runs)} | {label} ({len(ws)}) | " + " | ".join(
+                _pct(_mean([w.get(k) for w in ws])) for k, _ in MEASURES) + " |")
+    lines += ["", "Last third minus baseline (the report's verdict, interval over tasks):", "",
+              "| measure | before | after |", "|---|---:|---:|"]
+    for key, label in MEASURES:
+        cells = []
+        for runs in (before, after):
+            mean, lo, hi, n = delta(runs, key)
+            cells.append("–" if mean != mean else
+                         f"{100 * mean:+.1f} pts ({100 * lo:+.1f} to {100 * hi:+.1f}; {n} runs)")
+        lines.append(f"| {label} | {cells[0]} | {cells[1]} |")
+    return lines
