@@ -14,6 +14,7 @@ from cdr.ckf import CKF
 from cdr.errors import InvalidInputError
 from cdr.options import SessionOptions
 from cdr.text.kept_stream import KeptStream
+from cdr.trace import window_record
 from cdr.window.loop import GenerationConfig, Generator
 from cdr.window.prompt import PlanSection
 from cdr.window.resume import (
@@ -208,6 +209,7 @@ def test_a_window_continuing_its_first_section_is_handed_where_it_stopped(types_
         assert prepared.resume.heading == f"## {title}"
         assert f"## {title}\n\n{prepared.resume.words}" in writer.prefixes
         assert event.output.startswith(f"## {title}\n\n")
+        assert window_record(event)["resumed"] is True
         assert not event.output.startswith(f"## {title}\n\n{prepared.resume.words}")
 
 
@@ -215,6 +217,7 @@ def test_a_window_continuing_its_first_section_is_handed_where_it_stopped(types_
 def test_no_resume_without_the_option_or_the_writers_capability(types_ckf_path: Path, resume):
     _, events = _run(types_ckf_path, ProseWriter(words=40), resume)  # cannot continue
     assert all(p.resume is None for p, _ in events)
+    assert all("resumed" not in window_record(e) for _, e in events)
     if resume != "prefill":
         writer = _ContinuingProse(words=40)
         _, events = _run(types_ckf_path, writer, resume)

@@ -67,6 +67,10 @@ def window_record(event: WindowEvent) -> dict[str, Any]:
         # writer, `cdr.window.length.grounded_words`); below a minimal section the window is
         # not written and the run ends ckf-exhausted
         record["grounds_words"] = int(event.prepared.grounds_words)
+    if event.prepared.resume is not None:
+        # optional: `resume: "prefill"` began the window's answer with its first section's
+        # heading and last words (cdr.window.resume)
+        record["resumed"] = True
     return record
 
 
@@ -148,6 +152,7 @@ TRACE_SCHEMA: dict[str, Any] = {
                 "error": {"type": "string"},
                 "dropped": {"type": "array", "items": {"type": "string"}},
                 "grounds_words": {"type": "integer", "minimum": 0},
+                "resumed": {"type": "boolean"},
                 "sent_before": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
                 "attribution": {"type": "array",
                                 "items": {"type": ["string", "null"]}},
