@@ -721,10 +721,33 @@ def _whole_matrix(tasks: Sequence[tuple[Any, set[int], Any]], context: int, gene
     return out, whole if len(whole) >= len(plan) else plan
 
 
+def run_and_record(ckf: Any, own: set[int], task: Any, arm: LlmArm, words: int, key: str,
+                   writer: Any, context: int, generation: int, runs: Any, partial_dir: Any,
+                   stop_at: str | None) -> dict[str, Any] | None:
+    """One run to its exit (resumed from its checkpoint in `partial_dir`), recorded in `runs`
+    with its commit, options, seconds and load; None when `stop_at` stopped it first."""
+    from retrieval import append_run, library_commit
+
+    started = time.perf_counter()
+    session, windows = run_windows(ckf, writer, task, arm, words, key, context, generation,
+                                   partial_dir=partial_dir, stop_at=stop_at)
+    if session.status == IN_PROGRESS:  # stopped at `stop_at`: the checkpoint resumes it
+        print(f"stop-at {stop_at}: {task.name} {arm.name} {words} checkpointed after "
+              f"{len(windows)} windows", flush=True)
+        return None
+    rec = finish_record(ckf, own, task, arm, words, session, windows)
+    rec.update(key=key, commit=library_commit(), options=arm_options(arm),
+               seconds=round(time.perf_counter() - started, 1),
+               load=[round(x, 2) for x in os.getloadavg()])
+    append_run(runs, rec)
+    (partial_dir / f"{key}.json").unlink(missing_ok=True)
+    return rec
+
+
 def main(words: Sequence[int], max_runs: int | None, report_only: bool,
          context: int = CONTEXT_TOKENS, generation: int = GENERATION_TOKENS,
          only: Sequence[tuple[str, str]] | None = None, stop_at: str | None = None) -> int:
-    from retrieval import append_run, library_commit, load_runs
+    from retrieval import load_runs
 
     done = load_runs(RUNS)
     tasks = load_fixed_tasks()
@@ -748,20 +771,10 @@ def main(words: Sequence[int], max_runs: int | None, report_only: bool,
 
             # the model's tokenizer counts ~20–30% more than cl100k on this text
             writer = LocalWriter(n_ctx=max(4096, round(context * 1.3)))
-        started = time.perf_counter()
-        session, windows = run_windows(ckf, writer, task, arm, w, key, context, generation,
-                                       stop_at=stop_at)
-        if session.status == IN_PROGRESS:  # stopped at `stop_at`: the checkpoint resumes it
-            print(f"stop-at {stop_at}: {task.name} {arm.name} {w} checkpointed after "
-                  f"{len(windows)} windows", flush=True)
+        rec = run_and_record(ckf, own, task, arm, w, key, writer, context, generation, RUNS,
+                             PARTIAL, stop_at)
+        if rec is None:
             continue
-        rec = finish_record(ckf, own, task, arm, w, session, windows)
-        options = arm_options(arm)
-        rec.update(key=key, commit=library_commit(), options=options,
-                   seconds=round(time.perf_counter() - started, 1),
-                   load=[round(x, 2) for x in os.getloadavg()])
-        append_run(RUNS, rec)
-        (PARTIAL / f"{key}.json").unlink(missing_ok=True)
         kept.append(rec)
         ran += 1
         print(f"[{i}/{len(plan)}] {task.corpus} {task.name} {arm.name} {w}: "

@@ -19,22 +19,17 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import time
 from collections.abc import Sequence
 from typing import Any
 
 from _paths import ROOT
-from cdr.session import IN_PROGRESS
-from cdr.window.config import GenerationConfig
 from long_llm import (
     CONTEXT_TOKENS,
     GENERATION_TOKENS,
     RESULTS,
     LlmArm,
-    finish_record,
+    run_and_record,
     run_key,
-    run_windows,
 )
 from long_llm_causes import Encoder, continued_split, enrich
 from window_rows import nan_mean as _mean
@@ -134,7 +129,7 @@ def render(runs: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from long_llm_semrep import load_calibration
-    from retrieval import append_run, library_commit, load_runs
+    from retrieval import load_runs
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--words", type=int, default=WORDS)
@@ -161,24 +156,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 from cdr.writers.local import LocalWriter
 
                 writer = LocalWriter(n_ctx=max(4096, round(CONTEXT_TOKENS * 1.3)))
-            started = time.perf_counter()
-            session, windows = run_windows(ckf, writer, task, arm, args.words, key,
-                                           CONTEXT_TOKENS, GENERATION_TOKENS,
-                                           partial_dir=PARTIAL, stop_at=args.stop_at)
-            if session.status == IN_PROGRESS:
-                print(f"stop-at: {task.name} {arm.name} checkpointed after {len(windows)} "
-                      "windows", flush=True)
+            rec = run_and_record(ckf, own, task, arm, args.words, key, writer, CONTEXT_TOKENS,
+                                 GENERATION_TOKENS, RUNS, PARTIAL, args.stop_at)
+            if rec is None:
                 continue
-            rec = finish_record(ckf, own, task, arm, args.words, session, windows)
-            rec.update(key=key, commit=library_commit(),
-                       options=GenerationConfig(**arm.config).session_options().to_dict(),
-                       seconds=round(time.perf_counter() - started, 1),
-                       load=[round(x, 2) for x in os.getloadavg()])
-            append_run(RUNS, rec)
-            (PARTIAL / f"{key}.json").unlink(missing_ok=True)
             kept.append(rec)
             print(f"{task.name} {arm.name}: {rec['delivered']}/{args.words} words, "
-                  f"{len(windows)} windows, {rec['status']}, {rec['seconds']:.0f} s", flush=True)
+                  f"{len(rec['windows'])} windows, {rec['status']}, {rec['seconds']:.0f} s",
+                  flush=True)
     # Every finished run of these tasks and arms at this length, the latest of each pair:
     # a key names the options the arm ran with, so a run stays reported after its profile
     # changed (the report names each run's commit).
