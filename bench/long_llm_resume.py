@@ -21,6 +21,17 @@ MEASURES = (("lexrep", "restating"), ("cwr6", "CWR6"),
             ("grounding", "grounding (envelope)"), ("ground_page", "grounding in the page"))
 
 
+# A window whose words are under this share distinct is the model looping (one sentence or
+# list item repeated to the token limit): prose of 100+ words has over half its words distinct.
+LOOP_DISTINCT = 0.2
+
+
+def looping(text: str) -> bool:
+    """Whether a window's text is a loop: 100+ words, under `LOOP_DISTINCT` of them distinct."""
+    words = text.split()
+    return len(words) >= 100 and len(set(words)) < LOOP_DISTINCT * len(words)
+
+
 def _pct(x: float) -> str:
     return "–" if x != x else f"{100 * x:.1f}%"
 
@@ -44,15 +55,20 @@ def render_before_after(before: Sequence[dict[str, Any]], after: Sequence[dict[s
              "today's (`resume: prefill`: the model's answer starts with the section's heading "
              "and last words). Chosen on the tuning tasks before these runs "
              "(bench/results/long-tune.md).", "",
-             "| set | runs | windows | " + " | ".join(label for _, label in MEASURES) + " |",
-             "|---|---:|---|" + "---:|" * len(MEASURES)]
+             "| set | runs | windows | " + " | ".join(label for _, label in MEASURES)
+             + " | looping |",
+             "|---|---:|---|" + "---:|" * (len(MEASURES) + 1)]
     for name, runs in (("before", before), ("after", after)):
         for label, pick in (("2+", lambda r: r["windows"][1:]),
                             ("continuing", lambda r: [w for c, w in continued_split(r) if c])):
             ws = _windows(runs, pick)
+            loops = sum(looping(w.get("text", "")) for w in ws)
             lines.append(f"| {name} | {len(runs)} | {label} ({len(ws)}) | " + " | ".join(
-                _pct(_mean([w.get(k) for w in ws])) for k, _ in MEASURES) + " |")
-    lines += ["", "Last third minus baseline (the report's verdict, interval over tasks):", "",
+                _pct(_mean([w.get(k) for w in ws])) for k, _ in MEASURES) + f" | {loops} |")
+    lines += ["", "*Looping*: windows whose text is the model repeating itself (100+ words, "
+              f"under {LOOP_DISTINCT:.0%} of them distinct: one sentence or list item to the "
+              "token limit). The loop is the model's; a window cut inside one keeps little.",
+              "", "Last third minus baseline (the report's verdict, interval over tasks):", "",
               "| measure | before | after |", "|---|---:|---:|"]
     for key, label in MEASURES:
         cells = []
