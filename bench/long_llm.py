@@ -72,9 +72,10 @@ RUNS_V1 = RESULTS / "long-llm-runs-v1.jsonl"
 # size and their records name rows of the old CKF, so they can be neither resumed nor rescored
 # on the CKF a clean checkout builds: kept apart like version 1's.
 RUNS_OLD_CKF = RESULTS / "long-llm-runs-ckf7240.jsonl"
-# Bench version 2's focused runs before `focused` resumed begun sections (library 2ac4f04):
-# runs of the profile as it then was, kept for the before/after (long_llm_resume.py).
-RUNS_FOCUSED_PROMPT = RESULTS / "long-llm-runs-v2-focused-prompt.jsonl"
+# `focused` plus `resume: "prefill"` (library c441b4e, when the tuning runs had put it in the
+# profile): not confirmed on these tasks, so not the profile; kept for the comparison
+# (long_llm_resume.py).
+RUNS_FOCUSED_PREFILL = RESULTS / "long-llm-runs-v2-focused-prefill.jsonl"
 SUPERSEDED = (
     (RUNS_V1, "bench version 1 (before the whole-prompt budget)",
      "runs made before the envelope budget counted the whole prompt (prompts of up to 2,875 "
@@ -84,9 +85,10 @@ SUPERSEDED = (
      "Python-docs runs made on a cached CKF that re-ingests under earlier code had grown to "
      "7,240 rows; a fresh build of the same pages, which a clean checkout makes, has 7,097, so "
      "their rows cannot be read on it (docs/length.md, \"Runs on the earlier CKF\")"),
-    (RUNS_FOCUSED_PROMPT, "`focused` before it resumed begun sections",
-     "runs of the recommended profile as it was before `resume: prefill` joined it (the "
-     "section \"`focused` before and after resuming begun sections\" compares them)"),
+    (RUNS_FOCUSED_PREFILL, "`focused` with `resume: prefill` (tried, not adopted)",
+     "runs of the recommended profile with begun sections resumed, which the tuning runs had "
+     "chosen and these tasks did not confirm (the section \"`focused` with and without "
+     "resuming begun sections\" compares them)"),
 )
 # When the runs' processes were stopped for another measurement (long_llm_speed.load_pauses):
 # windows spanning a pause are marked, and the seconds measures also given without them.
@@ -644,8 +646,8 @@ def render(runs: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines += render_continued(runs, [a.name for a in ARMS])
     from long_llm_resume import render_before_after
 
-    lines += render_before_after(meta.get("before") or [],
-                                 [r for r in runs if r["arm"] == "focused"],
+    lines += render_before_after([r for r in runs if r["arm"] == "focused"],
+                                 meta.get("prefill") or [],
                                  lambda rs, m: verdicts(rs, "focused")[m])
     if meta.get("plot"):
         lines += ["", "## Curves", "", "![per-window measures, both arms](long-windows.png)", ""]
@@ -806,10 +808,10 @@ def main(words: Sequence[int], max_runs: int | None, report_only: bool,
     meta["floors"] = {t.name: page_floor(ckf, own, deepest[t.name]) for ckf, own, t in tasks
                       if deepest.get(t.name, 0) >= 2}
     add_causes(kept, tasks, meta)
-    before = list(load_runs(RUNS_FOCUSED_PROMPT).values())
-    if before:
-        add_causes(before, tasks, dict(meta))
-        meta["before"] = before
+    prefill = list(load_runs(RUNS_FOCUSED_PREFILL).values())
+    if prefill:
+        add_causes(prefill, tasks, dict(meta))
+        meta["prefill"] = prefill
     meta["plot"] = plot(kept)
     REPORT.write_text(render(kept, meta), encoding="utf-8")
     print(f"report: {REPORT.relative_to(ROOT)}")

@@ -1,10 +1,11 @@
-"""`focused` before and after it resumed begun sections (`resume: "prefill"`, chosen on the
+"""`focused` with and without resuming begun sections (`resume: "prefill"`, chosen on the
 tuning tasks: bench/results/long-tune.md), on the long benchmark's report tasks.
 
-The runs before are bench version 2's focused runs on the same CKF, tasks, lengths and budget
-(`long-llm-runs-v2-focused-prompt.jsonl`, library 2ac4f04); the runs after are today's. Both
-sets are scored by the same code at report time (`long_llm_causes.enrich` for the recalibrated
-repetition), so a difference is the change's and the model's, not the measure's.
+*Without* are the report's focused runs (library 2ac4f04, `resume: prompt`); *with* are the
+same tasks, lengths and budget run with the profile plus `resume: prefill`
+(`long-llm-runs-v2-focused-prefill.jsonl`, library c441b4e). Both sets are scored by the same
+code at report time (`long_llm_causes.enrich` for the recalibrated repetition), so a
+difference is the change's and the model's, not the measure's.
 """
 
 from __future__ import annotations
@@ -41,24 +42,26 @@ def _windows(runs: Sequence[dict[str, Any]], pick: Callable[[dict[str, Any]], li
     return [w for r in runs for w in pick(r) if w.get("words")]
 
 
-def render_before_after(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]],
+def render_before_after(without: Sequence[dict[str, Any]], with_: Sequence[dict[str, Any]],
                         delta: Callable[[Sequence[dict[str, Any]], str], tuple[float, ...]]
                         ) -> list[str]:
     """The section: window means (2+, and continuing windows) and the last-third verdicts
     (`delta(runs, measure)` → (mean, low, high, runs)) of the two sets."""
-    if not before or not after:
+    if not without or not with_:
         return []
-    lines = ["", "## `focused` before and after resuming begun sections", "",
-             "The same report tasks, lengths and budget; *before*: bench version 2's focused "
-             f"runs (library {', '.join(sorted({r.get('commit', '?') for r in before}))}, "
-             "`resume: prompt`: the prompt quoted where a begun section stopped); *after*: "
-             "today's (`resume: prefill`: the model's answer starts with the section's heading "
-             "and last words). Chosen on the tuning tasks before these runs "
-             "(bench/results/long-tune.md).", "",
+    lines = ["", "## `focused` with and without resuming begun sections", "",
+             "The same report tasks, lengths and budget; *without*: the report's focused runs "
+             f"(library {', '.join(sorted({r.get('commit', '?') for r in without}))}, "
+             "`resume: prompt`: the prompt quotes where a begun section stopped); *with*: the "
+             "profile plus `resume: prefill` (the model's answer starts with the section's "
+             "heading and last words; library "
+             f"{', '.join(sorted({r.get('commit', '?') for r in with_}))}). Chosen on the "
+             "tuning tasks before these runs (bench/results/long-tune.md); not confirmed here, "
+             "so not in the profile.", "",
              "| set | runs | windows | " + " | ".join(label for _, label in MEASURES)
              + " | looping |",
              "|---|---:|---|" + "---:|" * (len(MEASURES) + 1)]
-    for name, runs in (("before", before), ("after", after)):
+    for name, runs in (("without", without), ("with", with_)):
         for label, pick in (("2+", lambda r: r["windows"][1:]),
                             ("continuing", lambda r: [w for c, w in continued_split(r) if c])):
             ws = _windows(runs, pick)
@@ -69,10 +72,10 @@ def render_before_after(before: Sequence[dict[str, Any]], after: Sequence[dict[s
               f"under {LOOP_DISTINCT:.0%} of them distinct: one sentence or list item to the "
               "token limit). The loop is the model's; a window cut inside one keeps little.",
               "", "Last third minus baseline (the report's verdict, interval over tasks):", "",
-              "| measure | before | after |", "|---|---:|---:|"]
+              "| measure | without | with |", "|---|---:|---:|"]
     for key, label in MEASURES:
         cells = []
-        for runs in (before, after):
+        for runs in (without, with_):
             mean, lo, hi, n = delta(runs, key)
             cells.append("–" if mean != mean else
                          f"{100 * mean:+.1f} pts ({100 * lo:+.1f} to {100 * hi:+.1f}; {n} runs)")

@@ -224,9 +224,11 @@ def test_no_resume_without_the_option_or_the_writers_capability(types_ckf_path: 
         assert all(p.resume is None for p, _ in events) and set(writer.prefixes) == {""}
 
 
-def test_the_recommended_profile_resumes_begun_sections():
+def test_resuming_is_an_opt_in_on_top_of_any_profile():
+    """Chosen on the tuning pages, not confirmed on the report tasks: no profile turns it on
+    (docs/length.md)."""
     from cdr.options import PROFILES, resolve_options
 
-    assert PROFILES["focused"].resume == "prefill"
-    assert resolve_options("focused", resume="prompt").resume == "prompt"
-    assert PROFILES["spec"].resume == "prompt"
+    assert all(p.resume == "prompt" for p in PROFILES.values())
+    assert resolve_options("focused", resume="prefill").resume == "prefill"
+    assert resolve_options("focused", resume="prefill").plan == "packed"

@@ -57,8 +57,8 @@ A profile names a set of options: ``"spec"`` is the defaults, ``"fresh"`` turns 
 quality benchmark measured to win on the Python-docs corpus, ``"focused"`` is fact memory plus
 what the retrieval benchmark measured to keep a run on its task's own material in a knowledge
 base of many similar documents: BM25 fusion, document support and the stale stop
-(docs/retrieval.md, "Relevance means the task's own material"), the length contract
-(docs/length.md) and resuming begun sections.
+(docs/retrieval.md, "Relevance means the task's own material"), and the length contract
+(docs/length.md).
 """
 
 from __future__ import annotations
@@ -190,11 +190,12 @@ PROFILES: dict[str, SessionOptions] = {
     # Planning by the packed facts (issue 21): with the outline's leading sections, 6 of
     # focused's 10 windows on two Python-docs pages held at most one fact of the section they
     # were asked for, and the model wrote it from memory (docs/retrieval.md).
-    # Resuming a begun section (issue 22): on the two largest TUNE pages at 5,000 words, the
-    # reference model restated 4.5% of its sentences in windows 2+ against 13.3% without it,
-    # grounding unchanged (bench/results/long-tune.md).
+    # Not `resume: "prefill"`: chosen on the two largest TUNE pages (restating in windows 2+
+    # 13.3% -> 4.5%, bench/results/long-tune.md), it did not hold on the report tasks (restating
+    # 14.6% -> 14.3%, the reference model looping in 12 windows instead of 7;
+    # bench/results/long.md), so it stays an opt-in (docs/length.md).
     "focused": SessionOptions(memory="facts", lexical="bm25", stale="stop", length="contract",
-                              documents="support", plan="packed", resume="prefill"),
+                              documents="support", plan="packed"),
 }
 
 
@@ -282,7 +283,7 @@ class RunOptions:
         None, "Preset of options beyond the spec: spec | fresh (fact memory, fitted "
         "envelopes, expanded sub-queries) | focused (fact memory, BM25 fused relevance, "
         "document support, a stop on stale envelopes, the length contract, plans by the packed "
-        "facts, begun sections resumed). Single options override it. `cdr generate` and the "
+        "facts). Single options override it. `cdr generate` and the "
         f"gateway default to {FACES_PROFILE}; the library (GenerationConfig) to spec.",
         flag="--profile",
         wire="profile")
