@@ -13,6 +13,7 @@ import pytest
 from openai import OpenAI
 
 from cdr.trace import TRACE_SCHEMA
+from cdr.window.length import length_score
 from tests.gateway_server import CRP, OUTLINE, TASK
 
 pytest_plugins = ["tests.gateway_server"]
@@ -76,6 +77,11 @@ def test_completion_is_a_multi_window_document_with_crp_headers(completion, gate
     outputs = [w["output"].strip() for w in trace["windows"] if w["output"].strip()]
     assert content == "\n\n".join(outputs)
     assert len(outputs) >= 2
+    # The session view says how long the run is, as the CLI's trace does.
+    length = trace["length"]
+    assert length["asked"] == sum(sq["expected_words"] for sq in trace["sub_queries"])
+    assert length["delivered"] == sum(len(w["output"].split()) for w in trace["windows"])
+    assert length["score"] == round(length_score(length["asked"], length["delivered"]), 2)
 
 
 def test_stream_sends_the_same_document_window_by_window(client, completion):

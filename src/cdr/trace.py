@@ -76,7 +76,11 @@ def window_record(event: WindowEvent) -> dict[str, Any]:
 
 def trace_document(session: Session, windows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The trace of `session` with its windows' records (`window_record`) as stored; the
-    session's opt-in options (`cdr.options`) appear only when one is on."""
+    session's opt-in options (`cdr.options`) appear only when one is on. With the optional
+    `length` (`cdr.window.length`): the words asked (the sub-queries' expected words, which
+    split `--words` exactly), the words the windows delivered, their ratio, LongBench-Write's
+    length score and whether it is within ±15% — so the gateway's session view says as much
+    about a run's length as the CLI's trace."""
     # Optional per window (readers must not require it): the share of its envelope that an
     # earlier window was already sent (`cdr.window.stale`), null for an empty envelope. Exit 3 does
     # not see an unwritten fact sent again; this shows it, whatever the options.
@@ -91,19 +95,16 @@ def trace_document(session: Session, windows: Sequence[dict[str, Any]]) -> dict[
                     for w, s in zip(windows, shares, strict=True)],
         "status": session.status,
     }
+    doc["length"] = run_length([sq.expected_words for sq in session.sub_queries],
+                               [str(w.get("output", "")) for w in windows]).to_dict()
     if not session.options.is_default:
         doc["options"] = session.options.to_dict()
     return doc
 
 
 def build_trace(session: Session, events: Sequence[WindowEvent]) -> dict[str, Any]:
-    """The run's trace, with the optional `length` field (`cdr.window.length`): the words asked
-    (the sub-queries' expected words, which split `--words` exactly), the words the windows
-    delivered, their ratio, LongBench-Write's length score and whether it is within ±15%."""
-    doc = trace_document(session, [window_record(e) for e in events])
-    doc["length"] = run_length([sq.expected_words for sq in session.sub_queries],
-                               [e.output for e in events]).to_dict()
-    return doc
+    """The run's trace (`trace_document`) from its window events."""
+    return trace_document(session, [window_record(e) for e in events])
 
 
 _NUM = {"type": "number"}
