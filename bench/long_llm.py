@@ -562,14 +562,24 @@ def render(runs: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
         "",
         "## Words delivered against words asked",
         "",
-        "| corpus | task | arm | asked | delivered | ratio | length score | windows | exit | "
-        "planned again W2+ | written twice W2+ | commit | options |",
-        "|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|---|",
+        "*Outside loops*: the words delivered less what the model's loops repeated (a window "
+        "of 100+ words under 20% distinct, cut where its first 8 words recur; "
+        "`long_llm_resume.outside_loop`), with the ratio and length score they give: the "
+        "length contract counts a loop's words as written.",
+        "",
+        "| corpus | task | arm | asked | delivered | ratio | length score | outside loops "
+        "(ratio, score) | windows | exit | planned again W2+ | written twice W2+ | commit | "
+        "options |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---|",
     ]
+    from long_llm_resume import words_outside_loops
+
     for r in sorted(runs, key=lambda r: (r["words"], r["corpus"], r["task"], r["arm"])):
+        kept = words_outside_loops(r)
         lines.append(
             f"| {r['corpus']} | {r['task']} | {r['arm']} | {r['words']:,} | {r['delivered']:,}"
-            f" | {r['ratio']:.2f} | {r['length_score']:.1f} | {len(r['windows'])} | "
+            f" | {r['ratio']:.2f} | {r['length_score']:.1f} | {kept:,} ({kept / r['words']:.2f}, "
+            f"{length_score(r['words'], kept):.1f}) | {len(r['windows'])} | "
             f"{r['status']} | {_f(_nan(r['replanned']), '.1f', True)} | "
             f"{_f(_nan(r['written_twice']), '.1f', True)} | {r.get('commit', '?')} | "
             f"{_options(r)} |")

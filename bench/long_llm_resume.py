@@ -33,6 +33,31 @@ def looping(text: str) -> bool:
     return len(words) >= 100 and len(set(words)) < LOOP_DISTINCT * len(words)
 
 
+# Words a loop is recognised by: the first 8 words that already came earlier in the window.
+LOOP_NGRAM = 8
+
+
+def outside_loop(text: str) -> int:
+    """The words of a window before its loop began: all of them for a window that does not
+    loop (`looping`), else those before the first `LOOP_NGRAM` words that repeat earlier ones
+    of the window (one copy of the looped sentence stays)."""
+    words = text.split()
+    if not looping(text):
+        return len(words)
+    seen: set[tuple[str, ...]] = set()
+    for i in range(len(words) - LOOP_NGRAM + 1):
+        gram = tuple(words[i:i + LOOP_NGRAM])
+        if gram in seen:
+            return i
+        seen.add(gram)
+    return len(words)
+
+
+def words_outside_loops(run: dict[str, Any]) -> int:
+    """A run's delivered words less what its windows' loops repeated (`outside_loop`)."""
+    return sum(outside_loop(w.get("text", "")) for w in run["windows"])
+
+
 def _pct(x: float) -> str:
     return "–" if x != x else f"{100 * x:.1f}%"
 

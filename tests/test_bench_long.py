@@ -410,3 +410,16 @@ def test_a_profile_arms_key_follows_what_the_profile_stands_for(monkeypatch):
              long_llm.run_key(TASK, relevance, 2000, 100, 3072, 1024))
     assert after[0] != before[0] and after[1] == before[1]
     assert long_llm.arm_options(focused)["repeats"] == "drop"
+
+
+def test_words_outside_loops_cut_a_looping_window_where_its_loop_began():
+    from long_llm_resume import looping, outside_loop, words_outside_loops
+
+    prose = " ".join(f"word{i}" for i in range(150))
+    loop = "It starts here. " + "The tzinfo objects hold the zone of a datetime. " * 40
+    assert not looping(prose) and outside_loop(prose) == 150
+    assert looping(loop)
+    # "It starts here." and one copy of the looped sentence: the loop begins at its 2nd copy
+    assert outside_loop(loop) == 3 + 9
+    run = {"windows": [{"text": prose}, {"text": loop}, {}]}
+    assert words_outside_loops(run) == 150 + 12
