@@ -23,7 +23,7 @@ ray = require_ray_head()
 
 from cdr.ckf.snapshot import CKFSnapshot  # noqa: E402
 from cdr.cluster.ray_index import RayShardedIndex, connect  # noqa: E402
-from cdr.cluster.shardset import list_documents  # noqa: E402
+from cdr.cluster.shardset import list_documents, shard_of  # noqa: E402
 from cdr.writers import get_writer  # noqa: E402
 from tests.gateway_server import CRP, TASK, GatewayServer, base_env  # noqa: E402
 from tests.test_gateway_envelope_cache import bearer, library_envelope, shown  # noqa: E402
@@ -41,6 +41,11 @@ def shard_pair(gateway_ckf: Path, tmp_path_factory: pytest.TempPathFactory
     named actors) and stops at the end."""
     with CKFSnapshot.open(gateway_ckf) as base:
         docs, model_id, dim = _docs_of(base), base.model_id, base.dim
+    # Each document by its file name: the CKF's sources are absolute paths in this run's
+    # temporary directory, so their shards (sha256 of the source) changed from run to run and
+    # one shard in ~20 runs held no document (the listing test then saw two shards of three).
+    docs = [(Path(source).name, imp, contents, vectors) for source, imp, contents, vectors in docs]
+    assert {shard_of(source, 3) for source, *_ in docs} == {0, 1, 2}
     single, shards = build_pair(tmp_path_factory.mktemp("ray-gw"), docs, 3, model_id, dim)
     connect(os.environ["CDR_RAY_ADDRESS"])
     index = RayShardedIndex(shards, max_restarts=0)
