@@ -124,6 +124,10 @@ def render(runs: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
     for a in CANDIDATES:
         ok, why = decide(runs, a.name)
         lines.append(f"- `{a.name}`: {'adopt' if ok else 'do not adopt'} ({why}).")
+    lines += ["", "A decision here is checked on the long benchmark's report tasks before it "
+              "stays: `focused+prefill` was adopted by this rule and then did not hold there "
+              "(more windows where the model loops; bench/results/long.md, \"`focused` with "
+              "and without resuming begun sections\"), so `focused` does not resume."]
     return "\n".join(lines) + "\n"
 
 
