@@ -43,8 +43,21 @@ def test_resume_for_takes_the_first_planned_section_only_when_begun_with_known_w
     assert got.head == "## Alpha\n\n"
 
 
+@pytest.mark.parametrize("tail", [
+    "… ends mid-sentence here.",  # a fragment (`tail_words` found no sentence start)
+    "The types are: - `date`: a day - `time`: a time of day",  # a list, its lines joined
+    "For example: ```python d = date(2024, 1, 1) ```",  # code, its lines joined
+    "| a | b | | 1 | 2 |",  # a table
+    "See below. ## Next part",  # a heading
+])
+def test_only_plain_prose_is_handed_on(tail):
+    """The quote joins its lines with spaces: Markdown structure in it would reach the
+    model as one broken line."""
+    assert resume_for(PLAN, {"Alpha": tail}) is None
+
+
 def test_a_tail_that_repeats_itself_is_not_handed_on():
-    loop = " ".join(["- `tuple`"] * 20)
+    loop = " ".join(["The tzinfo objects hold the zone."] * 6)
     assert repeats_itself(loop) and resume_for(PLAN, {"Alpha": loop}) is None
     prose = ("The `Generic` base class makes a class generic in the type variables it names, "
              "and a subclass may fix some of them.")
@@ -87,32 +100,41 @@ def test_streamed_pieces_concatenate_to_the_windows_text(pieces):
     writer = _Continuing(pieces)
     got: list[str] = []
     resume = Resume("## Alpha", "So far.")
-    result = write_resumed(writer, [{"role": "user", "content": "u"}], 50, resume, got.append)
-    assert writer.prefixes[0] == "## Alpha\n\nSo far."
-    assert "".join(got) == result.text == "## Alpha\n\n" + "".join(pieces).lstrip()
-    # a continuation that is only whitespace keeps nothing: written again, unresumed
-    assert writer.prefixes[1:] == ([""] if not "".join(pieces).strip() else [])
+    result, kept = write_resumed(writer, [{"role": "user", "content": "u"}], 50, resume,
+                                 got.append)
+    assert writer.prefixes == ["## Alpha\n\nSo far."]
+    if "".join(pieces).strip():
+        assert kept and "".join(got) == result.text == "## Alpha\n\n" + "".join(pieces).lstrip()
+    else:  # stopped at once: the section was done, nothing is sent and nothing begun again
+        assert not kept and got == [] and result.text == ""
 
 
 def test_the_words_so_far_are_not_written_again_and_an_interruption_keeps_the_heading():
     writer = _Continuing([" Next one.", " And more."])
-    result = write_resumed(writer, [{"role": "user", "content": "u"}], 50,
-                           Resume("## Alpha", "So far."))
-    assert result.text == "## Alpha\n\nNext one. And more."
+    result, kept = write_resumed(writer, [{"role": "user", "content": "u"}], 50,
+                                 Resume("## Alpha", "So far."))
+    assert kept and result.text == "## Alpha\n\nNext one. And more."
     broken = _Continuing([" Next one.", " And more."], fail_after=1)
     with pytest.raises(StreamInterruptedError) as info:
         write_resumed(broken, [{"role": "user", "content": "u"}], 50,
                       Resume("## Alpha", "So far."))
     assert info.value.partial_text == "## Alpha\n\nNext one."
+    nothing = _Continuing([" ", "Next."], fail_after=1)
+    with pytest.raises(StreamInterruptedError) as info:
+        write_resumed(nothing, [{"role": "user", "content": "u"}], 50,
+                      Resume("## Alpha", "So far."))
+    assert info.value.partial_text == ""  # nothing but whitespace had come
 
 
-class _NowhereThenPlain:
-    """Keeps nothing after a prefix (cut inside its first paragraph); answers plainly."""
+class _CutThenPlain:
+    """After a prefix: `first` streamed and then cut at the token limit with nothing kept;
+    plainly: a fresh answer under the section's own heading."""
 
-    name = "nowhere"
+    name = "cut"
     continues_prefix = True
 
-    def __init__(self) -> None:
+    def __init__(self, first: str) -> None:
+        self.first = first
         self.calls: list[str] = []
 
     def generate(self, messages: list[dict[str, str]], max_tokens: int, *,
@@ -120,20 +142,26 @@ class _NowhereThenPlain:
         self.calls.append(prefix)
         if prefix:
             if on_delta is not None:
-                on_delta(" - `tuple` - `tuple`")
-            return WriterResult("", "length", {}, dropped_text=" - `tuple` - `tuple`")
-        return WriterResult("## Alpha\n\nA fresh paragraph.", "stop", {})
+                on_delta(self.first)
+            return WriterResult("", "length", {"completion_tokens": 50, "prompt_tokens": 7},
+                                dropped_text=self.first)
+        text = "## Alpha\n\nA fresh paragraph."
+        if on_delta is not None:
+            on_delta(text)
+        return WriterResult(text, "stop", {"completion_tokens": 4, "prompt_tokens": 6})
 
 
-def test_a_continuation_that_keeps_nothing_is_written_again_unresumed():
-    writer = _NowhereThenPlain()
+@pytest.mark.parametrize("first", [" - `tuple` - `tuple`", "  \n "])
+def test_a_continuation_cut_with_nothing_kept_is_written_again_unresumed(first):
+    writer = _CutThenPlain(first)
     got: list[str] = []
     held = KeptStream(got.append)  # as the loop streams: complete blocks only
-    result = write_resumed(writer, [{"role": "user", "content": "u"}], 50,
-                           Resume("## Alpha", "So far."), held.feed)
-    assert writer.calls == ["## Alpha\n\nSo far.", ""]
+    result, kept = write_resumed(writer, [{"role": "user", "content": "u"}], 50,
+                                 Resume("## Alpha", "So far."), held.feed)
+    assert not kept and writer.calls == ["## Alpha\n\nSo far.", ""]
     assert result.text == "## Alpha\n\nA fresh paragraph." and result.finish_reason == "stop"
-    assert result.text.startswith("".join(got))  # released: at most the heading
+    assert result.usage == {"completion_tokens": 54, "prompt_tokens": 13}  # both calls
+    assert result.text.startswith("".join(got))  # released so far: a prefix of the text
     held.finish(result.text)
     assert "".join(got) == result.text  # the stream is the window's text
 
@@ -232,3 +260,25 @@ def test_resuming_is_an_opt_in_on_top_of_any_profile():
     assert all(p.resume == "prompt" for p in PROFILES.values())
     assert resolve_options("focused", resume="prefill").resume == "prefill"
     assert resolve_options("focused", resume="prefill").plan == "packed"
+
+
+class _ResumeGoesNowhere(_ContinuingProse):
+    """Handed a prefix, it is cut at the limit inside its first paragraph (keeps nothing)."""
+
+    def generate(self, messages: list[dict[str, str]], max_tokens: int, *,
+                 on_delta: Any = None, prefix: str = "") -> WriterResult:
+        if prefix:
+            self.prefixes.append(prefix)
+            return WriterResult("", "length", {"completion_tokens": max_tokens},
+                                dropped_text="cut")
+        return super().generate(messages, max_tokens, on_delta=on_delta)
+
+
+def test_a_window_written_unresumed_after_all_is_not_marked_resumed(types_ckf_path: Path):
+    writer = _ResumeGoesNowhere(words=40)
+    _, events = _run(types_ckf_path, writer, "prefill")
+    assert any(p for p in writer.prefixes), "a resume was tried"
+    for prepared, event in events:
+        assert prepared.resume is None  # dropped once the window was written unresumed
+        assert "resumed" not in window_record(event)
+    assert all(e.output.strip() for _, e in events if e.status == "in-progress")

@@ -67,7 +67,7 @@ def window_record(event: WindowEvent) -> dict[str, Any]:
         # writer, `cdr.window.length.grounded_words`); below a minimal section the window is
         # not written and the run ends ckf-exhausted
         record["grounds_words"] = int(event.prepared.grounds_words)
-    if event.prepared.resume is not None:
+    if event.prepared.resume is not None and event.output.strip():
         # optional: `resume: "prefill"` began the window's answer with its first section's
         # heading and last words (cdr.window.resume)
         record["resumed"] = True

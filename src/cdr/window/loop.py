@@ -924,8 +924,11 @@ class Generator:
     def write(self, prepared: PreparedWindow, on_delta: Callable[[str], None] | None = None
               ) -> WriterResult:
         if prepared.resume is not None:
-            return write_resumed(self.writer, prepared.messages, prepared.max_tokens,
-                                 prepared.resume, on_delta)
+            result, kept = write_resumed(self.writer, prepared.messages, prepared.max_tokens,
+                                         prepared.resume, on_delta)
+            if not kept:  # written unresumed after all: the trace must not say otherwise
+                prepared.resume = None
+            return result
         return self.writer.generate(prepared.messages, prepared.max_tokens, on_delta=on_delta)
 
     def write_and_complete(

@@ -24,6 +24,7 @@ once more unresumed rather than left empty (which the next window would only rep
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -63,15 +64,27 @@ def repeats_itself(words: str) -> bool:
     return bool(tokens) and len(set(tokens)) < MIN_DISTINCT_SHARE * len(tokens)
 
 
+# Marks of Markdown structure that the quoted words lose: the quote (`dpe.tail_words`) joins
+# its lines with single spaces, so a list or a code block in it would be handed to the model
+# as one broken line, and one starting mid-sentence is marked "… ".
+_STRUCTURE = re.compile(r"```|~~~|(?:^|\s)(?:[-*+]|\d+[.)]|#{1,6}|\|)\s")
+
+
+def hands_on(words: str) -> bool:
+    """Whether `words` can start the model's answer as they are: plain prose that begins a
+    sentence, does not repeat itself, and holds no list, code, table or heading."""
+    return bool(words) and not words.startswith("…") and not repeats_itself(words) \
+        and not _STRUCTURE.search(words)
+
+
 def resume_for(plan: Sequence[PlanSection], continued: Mapping[str, str]) -> Resume | None:
     """The resume of a window whose first planned section an earlier window began and whose
-    last words are known (`continued`: title → words) and are no loop; None otherwise."""
+    last words are known (`continued`: title → words) and can be handed on (`hands_on`);
+    None otherwise."""
     if not plan:
         return None
     words = continued.get(plan[0].title, "").strip()
-    if not words or repeats_itself(words):
-        return None
-    return Resume(f"## {plan[0].title}", words)
+    return Resume(f"## {plan[0].title}", words) if hands_on(words) else None
 
 
 def without_own_heading(text: str, heading: str) -> str:
@@ -95,36 +108,63 @@ class _AfterHead:
     token after the words so far is usually a space or a paragraph break): the pieces given
     to `on_delta` concatenate to the window's text."""
 
-    def __init__(self, on_delta: DeltaCallback) -> None:
+    def __init__(self, head: str, on_delta: DeltaCallback) -> None:
+        self._head = head
         self._on_delta = on_delta
         self._started = False
+
+    @property
+    def started(self) -> bool:
+        """Whether anything has been handed on."""
+        return self._started
 
     def __call__(self, piece: str) -> None:
         if not self._started:
             piece = piece.lstrip()
-            self._started = bool(piece)
-        if piece:
-            self._on_delta(piece)
+            if not piece:
+                return
+            # the heading goes out with the first words after it: a continuation that
+            # brings nothing has sent nothing
+            self._started = True
+            piece = self._head + piece
+        self._on_delta(piece)
+
+
+def _summed(first: dict[str, int], second: dict[str, int]) -> dict[str, int]:
+    """Two calls' usage as one window's."""
+    return {k: int(first.get(k, 0)) + int(second.get(k, 0)) for k in {*first, *second}}
 
 
 def write_resumed(writer: Any, messages: list[dict[str, str]], max_tokens: int,
-                  resume: Resume, on_delta: DeltaCallback | None = None) -> WriterResult:
-    """The window written by `writer` from `resume`'s prefix: its text is the heading and
-    then what the writer wrote after the prefix (its leading whitespace dropped)."""
-    if on_delta is not None:
-        on_delta(resume.head)
-    sink = _AfterHead(on_delta) if on_delta is not None else None
+                  resume: Resume, on_delta: DeltaCallback | None = None
+                  ) -> tuple[WriterResult, bool]:
+    """The window written by `writer` from `resume`'s prefix, and whether the prefix was
+    kept: its text is the heading and then what the writer wrote after the prefix (leading
+    whitespace dropped). A continuation cut at the token limit inside its first paragraph
+    keeps nothing: the window is written again unresumed (its usage the two calls'). One
+    that stops at once says the section was done: the window is empty rather than the
+    section begun again."""
+    sink = _AfterHead(resume.head, on_delta) if on_delta is not None else None
     try:
         result: WriterResult = writer.generate(messages, max_tokens, on_delta=sink,
                                                prefix=resume.prefix)
     except StreamInterruptedError as exc:
+        partial = exc.partial_text.lstrip()
         raise StreamInterruptedError(str(exc), exc.status,
-                                     resume.head + exc.partial_text.lstrip()) from None
+                                     resume.head + partial if partial else "") from None
     if result.text.strip():
         result.text = resume.head + result.text.lstrip()
-        return result
-    # Nothing kept after the words so far: written again as any window is, not streamed
-    # piece by piece (the stream has released at most the heading, which the text keeps).
-    again: WriterResult = writer.generate(messages, max_tokens)
-    again.text = resume.head + without_own_heading(again.text, resume.heading)
-    return again
+        return result, True
+    if result.finish_reason != "length":
+        result.text = ""
+        return result, False
+    if sink is not None and sink.started:
+        # the stream has the heading and the start of a paragraph that was then cut: written
+        # again without streaming, under the heading already sent (a stream kept to complete
+        # blocks, `KeptStream`, has released at most the heading)
+        again: WriterResult = writer.generate(messages, max_tokens)
+        again.text = resume.head + without_own_heading(again.text, resume.heading)
+    else:
+        again = writer.generate(messages, max_tokens, on_delta=on_delta)
+    again.usage = _summed(result.usage, again.usage)
+    return again, False

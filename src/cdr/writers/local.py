@@ -265,8 +265,11 @@ class LocalWriter(WriterBase):
                     "finish_reason")
             return
         turn = self._chat_formatter()(messages=messages)
-        tokens = self._llm.tokenize((turn.prompt + prefix).encode("utf-8"),
-                                    add_bos=not turn.added_special, special=True)
+        # The template's control tokens are read as such; the prefix is text (a document that
+        # quotes "<|im_end|>" must not end the turn)
+        tokens = self._llm.tokenize(turn.prompt.encode("utf-8"), add_bos=not turn.added_special,
+                                    special=True) + self._llm.tokenize(
+            prefix.encode("utf-8"), add_bos=False, special=False)
         template_stop = [] if turn.stop is None else (
             [turn.stop] if isinstance(turn.stop, str) else list(turn.stop))
         for chunk in self._llm.create_completion(
