@@ -102,11 +102,13 @@ def test_streamed_pieces_concatenate_to_the_windows_text(pieces):
     resume = Resume("## Alpha", "So far.")
     result, kept = write_resumed(writer, [{"role": "user", "content": "u"}], 50, resume,
                                  got.append)
-    assert writer.prefixes == ["## Alpha\n\nSo far."]
+    assert writer.prefixes[0] == "## Alpha\n\nSo far."
     if "".join(pieces).strip():
-        assert kept and "".join(got) == result.text == "## Alpha\n\n" + "".join(pieces).lstrip()
-    else:  # stopped at once: the section was done, nothing is sent and nothing begun again
-        assert not kept and got == [] and result.text == ""
+        assert kept and writer.prefixes == ["## Alpha\n\nSo far."]
+        assert "".join(got) == result.text == "## Alpha\n\n" + "".join(pieces).lstrip()
+    else:  # stopped at once: nothing was sent, and the window is written again unresumed
+        assert not kept and writer.prefixes == ["## Alpha\n\nSo far.", ""]
+        assert "".join(got) == result.text
 
 
 def test_the_words_so_far_are_not_written_again_and_an_interruption_keeps_the_heading():

@@ -140,10 +140,9 @@ def write_resumed(writer: Any, messages: list[dict[str, str]], max_tokens: int,
                   ) -> tuple[WriterResult, bool]:
     """The window written by `writer` from `resume`'s prefix, and whether the prefix was
     kept: its text is the heading and then what the writer wrote after the prefix (leading
-    whitespace dropped). A continuation cut at the token limit inside its first paragraph
-    keeps nothing: the window is written again unresumed (its usage the two calls'). One
-    that stops at once says the section was done: the window is empty rather than the
-    section begun again."""
+    whitespace dropped). A continuation that keeps nothing (cut at the token limit inside its
+    first paragraph, or stopped at once) is written again unresumed, its usage the two
+    calls'."""
     sink = _AfterHead(resume.head, on_delta) if on_delta is not None else None
     try:
         result: WriterResult = writer.generate(messages, max_tokens, on_delta=sink,
@@ -155,9 +154,9 @@ def write_resumed(writer: Any, messages: list[dict[str, str]], max_tokens: int,
     if result.text.strip():
         result.text = resume.head + result.text.lstrip()
         return result, True
-    if result.finish_reason != "length":
-        result.text = ""
-        return result, False
+    # Nothing kept: written again unresumed. Also when the model stopped at once (the section
+    # done, to its mind): an empty window changes nothing in the session, so the next window
+    # would be prepared, resumed and left empty the same way until the window limit.
     if sink is not None and sink.started:
         # the stream has the heading and the start of a paragraph that was then cut: written
         # again without streaming, under the heading already sent (a stream kept to complete
