@@ -57,6 +57,12 @@ def test_generate_errors(types_ckf_path: Path, tmp_path: Path):
     assert r.exit_code == 2 and "--windows" in r.output
     r = run("task", "--ckf", str(types_ckf_path), "--ranking", "bm25")
     assert r.exit_code == 2 and "--ranking" in r.output
+    stored = {p: p.read_bytes() for p in types_ckf_path.rglob("*") if p.is_file()}
+    assert stored  # the CKF's files, compared after the refusal
+    r = run("task", "--ckf", str(types_ckf_path), "--resume", "always")
+    assert r.exit_code == 2 and "unknown resume option 'always'" in r.output
+    assert "--resume" in r.output
+    assert {p: p.read_bytes() for p in types_ckf_path.rglob("*") if p.is_file()} == stored
     empty = tmp_path / "empty.txt"
     empty.write_text("\n- \n", encoding="utf-8")
     r = run("task", "--ckf", str(types_ckf_path), "--outline", str(empty))

@@ -239,6 +239,7 @@ def test_bad_requests_get_named_4xx_errors_and_change_nothing(client):
     check(client.post("/v1/sessions", json={**START, "lexical": "tfidf"}), 422, "lexical")
     check(client.post("/v1/sessions", json={**START, "stale": "skip"}), 422, "stale")
     check(client.post("/v1/sessions", json={**START, "documents": "all"}), 422, "documents")
+    check(client.post("/v1/sessions", json={**START, "resume": "always"}), 422, "resume")
     check(client.post("/v1/sessions", json={**START, "outline": ["ok", " "]}), 422, "outline")
     check(client.post("/v1/sessions", json={**START, "task": "   "}), 422, "task")
     check(client.post("/v1/sessions", json=[1, 2]), 422)
