@@ -217,8 +217,11 @@ class LocalWriter(WriterBase):
         finish = "stop"
         with _RUN_LOCK:
             try:
-                prompt_tokens = self._prompt_tokens(messages) + (
-                    len(self._llm.tokenize(prefix.encode(), add_bos=False)) if prefix else 0)
+                # the prefix is text, not control tokens (a document that quotes "<|im_end|>"
+                # must not end the turn); read once, counted and sent as read
+                begun = self._llm.tokenize(prefix.encode("utf-8"), add_bos=False,
+                                           special=False) if prefix else []
+                prompt_tokens = self._prompt_tokens(messages) + len(begun)
                 room = self.n_ctx - prompt_tokens
                 if room < 16:
                     raise InvalidInputError(
@@ -229,7 +232,7 @@ class LocalWriter(WriterBase):
                 before = list(getattr(self._llm, "_input_ids", ()))
                 started = time.perf_counter()
                 first: float | None = None
-                for piece, reason in self._stream(messages, limit, prefix):
+                for piece, reason in self._stream(messages, limit, begun):
                     if piece and first is None:
                         first = time.perf_counter()
                     emit(piece)
@@ -249,15 +252,15 @@ class LocalWriter(WriterBase):
                  "total_tokens": prompt_tokens + completion}
         return WriterResult(emit.text, finish, usage)
 
-    def _stream(self, messages: list[dict[str, str]], limit: int, prefix: str
+    def _stream(self, messages: list[dict[str, str]], limit: int, begun: list[int]
                 ) -> Iterator[tuple[str, str | None]]:
-        """(piece, finish reason or None) as llama.cpp generates. With a `prefix` the chat is
-        rendered by the model's own template up to the assistant's turn, the prefix put
-        after it and completed as plain text: the model reads the prefix as what it has
-        already answered, and only what follows comes back."""
+        """(piece, finish reason or None) as llama.cpp generates. With `begun` (the prefix's
+        tokens) the chat is rendered by the model's own template up to the assistant's turn,
+        the prefix put after it and completed as plain text: the model reads the prefix as
+        what it has already answered, and only what follows comes back."""
         common = {"max_tokens": limit, "temperature": self.temperature, "seed": self.seed,
                   "stream": True}
-        if not prefix:
+        if not begun:
             for chunk in self._llm.create_chat_completion(
                     messages=messages, stop=self.stop or None, **common):
                 choice = (chunk.get("choices") or [{}])[0]
@@ -265,11 +268,8 @@ class LocalWriter(WriterBase):
                     "finish_reason")
             return
         turn = self._chat_formatter()(messages=messages)
-        # The template's control tokens are read as such; the prefix is text (a document that
-        # quotes "<|im_end|>" must not end the turn)
         tokens = self._llm.tokenize(turn.prompt.encode("utf-8"), add_bos=not turn.added_special,
-                                    special=True) + self._llm.tokenize(
-            prefix.encode("utf-8"), add_bos=False, special=False)
+                                    special=True) + begun
         template_stop = [] if turn.stop is None else (
             [turn.stop] if isinstance(turn.stop, str) else list(turn.stop))
         for chunk in self._llm.create_completion(
