@@ -162,7 +162,8 @@ def test_a_continuation_cut_with_nothing_kept_is_written_again_unresumed(first):
                                  Resume("## Alpha", "So far."), held.feed)
     assert not kept and writer.calls == ["## Alpha\n\nSo far.", ""]
     assert result.text == "## Alpha\n\nA fresh paragraph." and result.finish_reason == "stop"
-    assert result.usage == {"completion_tokens": 54, "prompt_tokens": 13}  # both calls
+    assert result.usage == {"completion_tokens": 54, "prompt_tokens": 13,
+                            "total_tokens": 67}  # both calls
     assert result.text.startswith("".join(got))  # released so far: a prefix of the text
     held.finish(result.text)
     assert "".join(got) == result.text  # the stream is the window's text

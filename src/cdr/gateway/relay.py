@@ -37,10 +37,9 @@ from cdr.trace import window_record
 from cdr.window.envelope import DEFAULT_GENERATION_TOKENS
 from cdr.window.headers import SAFETY_ONLY_HEADERS
 from cdr.window.loop import EmptyKnowledgeBaseError, WindowEvent
-from cdr.writers.base import pastes_facts
+from cdr.writers.base import pastes_facts, sum_usage
 
 DeltaSink = Callable[[int, str], None]
-USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
 
 class DocumentText:
@@ -222,14 +221,8 @@ class ChatRun:
         return assemble([e.output for e in self.events])
 
     def usage(self) -> dict[str, int]:
-        sources = [self.passthrough_usage] if self.passthrough else [e.usage for e in self.events]
-        totals = dict.fromkeys(USAGE_KEYS, 0)
-        for u in sources:
-            for k in USAGE_KEYS[:2]:
-                v = u.get(k, 0)
-                totals[k] += v if isinstance(v, int) else 0
-        totals["total_tokens"] = totals["prompt_tokens"] + totals["completion_tokens"]
-        return totals
+        return sum_usage([self.passthrough_usage] if self.passthrough
+                         else [e.usage for e in self.events])
 
     def finish_reason(self) -> str:
         s = self.session

@@ -5,7 +5,7 @@ Told in its prompt that a section was begun and shown the words its text ends wi
 (`show_section_ends`), the 1.5B reference model still starts the section again: on the long
 benchmark's runs, windows continuing a begun section restated 20.1% of their sentences against
 8.7% in windows opening a new one, and two windows of one run opened with Window 1's first
-sentence word for word (docs/length.md, "Why the last third restates"). A writer that can
+sentence word for word (docs/length.md, "The reference model on today's loop"). A writer that can
 continue a begun answer (`continues_prefix`: the local model) is handed the section's heading
 and the last words written for it as the start of its answer, so that what comes next is,
 for a language model, the section's next sentence rather than its first.
@@ -31,7 +31,7 @@ from typing import Any
 
 from cdr.window.plan import heading_key
 from cdr.window.prompt import PlanSection
-from cdr.writers.base import DeltaCallback, StreamInterruptedError, WriterResult
+from cdr.writers.base import DeltaCallback, StreamInterruptedError, WriterResult, sum_usage
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,11 +130,6 @@ class _AfterHead:
         self._on_delta(piece)
 
 
-def _summed(first: dict[str, int], second: dict[str, int]) -> dict[str, int]:
-    """Two calls' usage as one window's."""
-    return {k: int(first.get(k, 0)) + int(second.get(k, 0)) for k in {*first, *second}}
-
-
 def write_resumed(writer: Any, messages: list[dict[str, str]], max_tokens: int,
                   resume: Resume, on_delta: DeltaCallback | None = None
                   ) -> tuple[WriterResult, bool]:
@@ -165,5 +160,7 @@ def write_resumed(writer: Any, messages: list[dict[str, str]], max_tokens: int,
         again.text = resume.head + without_own_heading(again.text, resume.heading)
     else:
         again = writer.generate(messages, max_tokens, on_delta=on_delta)
-    again.usage = _summed(result.usage, again.usage)
+    estimated = any(u.get("estimated") for u in (result.usage, again.usage))
+    again.usage = {**sum_usage([result.usage, again.usage]),
+                   **({"estimated": 1} if estimated else {})}
     return again, False

@@ -10,7 +10,7 @@ provider's official SDK (`cdr.writers.sdk_chat`).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -206,6 +206,21 @@ def complete_usage(
     if "total_tokens" not in usage or usage.get("estimated"):
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
     return usage
+
+
+USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+
+def sum_usage(usages: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """Several calls' usage as one: prompt and completion tokens added (a count that is not
+    an integer counts nothing), the total their sum."""
+    totals = dict.fromkeys(USAGE_KEYS, 0)
+    for u in usages:
+        for k in USAGE_KEYS[:2]:
+            v = u.get(k, 0)
+            totals[k] += v if isinstance(v, int) else 0
+    totals["total_tokens"] = totals["prompt_tokens"] + totals["completion_tokens"]
+    return totals
 
 
 def int_fields(obj: Any) -> dict[str, int]:
