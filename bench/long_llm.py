@@ -658,7 +658,7 @@ def render(runs: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
 
     lines += render_before_after([r for r in runs if r["arm"] == "focused"],
                                  meta.get("prefill") or [],
-                                 lambda rs, m: verdicts(rs, "focused")[m])
+                                 lambda rs: verdicts(rs, "focused"))
     if meta.get("plot"):
         lines += ["", "## Curves", "", "![per-window measures, both arms](long-windows.png)", ""]
     return "\n".join(lines) + "\n"
@@ -687,7 +687,8 @@ def load_fixed_tasks() -> list[tuple[Any, set[int], Any]]:
 def add_causes(kept: Sequence[dict[str, Any]], tasks: Sequence[tuple[Any, set[int], Any]],
                meta: dict[str, Any]) -> None:
     """The recalibrated repetition and grounding's cause (long_llm_causes.py), added to the
-    runs' windows and `meta` for the report."""
+    runs' windows and `meta` for the report (the pages' floors computed on the first call
+    and reused by later ones with the same `meta`)."""
     from long_llm_causes import Encoder, add_excess, enrich, page_floor_at
     from long_llm_semrep import load_calibration
 
@@ -700,11 +701,12 @@ def add_causes(kept: Sequence[dict[str, Any]], tasks: Sequence[tuple[Any, set[in
     for r in kept:
         ckf, own = by_name[r["task"]]
         enrich(r, ckf, own, enc, cal["threshold"] if cal else None)
-    if cal:
+    if cal and "floors2" not in meta:  # the pages' floors: once, whichever runs come next
         meta["floors2"] = {
             name: (meta["floors"][name],
                    page_floor_at(*by_name[name], len(meta["floors"][name]), enc,
                                  cal["threshold"])) for name in meta["floors"]}
+    if cal:
         for r in kept:
             add_excess(r, meta["floors2"].get(r["task"], ([], []))[1])
 

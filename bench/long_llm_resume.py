@@ -68,10 +68,11 @@ def _windows(runs: Sequence[dict[str, Any]], pick: Callable[[dict[str, Any]], li
 
 
 def render_before_after(without: Sequence[dict[str, Any]], with_: Sequence[dict[str, Any]],
-                        delta: Callable[[Sequence[dict[str, Any]], str], tuple[float, ...]]
+                        verdicts: Callable[[Sequence[dict[str, Any]]],
+                                           dict[str, tuple[float, float, float, int]]]
                         ) -> list[str]:
     """The section: window means (2+, and continuing windows) and the last-third verdicts
-    (`delta(runs, measure)` → (mean, low, high, runs)) of the two sets."""
+    (`verdicts(runs)` → measure → (mean, low, high, runs)) of the two sets."""
     if not without or not with_:
         return []
     lines = ["", "## `focused` with and without resuming begun sections", "",
@@ -98,10 +99,11 @@ def render_before_after(without: Sequence[dict[str, Any]], with_: Sequence[dict[
               "token limit). The loop is the model's; a window cut inside one keeps little.",
               "", "Last third minus baseline (the report's verdict, interval over tasks):", "",
               "| measure | without | with |", "|---|---:|---:|"]
+    of = [verdicts(without), verdicts(with_)]  # every measure's, once per set
     for key, label in MEASURES:
         cells = []
-        for runs in (without, with_):
-            mean, lo, hi, n = delta(runs, key)
+        for v in of:
+            mean, lo, hi, n = v[key]
             cells.append("–" if mean != mean else
                          f"{100 * mean:+.1f} pts ({100 * lo:+.1f} to {100 * hi:+.1f}; {n} runs)")
         lines.append(f"| {label} | {cells[0]} | {cells[1]} |")
