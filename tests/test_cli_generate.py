@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import jsonschema
@@ -57,12 +58,16 @@ def test_generate_errors(types_ckf_path: Path, tmp_path: Path):
     assert r.exit_code == 2 and "--windows" in r.output
     r = run("task", "--ckf", str(types_ckf_path), "--ranking", "bm25")
     assert r.exit_code == 2 and "--ranking" in r.output
-    stored = {p: p.read_bytes() for p in types_ckf_path.rglob("*") if p.is_file()}
+    # A copy of its own: the run's shared CKF may be open in another test's object, whose
+    # WAL files would come and go with that object's garbage collection.
+    own = tmp_path / "own-ckf"
+    shutil.copytree(types_ckf_path, own)
+    stored = {p: p.read_bytes() for p in own.rglob("*") if p.is_file()}
     assert stored  # the CKF's files, compared after the refusal
-    r = run("task", "--ckf", str(types_ckf_path), "--resume", "always")
+    r = run("task", "--ckf", str(own), "--resume", "always")
     assert r.exit_code == 2 and "unknown resume option 'always'" in r.output
     assert "--resume" in r.output
-    assert {p: p.read_bytes() for p in types_ckf_path.rglob("*") if p.is_file()} == stored
+    assert {p: p.read_bytes() for p in own.rglob("*") if p.is_file()} == stored
     empty = tmp_path / "empty.txt"
     empty.write_text("\n- \n", encoding="utf-8")
     r = run("task", "--ckf", str(types_ckf_path), "--outline", str(empty))
@@ -82,3 +87,21 @@ def test_generate_on_empty_ckf_says_safety_only(tmp_path: Path):
     assert r.exit_code == 1
     assert "CRP-Context-Mode: safety-only" in r.output
     assert "ingest" in r.output
+
+
+def test_generate_closes_the_knowledge_base_however_it_ends(types_ckf_path: Path,
+                                                             tmp_path: Path):
+    """An in-process caller (a notebook, a test, an embedding application) gets the CKF back
+    closed: SQLite's WAL files gone, nothing left for a garbage collection to close at some
+    later moment, after a finished run and after a refused one alike."""
+    ckf = tmp_path / "ckf"
+    shutil.copytree(types_ckf_path, ckf)
+    files = sorted(p.name for p in ckf.iterdir())
+    assert not [f for f in files if f.endswith(("-wal", "-shm"))]
+    finished = runner.invoke(app, ["generate", BUILTIN_TYPES_TASK, "--ckf", str(ckf),
+                                   "--windows", "1", "--out", str(tmp_path / "o.md")])
+    assert finished.exit_code == 0, finished.output
+    assert sorted(p.name for p in ckf.iterdir()) == files
+    refused = runner.invoke(app, ["generate", "task", "--ckf", str(ckf), "--writer", "openai"])
+    assert refused.exit_code == 1 and "needs a model" in refused.output
+    assert sorted(p.name for p in ckf.iterdir()) == files

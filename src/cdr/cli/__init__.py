@@ -171,66 +171,75 @@ def generate(
         from cdr.retrieval.index_open import open_fact_index
 
         store = open_fact_index(ckf)
-        config = GenerationConfig(
-            max_windows=windows, words=words, sub_queries=sub_queries, ranking=ranking,
-            min_relevance=min_relevance, mmr_lambda=mmr_lambda, context_tokens=context_tokens,
-            generation_tokens=generation_tokens, profile=profile, memory=memory,
-            envelope=envelope, queries=queries, repeats=repeats, subject=subject,
-            lexical=lexical, stale=stale, length=length, documents=documents, plan=plan,
-            resume=resume,
-        )
-        gen = Generator(store, _writer(writer, llm_base_url, llm_model), config)
-        session = gen.start(task, outline_text)
-        short = capacity_warning(words, windows, generation_tokens)
-        if short is not None:  # the length contract cannot hold: say so before the windows
-            err.print(f"[bold yellow]warning:[/] {short}")
     except CdrError as exc:
-        headers = getattr(exc, "headers", None)
-        if headers:
-            err.print(", ".join(f"{k}: {v}" for k, v in headers.items()))
         raise fail(str(exc)) from None
-
-    events = []
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                  TextColumn("{task.completed}/{task.total} windows"), TimeElapsedColumn(),
-                  console=err, transient=False) as progress:
-        bar = progress.add_task(f"writing ({ranking})", total=windows)
+    # Closed however the command ends: an in-process caller (a notebook, a test) would
+    # otherwise hold the SQLite connection until a garbage collection, and the WAL files
+    # would come and go under it at that unforeseeable moment.
+    try:
         try:
-            for event in gen.run(task, session=session):
-                events.append(event)
-                progress.update(bar, advance=1, description=(
-                    f"window {event.number}: {len(event.prepared.envelope)} facts, "
-                    f"completeness {event.completeness:.2f}"))
+            config = GenerationConfig(
+                max_windows=windows, words=words, sub_queries=sub_queries, ranking=ranking,
+                min_relevance=min_relevance, mmr_lambda=mmr_lambda, context_tokens=context_tokens,
+                generation_tokens=generation_tokens, profile=profile, memory=memory,
+                envelope=envelope, queries=queries, repeats=repeats, subject=subject,
+                lexical=lexical, stale=stale, length=length, documents=documents, plan=plan,
+                resume=resume,
+            )
+            gen = Generator(store, _writer(writer, llm_base_url, llm_model), config)
+            session = gen.start(task, outline_text)
+            short = capacity_warning(words, windows, generation_tokens)
+            if short is not None:  # the length contract cannot hold: say so before the windows
+                err.print(f"[bold yellow]warning:[/] {short}")
         except CdrError as exc:
-            err.print(f"[bold red]error:[/] {exc}")
-            if session.status == IN_PROGRESS:
-                session.status = RUN_FAILED
-    err.print(window_table(events, f"{task} — ranking {ranking}"))
-    document = assemble_document(task, [e.output for e in events],
-                                 [sq.text for sq in session.sub_queries])
-    if trace is not None:
-        trace.write_text(json.dumps(build_trace(session, events), indent=2), encoding="utf-8")
-    if report is not None:
-        from cdr.report import render_report
+            headers = getattr(exc, "headers", None)
+            if headers:
+                err.print(", ".join(f"{k}: {v}" for k, v in headers.items()))
+            raise fail(str(exc)) from None
 
-        report.write_text(render_report([build_trace(session, events)]), encoding="utf-8")
-    if out_file is not None:
-        out_file.write_text(document, encoding="utf-8")
-    else:
-        sys.stdout.write(document)
-    last = events[-1].headers if events else {}
-    delivered = run_length([sq.expected_words for sq in session.sub_queries],
-                           [e.output for e in events])
-    err.print(
-        f"[bold]status:[/] {session.status}  completeness {session.completeness():.2f}  "
-        f"windows {len(events)}/{windows}  {delivered.summary()}"
-        + (f"  hint: {last['CRP-Onboarding-Hint']}" if "CRP-Onboarding-Hint" in last else "")
-    )
-    if session.status == CKF_EXHAUSTED and not delivered.within:
-        err.print(f"the knowledge base grounded {delivered.delivered} of the {delivered.asked} "
-                  "words asked: ingest more documents on the task for the rest")
-    if session.status in (UPSTREAM_ERROR, RUN_FAILED):
-        raise typer.Exit(1)
+        events = []
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                      TextColumn("{task.completed}/{task.total} windows"), TimeElapsedColumn(),
+                      console=err, transient=False) as progress:
+            bar = progress.add_task(f"writing ({ranking})", total=windows)
+            try:
+                for event in gen.run(task, session=session):
+                    events.append(event)
+                    progress.update(bar, advance=1, description=(
+                        f"window {event.number}: {len(event.prepared.envelope)} facts, "
+                        f"completeness {event.completeness:.2f}"))
+            except CdrError as exc:
+                err.print(f"[bold red]error:[/] {exc}")
+                if session.status == IN_PROGRESS:
+                    session.status = RUN_FAILED
+        err.print(window_table(events, f"{task} — ranking {ranking}"))
+        document = assemble_document(task, [e.output for e in events],
+                                     [sq.text for sq in session.sub_queries])
+        if trace is not None:
+            trace.write_text(json.dumps(build_trace(session, events), indent=2), encoding="utf-8")
+        if report is not None:
+            from cdr.report import render_report
+
+            report.write_text(render_report([build_trace(session, events)]), encoding="utf-8")
+        if out_file is not None:
+            out_file.write_text(document, encoding="utf-8")
+        else:
+            sys.stdout.write(document)
+        last = events[-1].headers if events else {}
+        delivered = run_length([sq.expected_words for sq in session.sub_queries],
+                               [e.output for e in events])
+        err.print(
+            f"[bold]status:[/] {session.status}  completeness {session.completeness():.2f}  "
+            f"windows {len(events)}/{windows}  {delivered.summary()}"
+            + (f"  hint: {last['CRP-Onboarding-Hint']}" if "CRP-Onboarding-Hint" in last else "")
+        )
+        if session.status == CKF_EXHAUSTED and not delivered.within:
+            err.print(f"the knowledge base grounded {delivered.delivered} of the {delivered.asked} "
+                      "words asked: ingest more documents on the task for the rest")
+        if session.status in (UPSTREAM_ERROR, RUN_FAILED):
+            raise typer.Exit(1)
+    finally:
+        store.close()
 
 
 @app.command("report")
