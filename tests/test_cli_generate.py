@@ -94,8 +94,8 @@ def test_generate_closes_the_knowledge_base_however_it_ends(types_ckf_path: Path
     """An in-process caller (a notebook, a test, an embedding application) gets the CKF back
     closed: SQLite's WAL files gone, nothing left for a garbage collection to close at some
     later moment, after a finished run and after a refused one alike."""
-    ckf = tmp_path / "ckf"
-    shutil.copytree(types_ckf_path, ckf)
+    ckf = tmp_path / "ckf"  # without the WAL files of another test's open handle on it
+    shutil.copytree(types_ckf_path, ckf, ignore=shutil.ignore_patterns("*-wal", "*-shm"))
     files = sorted(p.name for p in ckf.iterdir())
     assert not [f for f in files if f.endswith(("-wal", "-shm"))]
     finished = runner.invoke(app, ["generate", BUILTIN_TYPES_TASK, "--ckf", str(ckf),

@@ -104,3 +104,33 @@ def test_a_list_cut_by_the_limit_keeps_its_finished_items():
     assert "".join(got).endswith("- StreamHandler writes to a stream.")  # before the window ends
     held.finish(kept)
     assert "".join(got) == kept
+
+
+@settings(max_examples=300, deadline=None)
+@given(DOCUMENT, st.lists(BLOCK, min_size=1, max_size=3), st.integers(2, 4),
+       st.lists(st.integers(1, 12), min_size=1, max_size=400))
+def test_a_window_stopped_at_its_loop_streams_exactly_the_text_it_keeps(doc, unit, copies,
+                                                                        sizes):
+    """The writer stops once the text repeats itself (`cdr.text.self_repeat`) and keeps the
+    text before the loop; where the stream already released blocks of the second copy (a
+    loop of several blocks), the window keeps those too, so the stream and the window agree."""
+    from cdr.text.self_repeat import REPETITION
+    from cdr.writers.base import Pieces, WriterResult, cut_repetition
+
+    loop = "\n\n".join(unit)
+    text = doc + "\n\n" + "\n\n".join([loop] * copies) + "\n\n"
+    got: list[str] = []
+    held = KeptStream(got.append)
+    emit = Pieces(held.feed)
+    i = 0
+    for size in [*sizes, len(text)]:
+        emit(text[i:i + size])
+        i += size
+        if emit.repeating or i >= len(text):
+            break
+    result = cut_repetition(WriterResult(emit.text, "stop", {}))
+    kept = held.released_at_least(result.text) if result.finish_reason == REPETITION \
+        else result.text
+    held.finish(kept)
+    assert "".join(got) == kept
+    assert text.startswith(kept.rstrip())

@@ -16,6 +16,7 @@ from cdr.coverage import SubQuery
 from cdr.errors import InvalidInputError
 from cdr.options import PROFILES, SessionOptions
 from cdr.session import TASK_COMPLETE, Session
+from cdr.text.self_repeat import REPETITION
 from cdr.window.dpe import DpeReport
 from cdr.window.length import (
     EXTRACTIVE_WORDS_PER_TOKEN,
@@ -144,6 +145,8 @@ def test_written_whole_keeps_cut_and_trimmed_sections_open():
     # cut by the token limit while writing Beta (its last attributed section)
     cut = _report(["sq-1", "sq-2", None], {"sq-1": 280, "sq-2": 120})
     assert written_whole(s, plan, cut, "length") == ["sq-1"]
+    # stopped where the model began to loop (cdr.text.self_repeat): cut the same way
+    assert written_whole(s, plan, cut, REPETITION) == ["sq-1"]
     # cut, but already past the words it was planned for: written (a small model that spends
     # the window on its first section is not asked to go on with it)
     long_cut = _report(["sq-1", "sq-1"], {"sq-1": 520})

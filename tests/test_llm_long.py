@@ -126,3 +126,23 @@ def test_the_local_writer_goes_on_from_a_begun_answer(model_path):  # noqa: F811
     assert "".join(pieces) == written and written.strip()
     assert not written.lstrip().startswith("## Lists")  # it went on, not from the start
     assert (plain.text + plain.dropped_text).strip()
+
+
+def test_the_local_writer_stops_a_loop_and_goes_on_writing(model_path):  # noqa: F811
+    """Asked to write one sentence over and over, the model loops: generation stops at the
+    loop's second copy, well before the token limit, the window keeps the text before the
+    loop, and the same loaded model writes the next window as usual."""
+    from cdr.text.self_repeat import REPETITION, find_repeat
+    from cdr.writers.local import LocalWriter
+
+    writer = LocalWriter(n_ctx=N_CTX)
+    sentence = "The tzinfo attribute holds the time zone of a datetime object."
+    loop = writer.generate([{"role": "user", "content": (
+        f"Write this exact sentence 30 times, one per line, and nothing else: {sentence}")}],
+        400)
+    assert loop.finish_reason == REPETITION
+    assert loop.usage["completion_tokens"] < 400  # stopped, not run to the limit
+    assert find_repeat(loop.text) is None and loop.dropped_text.strip()
+    assert sentence.split()[1] in loop.text + loop.dropped_text
+    after = writer.generate([{"role": "user", "content": "Name one Python mapping type."}], 16)
+    assert after.finish_reason != REPETITION and (after.text + after.dropped_text).strip()

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdr.errors import InvalidInputError, UpstreamError
+from cdr.text.self_repeat import REPETITION
 from cdr.text.tokens import count_tokens
 from cdr.writers import (
     AnthropicWriter,
@@ -492,3 +493,37 @@ def test_no_hand_written_http_in_the_writers() -> None:
             tuple(f + "." for f in forbidden))}, path
         text = path.read_text(encoding="utf-8")
         assert "text/event-stream" not in text and "time.sleep" not in text, path
+
+
+# -- a model that loops ----------------------------------------------------------------------
+
+LOOP_UNIT = "The tzinfo attribute holds the time zone of the object. "
+LOOPING = "## Time zones\n\nAware objects carry a zone. " + LOOP_UNIT * 40
+
+
+@pytest.mark.parametrize("make", [openai, anthropic])
+def test_a_streamed_loop_is_stopped_and_the_text_before_it_kept(server: ChatServer,
+                                                                make) -> None:
+    """The upstream would go on with its loop and then stall: a writer that did not stop at
+    the loop's second copy would run into the stall and fail on its timeout
+    (`StreamInterruptedError`); stopped, it keeps the text up to the first copy."""
+    server.reply = LOOPING
+    server.hang_next(1, seconds=30, after=40)  # the loop is seen at piece 28
+    result = make(server, timeout=3, max_retries=0).generate(MESSAGES, 500)
+    assert result.finish_reason == REPETITION
+    assert result.text == "## Time zones\n\nAware objects carry a zone. " + LOOP_UNIT.rstrip() \
+        + "\n"
+    assert result.dropped_text.startswith(LOOP_UNIT.strip())
+    # the stream ended before the provider's count: estimated from the text, and marked so
+    assert result.usage["completion_tokens"] >= len(LOOP_UNIT.split()) * 2
+    assert result.usage["estimated"] == 1
+
+
+def test_a_whole_reply_that_loops_is_cut_the_same_way(server: ChatServer) -> None:
+    server.reply = LOOPING
+    streamed = openai(server).generate(MESSAGES, 500)
+    whole = openai(server, stream=False).generate(MESSAGES, 500)
+    assert whole.finish_reason == streamed.finish_reason == REPETITION
+    assert whole.text == streamed.text
+    # the whole reply was written (and paid for) before it could be cut
+    assert whole.usage["completion_tokens"] == len(pieces(LOOPING))

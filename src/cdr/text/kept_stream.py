@@ -33,6 +33,7 @@ class KeptStream:
         self._shape = shape
         self._shaped = ""  # shape(complete blocks so far): what `sent` is a prefix of
         self._text = ""
+        self._complete = ""  # the complete blocks `_shaped` was made from, as written
         self._sent = 0
 
     @property
@@ -50,8 +51,21 @@ class KeptStream:
             if not released.startswith(self.sent):  # a shape that broke its promise
                 log.warning("shaped stream is no longer a prefix; holding the rest back")
                 return
-            self._shaped = released
+            self._shaped, self._complete = released, complete
             self._emit(released[self._sent:])
+
+    def released_at_least(self, kept: str) -> str:
+        """`kept`, or the written blocks already released when they reach past it.
+
+        A text cut where the model began to repeat itself (`cdr.text.self_repeat`) can end
+        before blocks the stream already released: a loop of two paragraphs is seen at the
+        end of its second copy of the second, when the second copy of the first is out. The
+        window then keeps what the client has (a part of the loop), so that the stream and the
+        stored text stay one."""
+        done = self._complete.rstrip()
+        if len(done) > len(kept.rstrip()) and done.startswith(kept.rstrip()):
+            return done + "\n"
+        return kept
 
     def finish(self, kept: str) -> None:
         """Release the rest of `kept` (the window's final text). `kept` always starts with what

@@ -42,6 +42,7 @@ from cdr.session import (
     Session,
 )
 from cdr.text.kept_stream import KeptStream
+from cdr.text.self_repeat import REPETITION
 from cdr.text.tokens import count_tokens
 from cdr.vectors import normalize
 from cdr.window.config import GenerationConfig, Ranker, SafetyCheck
@@ -952,6 +953,8 @@ class Generator:
         try:
             result = self.write(prepared, held.feed if held is not None else None)
             text = result.text
+            if held is not None and result.finish_reason == REPETITION:
+                text = held.released_at_least(text)
         except UpstreamError as exc:
             error = exc
             text = getattr(exc, "partial_text", "") or ""
@@ -994,14 +997,15 @@ def written_whole(session: Session, plan: Sequence[PlanSection], report: DpeRepo
                   finish_reason: str) -> list[str]:
     """The sub-queries a window wrote whole (the length contract): planned in full (not
     trimmed to the window's budget by `fit_plan`), given words by Stage 8, and not the
-    section the window was writing when its token limit cut it (`finish_reason` "length":
-    the last section its text was attributed to) unless that one already has the words it
+    section the window was writing when its token limit or the model's loop cut it
+    (`finish_reason` "length" or `REPETITION`: the last section its text was attributed to)
+    unless that one already has the words it
     was planned for (a small model often spends a whole window on its first section: cut
     at twice its target, it is written, not unfinished). Those are not planned again; a
     trimmed or cut section is continued where it stopped."""
     by_title = {sq.text: sq.id for sq in session.sub_queries}
     cut = None
-    if finish_reason == "length":
+    if finish_reason in ("length", REPETITION):
         cut = next((a for a in reversed(report.attribution) if a is not None), None)
     out = []
     for p in plan:

@@ -16,6 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from cdr import settings
 from cdr.errors import InvalidInputError, UpstreamError
+from cdr.text.self_repeat import REPETITION, RepeatWatch, find_repeat, kept_before_repeat
 from cdr.text.tokens import chat_framing_tokens, count_tokens
 
 DeltaCallback = Callable[[str], None]
@@ -37,6 +38,20 @@ class WriterResult:
     # With finish_reason "length": the unfinished last paragraph, cut from `text` so that the
     # window keeps (and Stage 8 credits) only complete paragraphs; the next window continues.
     dropped_text: str = ""
+
+
+def cut_repetition(result: WriterResult) -> WriterResult:
+    """Keep the text before the model's loop (`cdr.text.self_repeat`) of a window stopped
+    for it, or of any text that repeats itself (a writer that does not stream gives its text
+    whole); the loop goes to `dropped_text` and the finish reason says `REPETITION`."""
+    if result.dropped_text:
+        return result
+    cut = find_repeat(result.text)
+    if cut is None:
+        return result
+    result.text, result.dropped_text = kept_before_repeat(result.text, cut)
+    result.finish_reason = REPETITION
+    return result
 
 
 def trim_truncated(result: WriterResult) -> WriterResult:
@@ -106,17 +121,28 @@ class StreamInterruptedError(UpstreamError):
 class Pieces:
     """The text one attempt has handed on: each non-empty piece goes to `on_delta` the moment
     it arrives and is kept, so that a later failure knows what the caller already has (and
-    must not be given again) and a finished stream's text is exactly what was delivered."""
+    must not be given again) and a finished stream's text is exactly what was delivered.
+
+    It also watches the text for a model's loop (`cdr.text.self_repeat`): once `repeating`,
+    the writer stops asking for more and finishes with `REPETITION`, and `generate` keeps the
+    text before the loop (`cut_repetition`)."""
 
     def __init__(self, on_delta: DeltaCallback | None) -> None:
         self.parts: list[str] = []
         self._on_delta = on_delta
+        self._watch = RepeatWatch()
 
     def __call__(self, piece: str) -> None:
         if piece:
             self.parts.append(piece)
+            self._watch.feed(piece)
             if self._on_delta is not None:
                 self._on_delta(piece)
+
+    @property
+    def repeating(self) -> bool:
+        """Whether the text has begun to repeat itself: the writer should stop."""
+        return self._watch.cut is not None
 
     @property
     def text(self) -> str:
@@ -151,7 +177,7 @@ class WriterBase:
         result = (self._generate_after(messages, max_tokens, on_delta, prefix) if prefix
                   else self._generate(messages, max_tokens, on_delta))
         result.usage = complete_usage(result.usage, messages, result.text)
-        return trim_truncated(result)
+        return trim_truncated(cut_repetition(result))
 
     def _generate(
         self, messages: list[dict[str, str]], max_tokens: int, on_delta: DeltaCallback | None

@@ -16,13 +16,14 @@ import atexit
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cdr import settings
 from cdr.errors import InvalidInputError, UpstreamError
+from cdr.text.self_repeat import REPETITION
 from cdr.window.length import LLM_WORDS_PER_TOKEN
 from cdr.writers.base import (
     DeltaCallback,
@@ -232,12 +233,19 @@ class LocalWriter(WriterBase):
                 before = list(getattr(self._llm, "_input_ids", ()))
                 started = time.perf_counter()
                 first: float | None = None
-                for piece, reason in self._stream(messages, limit, begun):
-                    if piece and first is None:
-                        first = time.perf_counter()
-                    emit(piece)
-                    if reason:
-                        finish = reason
+                stream = self._stream(messages, limit, begun)
+                try:
+                    for piece, reason in stream:
+                        if piece and first is None:
+                            first = time.perf_counter()
+                        emit(piece)
+                        if reason:
+                            finish = reason
+                        if emit.repeating:  # the model's loop: no more of it
+                            finish = REPETITION
+                            break
+                finally:
+                    stream.close()
                 ended = time.perf_counter()
                 completion = len(self._llm.tokenize(emit.text.encode(), add_bos=False))
                 self._count(before, prompt_tokens, completion, started, first or ended, ended)
@@ -253,7 +261,7 @@ class LocalWriter(WriterBase):
         return WriterResult(emit.text, finish, usage)
 
     def _stream(self, messages: list[dict[str, str]], limit: int, begun: list[int]
-                ) -> Iterator[tuple[str, str | None]]:
+                ) -> Generator[tuple[str, str | None], None, None]:
         """(piece, finish reason or None) as llama.cpp generates. With `begun` (the prefix's
         tokens) the chat is rendered by the model's own template up to the assistant's turn,
         the prefix put after it and completed as plain text: the model reads the prefix as

@@ -27,6 +27,7 @@ import httpx2
 
 from cdr.errors import InvalidInputError, UpstreamError
 from cdr.sdk_client import SdkClientOwner, check_max_retries
+from cdr.text.self_repeat import REPETITION
 from cdr.writers.base import (
     DeltaCallback,
     Pieces,
@@ -181,6 +182,13 @@ class SdkChatWriter(WriterBase, SdkClientOwner):
         `on_delta`, whose exceptions propagate untouched) ends it with `_broken`."""
         state = StreamState()
         while not state.done:
+            if emit.repeating:  # the model's loop: no more of it (the caller closes the stream)
+                state.finish, state.done = REPETITION, True
+                # an output count sent so far (Anthropic's at the start) is not the total:
+                # left out, it is estimated from the text and marked so
+                state.usage = {k: v for k, v in state.usage.items()
+                               if k not in ("output_tokens", "completion_tokens", "total_tokens")}
+                break
             try:
                 event = next(events)
             except StopIteration:
