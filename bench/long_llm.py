@@ -76,6 +76,11 @@ RUNS_OLD_CKF = RESULTS / "long-llm-runs-ckf7240.jsonl"
 # profile): not confirmed on these tasks, so not the profile; kept for the comparison
 # (long_llm_resume.py).
 RUNS_FOCUSED_PREFILL = RESULTS / "long-llm-runs-v2-focused-prefill.jsonl"
+# Bench version 2's runs (library commits up to 2ac4f04): written before the writers stopped
+# a model's loop (cdr.text.self_repeat), when a window that looped ran to its token limit and
+# its loop counted as delivered words. The comparison of `resume: prefill` is with them (made on
+# the same code); nothing else counts them.
+RUNS_V2 = RESULTS / "long-llm-runs-v2.jsonl"
 SUPERSEDED = (
     (RUNS_V1, "bench version 1 (before the whole-prompt budget)",
      "runs made before the envelope budget counted the whole prompt (prompts of up to 2,875 "
@@ -85,6 +90,9 @@ SUPERSEDED = (
      "Python-docs runs made on a cached CKF that re-ingests under earlier code had grown to "
      "7,240 rows; a fresh build of the same pages, which a clean checkout makes, has 7,097, so "
      "their rows cannot be read on it (docs/length.md, \"Runs on the earlier CKF\")"),
+    (RUNS_V2, "bench version 2 (before the writers stopped a model's loop)",
+     "runs whose windows that looped ran to the token limit, the loop counted as delivered "
+     "words (docs/length.md, \"Loops are stopped, not delivered\")"),
     (RUNS_FOCUSED_PREFILL, "`focused` with `resume: prefill` (tried, not adopted)",
      "runs of the recommended profile with begun sections resumed, which the tuning runs had "
      "chosen and these tasks did not confirm (the section \"`focused` with and without "
@@ -97,8 +105,8 @@ PARTIAL = RESULTS / "long-llm-partial"
 REPORT = RESULTS / "long.md"
 PLOT = RESULTS / "long-windows.png"
 # Bump when a change here or in the loop changes what a run is (2: the whole-prompt budget,
-# and each window's end time recorded).
-BENCH_VERSION = 2
+# and each window's end time recorded; 3: the writers stop a model's loop).
+BENCH_VERSION = 3
 
 TASKS = (("pydocs", "library/datetime.html"), ("pydocs", "library/unittest.html"),
          ("man", "mbind"))
