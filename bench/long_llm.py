@@ -664,7 +664,7 @@ def render(runs: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines += render_continued(runs, [a.name for a in ARMS])
     from long_llm_resume import render_before_after
 
-    lines += render_before_after([r for r in runs if r["arm"] == "focused"],
+    lines += render_before_after(meta.get("prefill_base") or [],
                                  meta.get("prefill") or [],
                                  lambda rs: verdicts(rs, "focused"))
     if meta.get("plot"):
@@ -829,9 +829,11 @@ def main(words: Sequence[int], max_runs: int | None, report_only: bool,
                       if deepest.get(t.name, 0) >= 2}
     add_causes(kept, tasks, meta)
     prefill = list(load_runs(RUNS_FOCUSED_PREFILL).values())
-    if prefill:
+    if prefill:  # compared with focused runs of the same code (version 2), not today's
+        base = [r for r in load_runs(RUNS_V2).values() if r["arm"] == "focused"]
         add_causes(prefill, tasks, dict(meta))
-        meta["prefill"] = prefill
+        add_causes(base, tasks, dict(meta))
+        meta["prefill"], meta["prefill_base"] = prefill, base
     meta["plot"] = plot(kept)
     REPORT.write_text(render(kept, meta), encoding="utf-8")
     print(f"report: {REPORT.relative_to(ROOT)}")

@@ -1,7 +1,8 @@
 """`focused` with and without resuming begun sections (`resume: "prefill"`, chosen on the
 tuning tasks: bench/results/long-tune.md), on the long benchmark's report tasks.
 
-*Without* are the report's focused runs (library 2ac4f04, `resume: prompt`); *with* are the
+*Without* are bench version 2's focused runs (library 2ac4f04, `resume: prompt`, before the
+writers stopped a model's loop: `long-llm-runs-v2.jsonl`); *with* are the
 same tasks, lengths and budget run with the profile plus `resume: prefill`
 (`long-llm-runs-v2-focused-prefill.jsonl`, library c441b4e). Both sets are scored by the same
 code at report time (`long_llm_causes.enrich` for the recalibrated repetition), so a
@@ -76,7 +77,7 @@ def render_before_after(without: Sequence[dict[str, Any]], with_: Sequence[dict[
     if not without or not with_:
         return []
     lines = ["", "## `focused` with and without resuming begun sections", "",
-             "The same report tasks, lengths and budget; *without*: the report's focused runs "
+             "The same report tasks, lengths and budget; *without*: bench version 2's focused runs "
              f"(library {', '.join(sorted({r.get('commit', '?') for r in without}))}, "
              "`resume: prompt`: the prompt quotes where a begun section stopped); *with*: the "
              "profile plus `resume: prefill` (the model's answer starts with the section's "
