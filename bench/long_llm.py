@@ -52,6 +52,7 @@ from _paths import BENCH, ROOT
 from cdr.ngrams import NGRAM_SIZE, tokenize
 from cdr.report import quality
 from cdr.session import IN_PROGRESS, Session
+from cdr.text.self_repeat import REPETITION
 from cdr.window.length import length_score, within_tolerance
 from cdr.window.loop import GenerationConfig, Generator
 from quality_llm_metrics import grounding, lexical_restating
@@ -573,12 +574,14 @@ def render(runs: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
         "*Outside loops*: the words delivered less what the model's loops repeated (a window "
         "of 100+ words under 20% distinct, cut where its first 8 words recur; "
         "`long_llm_resume.outside_loop`), with the ratio and length score they give: the "
-        "length contract counts a loop's words as written.",
+        "length contract counts a loop's words as written. *Loops stopped*: windows the "
+        "writer stopped where the model began to repeat itself (`finish_reason` "
+        "`repetition`, bench version 3 on), whose loop is neither kept nor counted.",
         "",
         "| corpus | task | arm | asked | delivered | ratio | length score | outside loops "
-        "(ratio, score) | windows | exit | planned again W2+ | written twice W2+ | commit | "
-        "options |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---|",
+        "(ratio, score) | windows | loops stopped | exit | planned again W2+ | "
+        "written twice W2+ | commit | options |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---|",
     ]
     from long_llm_resume import words_outside_loops
 
@@ -588,6 +591,7 @@ def render(runs: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"| {r['corpus']} | {r['task']} | {r['arm']} | {r['words']:,} | {r['delivered']:,}"
             f" | {r['ratio']:.2f} | {r['length_score']:.1f} | {kept:,} ({kept / r['words']:.2f}, "
             f"{length_score(r['words'], kept):.1f}) | {len(r['windows'])} | "
+            f"{sum(w.get('finish_reason') == REPETITION for w in r['windows'])} | "
             f"{r['status']} | {_f(_nan(r['replanned']), '.1f', True)} | "
             f"{_f(_nan(r['written_twice']), '.1f', True)} | {r.get('commit', '?')} | "
             f"{_options(r)} |")
