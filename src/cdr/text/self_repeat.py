@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import re
 
-from cdr.text.markdown import keep_complete
 from cdr.text.sentences import ends_sentence, finished_end
 
 # The finish reason of a window stopped here (OpenAI's vocabulary has no word for it).
@@ -37,6 +36,10 @@ MIN_UNIT_WORDS = 8
 # The longest unit looked for: a paragraph or a few list items (the longest loop on the
 # benchmark's windows was 126 words round).
 MAX_UNIT_WORDS = 400
+# Different words a unit must hold: Markdown and data repeat one or two tokens by nature (a
+# wide table's delimiter row "| --- | --- |", a buffer of zeros, a hexdump line). It costs one
+# of the 71 repeats found on the recorded windows (a list item of two words, repeated).
+MIN_UNIT_DISTINCT = 3
 
 _WORD = re.compile(r"\S+(?=\s)")  # a word is complete once white space follows it
 
@@ -75,7 +78,8 @@ class RepeatWatch:
             if k > MAX_UNIT_WORDS:
                 break
             if k >= MIN_UNIT_WORDS and i + 1 >= 2 * k and \
-                    words[i + 1 - 2 * k:i + 1 - k] == words[i + 1 - k:i + 1]:
+                    words[i + 1 - 2 * k:i + 1 - k] == words[i + 1 - k:i + 1] and \
+                    len(set(words[i + 1 - k:i + 1])) >= MIN_UNIT_DISTINCT:
                 self.cut = self._ends[i - k]
                 return True
         earlier.append(i)
@@ -93,14 +97,30 @@ def kept_before_repeat(text: str, cut: int) -> tuple[str, str]:
     """(what the window keeps, what it drops) of `text` whose repeat begins at `cut`.
 
     The first copy is kept where it ends a line or a sentence; a loop that began inside a
-    sentence keeps the sentences finished before it, and one inside a code block the blocks
-    before it (`cdr.text.markdown.keep_complete`), as a text cut off by the token limit."""
+    sentence keeps the sentences finished before it, and one inside a code block what came
+    before the block (code has no sentences to cut back to, and an unclosed fence would turn
+    the rest of the document into code)."""
     head, rest = text[:cut], text[cut:]
     ends_line = "\n" in rest[: len(rest) - len(rest.lstrip())]
-    if head.count("```") % 2 or head.count("~~~") % 2:  # inside a fence: whole blocks only
-        kept, _ = keep_complete(head)
-        return kept, text[len(kept.rstrip()):].lstrip("\n")
+    fence = _open_fence_start(head)
+    if fence is not None:
+        kept = head[:fence].rstrip()
+        return (kept + "\n" if kept else ""), text[len(kept):].lstrip()
     if not (ends_line or ends_sentence(head)):
         end = finished_end(head)
         head = head[:end] if end else head
     return head.rstrip() + "\n", text[len(head.rstrip()):].lstrip()
+
+
+_FENCE = re.compile(r"^ {0,3}(```|~~~)", re.MULTILINE)
+
+
+def _open_fence_start(text: str) -> int | None:
+    """Where the code block that `text` ends inside begins; None when every fence is closed."""
+    opened: tuple[int, str] | None = None
+    for m in _FENCE.finditer(text):
+        if opened is None:
+            opened = (m.start(), m.group(1))
+        elif m.group(1) == opened[1]:
+            opened = None
+    return None if opened is None else opened[0]

@@ -124,20 +124,27 @@ class Pieces:
     must not be given again) and a finished stream's text is exactly what was delivered.
 
     It also watches the text for a model's loop (`cdr.text.self_repeat`): once `repeating`,
-    the writer stops asking for more and finishes with `REPETITION`, and `generate` keeps the
-    text before the loop (`cut_repetition`)."""
+    the writer stops asking for more and finishes with `REPETITION`, `generate` keeps the
+    text before the loop (`cut_repetition`), and `on_delta` has been handed no more than that
+    (`text` still holds all that was written: it is what the usage counts)."""
 
     def __init__(self, on_delta: DeltaCallback | None) -> None:
         self.parts: list[str] = []
         self._on_delta = on_delta
         self._watch = RepeatWatch()
+        self._length = 0  # of `text`
 
     def __call__(self, piece: str) -> None:
-        if piece:
-            self.parts.append(piece)
-            self._watch.feed(piece)
-            if self._on_delta is not None:
-                self._on_delta(piece)
+        if not piece:
+            return
+        start, self._length = self._length, self._length + len(piece)
+        self.parts.append(piece)
+        if self._watch.feed(piece):
+            # on goes only the text before the loop (a whole answer is one piece: its loop
+            # must not reach a stream, which would keep what it was handed)
+            piece = piece[: max(0, (self._watch.cut or 0) - start)]
+        if piece and self._on_delta is not None:
+            self._on_delta(piece)
 
     @property
     def repeating(self) -> bool:
