@@ -8,19 +8,20 @@ score, it costs the seconds of a whole window, and the window's section is marke
 
 `RepeatWatch` reads the text as it streams and says when its last words are one run of words
 written twice back to back: a unit of at least `MIN_UNIT_WORDS` words (a shorter one, such as
-"- `tuple`", shows once it has repeated often enough to make that many) and at most
-`MAX_UNIT_WORDS`. The writer then stops generating (`cdr.writers.base.Pieces`), and
-`kept_before_repeat` keeps the text up to the end of the first copy, cut back to a finished
-sentence or block when the loop began inside one. The finish reason is `REPETITION`: the window
+"- `tuple` again", shows once it has repeated often enough to make that many), at most
+`MAX_UNIT_WORDS`, and `MIN_UNIT_DISTINCT` different words among them. The writer then stops
+generating (`cdr.writers.base.Pieces`), and `kept_before_repeat` keeps the text up to the end
+of the first copy, cut back to a finished sentence when the loop began inside one, and to what
+came before a code block it began in. The finish reason is `REPETITION`: the window
 was cut like one that ran out of tokens, so its section is continued, not marked written.
 
 Why words written twice back to back, and not a share of distinct words: it is exact (prose
 does not say the same eight words twice in a row; the Python documentation's own pages never
 do, `tests/test_self_repeat.py`), it is decided at the first moment it holds (the end of the
 second copy), and a prefix that held it never stops holding it, so a stream can act on it.
-On the benchmark's 384 recorded windows it finds 58 of the 66 that the distinct-words measure
-calls loops (the other 8 vary a word each time round) and 13 more that repeat a paragraph or
-a list item verbatim, which no reader wants either.
+On the benchmark's 384 recorded windows it finds 57 of the 66 that the distinct-words measure
+calls loops (the others vary a word each time round, or repeat two words) and 13 more that
+repeat a paragraph or a list item verbatim, which no reader wants either.
 """
 
 from __future__ import annotations
