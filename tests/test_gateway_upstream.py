@@ -245,6 +245,28 @@ def test_a_streamed_window_cut_by_the_token_limit_carries_only_what_was_kept(htt
     assert paragraphs and all(p.rstrip().endswith(".") for p in paragraphs)
 
 
+def looping_reply(messages: list[dict[str, str]]) -> str:
+    """A model that loops: under each heading one paragraph, then the same paragraph again
+    until the token limit."""
+    prompt = messages[-1]["content"]
+    headings = [line for line in prompt.splitlines() if line.startswith("## ")] or ["## Notes"]
+    said = f"The window {digest(prompt)} says this and nothing else."  # its own each window
+    return "\n\n".join(f"{h}\n\n" + "\n\n".join([said] * 30) for h in headings)
+
+
+def test_a_window_that_loops_keeps_one_copy_streamed_or_not(http, oai, chat):
+    """The writer stops the upstream's loop at its second copy (cdr.text.self_repeat): the
+    window keeps one copy, and the streamed document is the one the whole reply gives."""
+    chat.reply = looping_reply
+    whole = crp_completion(oai).choices[0].message.content
+    paragraphs = [p for p in whole.split("\n\n") if p.startswith("The window")]
+    assert chat.requests and len(paragraphs) == len(chat.requests)  # one copy a window
+    chat.reset()
+    chat.reply = looping_reply
+    streamed = delta_text(crp_completion(oai, stream=True))
+    assert streamed == whole
+
+
 def test_upstream_failures_are_502_and_keep_the_session(http, oai, chat, llm_gateway):
     chat.fail_next(1, status=400, message="context length exceeded upstream")
     r = http.post("/v1/chat/completions", json={

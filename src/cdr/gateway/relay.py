@@ -33,6 +33,8 @@ from cdr.gateway.schemas import ChatCompletionRequest
 from cdr.gateway.session_record import SessionRecord
 from cdr.gateway.settings import DEFAULT_KB
 from cdr.session import CANCELLED, IN_PROGRESS, LIMIT_REACHED
+from cdr.text.kept_stream import KeptStream
+from cdr.text.self_repeat import REPETITION
 from cdr.trace import window_record
 from cdr.window.envelope import DEFAULT_GENERATION_TOKENS
 from cdr.window.headers import SAFETY_ONLY_HEADERS
@@ -186,13 +188,21 @@ class ChatRun:
         max_tokens = self.req.model_extra.get("max_tokens") if self.req.model_extra else None
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
             max_tokens = DEFAULT_GENERATION_TOKENS
-        sink = functools.partial(on_delta, 1) if on_delta is not None else None
+        # Held back a block at a time like a window's text (cdr.text.kept_stream): an answer
+        # the writer cuts (at the token limit, or where the model began to loop) streams
+        # exactly what the whole reply gives.
+        held = KeptStream(functools.partial(on_delta, 1)) if on_delta is not None else None
         try:
-            result = self.gw.writer.generate(messages, max_tokens, on_delta=sink)
+            result = self.gw.writer.generate(messages, max_tokens,
+                                             on_delta=held.feed if held is not None else None)
         except UpstreamError as exc:
             api = from_cdr_error(exc)
             api.headers.update(self.headers())
             raise api from None
+        if held is not None:
+            if result.finish_reason == REPETITION:
+                result.text = held.released_at_least(result.text)
+            held.finish(result.text)
         self.passthrough_text = result.text
         self.passthrough_usage = dict(result.usage)
 
@@ -216,8 +226,8 @@ class ChatRun:
         return session_headers(self.record.session, self.sid, self.token(), last)
 
     def content(self) -> str:
-        if self.passthrough:
-            return self.passthrough_text
+        if self.passthrough:  # as the stream gives it (`DocumentText`)
+            return assemble([self.passthrough_text])
         return assemble([e.output for e in self.events])
 
     def usage(self) -> dict[str, int]:
