@@ -34,6 +34,8 @@ def test_generate_writes_document_and_trace(types_ckf_path: Path, tmp_path: Path
     assert data["ranking"] == "cdr" and data["status"] == "limit-reached"
     assert "status: limit-reached" in res.output
     assert "CWR6" in res.output
+    # the table says how each window's writer ended (a loop stopped, a token-limit cut)
+    assert "repetition: stopped where the model began" in " ".join(res.output.split())
 
 
 def test_generate_to_stdout_with_relevance(types_ckf_path: Path, tmp_path: Path):
