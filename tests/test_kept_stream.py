@@ -40,6 +40,7 @@ def stream(text: str, cut: int, sizes: list[int]) -> tuple[str, str]:
     if i < len(written):
         held.feed(written[i:])
     kept, _ = keep_complete(written)
+    assert held.released_at_least(kept) == kept  # a token-limit cut holds every released block
     held.finish(kept)
     return "".join(got), kept
 
@@ -60,6 +61,7 @@ def test_a_finished_window_streams_all_of_it(doc, sizes):
     for size in [*sizes, len(doc)]:
         held.feed(doc[i:i + size])
         i += size
+    assert held.released_at_least(doc) == doc  # a finished text holds every released block
     held.finish(doc)
     assert "".join(got) == doc
 
@@ -114,7 +116,6 @@ def test_a_window_stopped_at_its_loop_streams_exactly_the_text_it_keeps(doc, uni
     """The writer stops once the text repeats itself (`cdr.text.self_repeat`) and keeps the
     text before the loop; where the stream already released blocks of the second copy (a
     loop of several blocks), the window keeps those too, so the stream and the window agree."""
-    from cdr.text.self_repeat import REPETITION
     from cdr.writers.base import Pieces, WriterResult, cut_repetition
 
     loop = "\n\n".join(unit)
@@ -129,8 +130,7 @@ def test_a_window_stopped_at_its_loop_streams_exactly_the_text_it_keeps(doc, uni
         if emit.repeating or i >= len(text):
             break
     result = cut_repetition(WriterResult(emit.text, "stop", {}))
-    kept = held.released_at_least(result.text) if result.finish_reason == REPETITION \
-        else result.text
+    kept = held.released_at_least(result.text)
     held.finish(kept)
     assert "".join(got) == kept
     assert text.startswith(kept.rstrip())

@@ -34,7 +34,6 @@ from cdr.gateway.session_record import SessionRecord
 from cdr.gateway.settings import DEFAULT_KB
 from cdr.session import CANCELLED, IN_PROGRESS, LIMIT_REACHED
 from cdr.text.kept_stream import KeptStream
-from cdr.text.self_repeat import REPETITION
 from cdr.trace import window_record
 from cdr.window.envelope import DEFAULT_GENERATION_TOKENS
 from cdr.window.headers import SAFETY_ONLY_HEADERS
@@ -200,8 +199,7 @@ class ChatRun:
             api.headers.update(self.headers())
             raise api from None
         if held is not None:
-            if result.finish_reason == REPETITION:
-                result.text = held.released_at_least(result.text)
+            result.text = held.released_at_least(result.text)
             held.finish(result.text)
         self.passthrough_text = result.text
         self.passthrough_usage = dict(result.usage)

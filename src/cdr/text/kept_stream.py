@@ -61,7 +61,9 @@ class KeptStream:
         before blocks the stream already released: a loop of two paragraphs is seen at the
         end of its second copy of the second, when the second copy of the first is out. The
         window then keeps what the client has (a part of the loop), so that the stream and the
-        stored text stay one."""
+        stored text stay one. Any other kept text holds every released block already (a
+        finished text, or one cut back to its complete blocks at the token limit), and comes
+        back as it is: callers pass every window's text through here."""
         done = self._complete.rstrip()
         if len(done) > len(kept.rstrip()) and done.startswith(kept.rstrip()):
             return done + "\n"

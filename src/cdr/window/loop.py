@@ -952,9 +952,7 @@ class Generator:
         held = KeptStream(on_delta, shape) if on_delta is not None else None
         try:
             result = self.write(prepared, held.feed if held is not None else None)
-            text = result.text
-            if held is not None and result.finish_reason == REPETITION:
-                text = held.released_at_least(text)
+            text = held.released_at_least(result.text) if held is not None else result.text
         except UpstreamError as exc:
             error = exc
             text = getattr(exc, "partial_text", "") or ""
@@ -999,9 +997,9 @@ def written_whole(session: Session, plan: Sequence[PlanSection], report: DpeRepo
     trimmed to the window's budget by `fit_plan`), given words by Stage 8, and not the
     section the window was writing when its token limit or the model's loop cut it
     (`finish_reason` "length" or `REPETITION`: the last section its text was attributed to)
-    unless that one already has the words it
-    was planned for (a small model often spends a whole window on its first section: cut
-    at twice its target, it is written, not unfinished). Those are not planned again; a
+    unless that one already has the words it was planned for (a small model often spends a
+    whole window on its first section: cut at twice its target, it is written, not
+    unfinished). Those are not planned again; a
     trimmed or cut section is continued where it stopped."""
     by_title = {sq.text: sq.id for sq in session.sub_queries}
     cut = None
