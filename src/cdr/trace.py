@@ -14,6 +14,7 @@ from cdr.options import OPTION_CHOICES
 from cdr.ranking import RANKING_MODES
 from cdr.session import RUN_STATUSES, Session
 from cdr.window.length import run_length
+from cdr.window.spread import documents_per_window
 from cdr.window.stale import sent_before_per_window
 
 if TYPE_CHECKING:
@@ -91,8 +92,11 @@ def trace_document(session: Session, windows: Sequence[dict[str, Any]]) -> dict[
         "embedding_model": session.model_id,
         "ranking": session.ranking,
         "sub_queries": [sq.to_dict() for sq in session.sub_queries],
-        "windows": [{**w, "sent_before": None if s is None else round(s, 4)}
-                    for w, s in zip(windows, shares, strict=True)],
+        # Optional per window: the documents sent so far and each one's share of the facts
+        # sent so far (`cdr.window.spread`).
+        "windows": [{**w, "sent_before": None if s is None else round(s, 4), "documents": d}
+                    for w, s, d in zip(windows, shares, documents_per_window(windows),
+                                       strict=True)],
         "status": session.status,
     }
     doc["length"] = run_length([sq.expected_words for sq in session.sub_queries],
@@ -155,6 +159,12 @@ TRACE_SCHEMA: dict[str, Any] = {
                 "grounds_words": {"type": "integer", "minimum": 0},
                 "resumed": {"type": "boolean"},
                 "sent_before": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
+                "documents": {"type": "object", "required": ["sent", "new", "shares"],
+                              "properties": {
+                                  "sent": {"type": "integer", "minimum": 0},
+                                  "new": {"type": "integer", "minimum": 0},
+                                  "shares": {"type": "object", "additionalProperties": {
+                                      "type": "number", "minimum": 0, "maximum": 1}}}},
                 "attribution": {"type": "array",
                                 "items": {"type": ["string", "null"]}},
             }}},

@@ -35,6 +35,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 err = Console(stderr=True)
+# Sections a `ckf-exhausted` run names as left (with why), before "and N more".
+SECTIONS_LEFT_SHOWN = 10
 out = Console()
 
 
@@ -117,6 +119,7 @@ def generate(
     documents: Annotated[str | None, typer.Option(help=meaning("documents"))] = D.documents,
     plan: Annotated[str | None, typer.Option(help=meaning("plan"))] = D.plan,
     resume: Annotated[str | None, typer.Option(help=meaning("resume"))] = D.resume,
+    pool: Annotated[str | None, typer.Option(help=meaning("pool"))] = D.pool,
     trace: Annotated[Path | None, typer.Option(help="Write the trace JSON here.")] = None,
     report: Annotated[Path | None, typer.Option(help="Write an HTML run report here.")] = None,
     out_file: Annotated[Path | None, typer.Option("--out", help="Write the Markdown here "
@@ -150,10 +153,10 @@ def generate(
         resolve_options(profile, memory=memory, envelope=envelope, queries=queries,
                         repeats=repeats, subject=subject, lexical=lexical, stale=stale,
                         length=length, documents=documents, plan=plan,
-                        resume=resume)
+                        resume=resume, pool=pool)
     except CdrError as exc:
         raise fail(f"{exc} (--profile/--memory/--envelope/--queries/--repeats/--subject/"
-                   "--lexical/--stale/--length/--documents/--plan/--resume)", 2) from None
+                   "--lexical/--stale/--length/--documents/--plan/--resume/--pool)", 2) from None
     outline_text = None
     if outline is not None:
         try:
@@ -184,7 +187,7 @@ def generate(
                 generation_tokens=generation_tokens, profile=profile, memory=memory,
                 envelope=envelope, queries=queries, repeats=repeats, subject=subject,
                 lexical=lexical, stale=stale, length=length, documents=documents, plan=plan,
-                resume=resume,
+                resume=resume, pool=pool,
             )
             gen = Generator(store, _writer(writer, llm_base_url, llm_model), config)
             session = gen.start(task, outline_text)
@@ -236,6 +239,16 @@ def generate(
         if session.status == CKF_EXHAUSTED and not delivered.within:
             err.print(f"the knowledge base grounded {delivered.delivered} of the {delivered.asked} "
                       "words asked: ingest more documents on the task for the rest")
+        if session.status == CKF_EXHAUSTED:
+            sent = {int(r) for e in events if e.output.strip() for r in e.prepared.rows}
+            left = gen.sections_left(session, sent)
+            for sq, unsent in left[:SECTIONS_LEFT_SHOWN]:
+                why = ("no unsent fact of the knowledge base passes the relevance gate for it"
+                       if not unsent else f"{unsent} unsent candidate(s) nearest to it are "
+                       "below the novelty floor: what they say was already written")
+                err.print(f"section left: {sq.text!r}: {why}", markup=False)
+            if len(left) > SECTIONS_LEFT_SHOWN:
+                err.print(f"… and {len(left) - SECTIONS_LEFT_SHOWN} more sections left")
         if session.status in (UPSTREAM_ERROR, RUN_FAILED):
             raise typer.Exit(1)
     finally:

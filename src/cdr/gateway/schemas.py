@@ -21,6 +21,7 @@ from cdr.options import (
     LexicalMode,
     MemoryMode,
     PlanMode,
+    PoolMode,
     ProfileName,
     QueriesMode,
     RepeatsMode,
@@ -101,6 +102,7 @@ class GenerationOptions(_Strict):
     documents: DocumentsMode | None = option_field("documents")
     plan: PlanMode | None = option_field("plan")
     resume: ResumeMode | None = option_field("resume")
+    pool: PoolMode | None = option_field("pool")
 
     def run_options(self) -> dict[str, Any]:
         """The options this request set, by their `RunOptions` names (`window_tokens` is

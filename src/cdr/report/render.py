@@ -188,13 +188,35 @@ def window_card(run: RunView, w: WindowView | None, index: int) -> str:
         f'<div class="card s{index}"><h4><span class="swatch s{index}"></span>{e(run.label)}'
         f" — window {w.number}</h4>"
         f'<p class="stats">completeness {w.completeness:.2f} · addressed: {addressed} · '
-        f"repeated 6-grams {w.cwr6:.0%} · facts reused {w.reuse:.0%}</p>{error}"
+        f"repeated 6-grams {w.cwr6:.0%} · facts reused {w.reuse:.0%}</p>"
+        f"{documents_line(r)}{error}"
         f"<details><summary>CRP headers</summary>{headers_table(w)}</details>"
         f'<details open><summary>Envelope ({len(r["envelope"])} facts; click a column '
         f"to sort)</summary>{envelope_table(w)}</details>"
         f'<details open><summary>Written text (paragraph tags: the sub-query Stage 8 '
         f"credited; <mark>highlight</mark>: 6-grams already written)</summary>"
         f'<div class="text">{window_text(run, w)}</div></details>{dropped_text(r)}</div>')
+
+
+# The documents a window card names by their share of the facts sent so far; the rest are
+# counted.
+SHOWN_DOCUMENTS = 5
+
+
+def documents_line(record: Mapping[str, Any]) -> str:
+    """The documents sent so far and the largest shares of the facts sent so far (the trace's
+    optional `documents`, `cdr.window.spread`); nothing for a trace without it."""
+    docs = record.get("documents")
+    if not isinstance(docs, Mapping) or not isinstance(docs.get("shares"), Mapping):
+        return ""
+    shares = list(docs["shares"].items())
+    named = ", ".join(f"{e(short_source(str(src)))} {float(v):.0%}"
+                      for src, v in shares[:SHOWN_DOCUMENTS])
+    rest = len(shares) - SHOWN_DOCUMENTS
+    more = f", {rest} more" if rest > 0 else ""
+    return (f'<p class="stats docs">documents sent so far: {int(docs.get("sent", 0))} '
+            f'(+{int(docs.get("new", 0))} in this window){": " + named if named else ""}'
+            f"{more}</p>")
 
 
 def dropped_text(record: Mapping[str, Any]) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -98,6 +98,9 @@ DEFAULT_SUB_QUERIES = DEFAULTS.sub_queries  # the user's option (cdr.options.Run
 DECOMPOSITION_POOL = 300
 PHASE1_LIMIT = 4000
 SHARD_RANKED_MODES = ONE_PASS_MODES  # a shard ranks these itself (cdr.ranking.MODE_RULES)
+# `pool: "sections"`: Phase 1 scans for the sections at most this many times a session (the
+# gateway takes outlines of up to 50 lines; a longer outline's neighbours share a scan).
+MAX_SECTION_QUERIES = 64
 SHARD_TOP_K = 64  # candidates a ranking index ships per window before packing settles
 # A window whose plan came out shorter than the prompt T was counted with by at least this
 # many tokens (about a small fact) is packed once more with T counted on the plan it got.
@@ -317,6 +320,8 @@ class Generator:
         self.writer = writer
         self.config = config or GenerationConfig()
         self._cheapest: tuple[int, int] | None = None  # (generation, cheapest fact cost)
+        # `pool: "sections"`: (session, index generation, its pool), the last one computed
+        self._section_pools: tuple[Session, int, Selection] | None = None
         cfg = self.config
         if not 1 <= cfg.max_windows <= MAX_WINDOWS_LIMIT:
             raise InvalidInputError(
@@ -430,14 +435,49 @@ class Generator:
         return phase1
 
     def candidates(self, session: Session) -> Any:
-        """Phase 1: the facts past the gate (widened by expanded sub-queries when on)."""
+        """Phase 1: the facts past the gate (widened by expanded sub-queries when on; with
+        `pool: "sections"`, the task's and its sections')."""
         index = self.phase1_index(session.options, session.task, session.sub_queries)
         if session.expanded_embeddings is not None and self.config.expansion_widens:
             return widened_selection(index, session.query_vector, session.expanded_embeddings,
                                      session.min_relevance, PHASE1_LIMIT,
                                      self.config.expansion_widen_limit,
                                      self.config.expansion_top_up)
+        if session.options.pool == "sections":
+            return self._section_pool(session, index)
         return index.select(session.query_vector, session.min_relevance, PHASE1_LIMIT)
+
+    def _section_pool(self, session: Session, task_index: Any) -> Selection:
+        """`pool: "sections"` (docs/retrieval.md, "Relevance to a task with sections"): the task's
+        candidates and each outline section's, a fact at its best relevance. The task's query
+        finds the task's documents (those holding at least one of its candidates); a section
+        queries as itself pulled toward the task (the unit sum of the task query and its
+        vector), so "Errors" means this task's errors, with its own BM25 words and document
+        support, and adds the facts it finds in those documents. The pool depends on the
+        session's queries and the knowledge base's state only, so it is computed once per
+        session and state (the scans do not repeat each window)."""
+        gen = self.index.generation
+        cached = self._section_pools
+        if cached is not None and cached[0] is session and cached[1] == gen:
+            return cached[2]
+        gate = session.min_relevance
+        parts = [task_index.select(session.query_vector, gate, PHASE1_LIMIT)]
+        sqs, vecs = session.sub_queries, np.asarray(session.sub_query_embeddings, np.float32)
+        # At most MAX_SECTION_QUERIES scans, whatever the outline's length: past it, runs of
+        # neighbouring sections query together (their mean vector, their lines' words).
+        for group in np.array_split(np.arange(len(sqs)), min(len(sqs), MAX_SECTION_QUERIES)):
+            query = normalize(session.query_vector + vecs[group].mean(axis=0),
+                              f"section query {sqs[group[0]].id}")
+            index = self.phase1_index(session.options, session.task, [sqs[i] for i in group])
+            parts.append(index.select(query, gate, PHASE1_LIMIT))
+        # A section adds facts of the documents the task's own query reached, not others: on
+        # a single-page task a section query ("Errors") also meets sibling pages' sections.
+        codes = document_codes(self.index)
+        reached = np.unique(codes[parts[0].indices])
+        parts[1:] = [within(p, np.isin(codes[p.indices], reached)) for p in parts[1:]]
+        pool = union_selection(parts, self.index.dim)
+        self._section_pools = (session, gen, pool)
+        return pool
 
     def prepare(self, session: Session) -> PreparedWindow:
         """Phase 1 select, Phase 2 rank, Phase 3 pack, plan and prompt for the next window.
@@ -547,7 +587,7 @@ class Generator:
         if (section_vecs is None and cfg.ranker is None
                 and session.ranking in SHARD_RANKED_MODES and not widened
                 and opts.memory != "facts" and opts.lexical == "off"
-                and opts.documents == "off"
+                and opts.documents == "off" and opts.pool == "task"
                 and isinstance(self.index, RankingIndex)):
             return self._pack_ranked_on_index(session, budget, anchor, max_facts, costs_of)
         return self._pack_ranked_here(session, budget, anchor, max_facts, section_vecs, costs_of)
@@ -817,6 +857,26 @@ class Generator:
             owner = np.where(named >= 0, named, owner)
         return owner
 
+    def sections_left(self, session: Session, sent: Collection[int]
+                      ) -> list[tuple[SubQuery, int]]:
+        """The sections a run left open (not written whole under the length contract, else
+        still in the Residual Set), each with how many Phase 1 candidates never `sent` (CKF
+        rows) are closest to it: 0 means the knowledge base holds nothing more for it past the
+        relevance gate; more means what is left was below Exit 3's novelty floor (its topic
+        already covered). What `cdr generate` says when a run ends `ckf-exhausted`."""
+        if session.options.length == "contract":
+            done = set(session.finished_ids)
+        else:
+            done = set(session.sub_query_ids) - set(session.residual_ids)
+        open_pos = [i for i, sq in enumerate(session.sub_queries) if sq.id not in done]
+        if not open_pos:
+            return []
+        pool = self.candidates(session)
+        unsent = pool.indices[~np.isin(pool.indices, np.fromiter(sent, np.int64))]
+        owner = (self._owners(session, list(session.sub_queries), unsent) if len(unsent)
+                 else np.zeros(0, np.int64))
+        return [(session.sub_queries[i], int(np.count_nonzero(owner == i))) for i in open_pos]
+
     def verify(self, session: Session, text: str) -> DpeReport:
         """DPE Stage 8 on a window's text, with the CKF's embedding model."""
         return verify_text(text, session.sub_queries, session.target_embeddings,
@@ -1013,6 +1073,27 @@ def written_whole(session: Session, plan: Sequence[PlanSection], report: DpeRepo
                 sq_id != cut or words >= p.target_words):
             out.append(sq_id)
     return out
+
+
+def within(sel: Selection, keep: np.ndarray) -> Selection:
+    """The rows of `sel` where `keep` (a boolean mask over them), in its order."""
+    return Selection(sel.indices[keep], sel.relevances[keep], sel.embeddings[keep])
+
+
+def union_selection(parts: Sequence[Selection], dim: int) -> Selection:
+    """The rows of several Phase 1 selections, each once with its best relevance, best first
+    (ties by row)."""
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return Selection.empty(dim)
+    rows = np.concatenate([p.indices for p in parts])
+    rel = np.concatenate([p.relevances for p in parts]).astype(np.float32)
+    emb = np.concatenate([p.embeddings for p in parts])
+    order = np.lexsort((rows, -rel))
+    rows, rel, emb = rows[order], rel[order], emb[order]
+    _, first = np.unique(rows, return_index=True)
+    keep = np.sort(first)
+    return Selection(rows[keep], rel[keep], emb[keep])
 
 
 def _since(started: float | None) -> float:
