@@ -253,6 +253,13 @@ SETTINGS: tuple[Setting, ...] = (
                  ' bit-identical whatever the count. Products under 16,384 rows × vectors run'
                  ' inline on the calling thread.')),
     Setting(
+        'CDR_INGEST_MAX_BYTES', 'library',
+        type='int ≥ 1 (bytes)',
+        default='268435456 (256 MiB)',
+        meaning=('The largest file ingest reads (`cdr ingest`, the gateway\'s folder jobs): a '
+                 'larger one is skipped and listed with its size, the rest are ingested. '
+                 '`cdr ingest --max-file-mb` sets it for one run.')),
+    Setting(
         'CDR_HTML_EXTRACTOR', 'library',
         type='`on`, or `off`/`0`/`false`/`no`',
         default='on (when trafilatura is installed)',

@@ -35,6 +35,7 @@ from cdr.ckf.sources import (
     decode_text,
     discover,
     kind_of,
+    max_file_bytes,
     parse_bytes,
     read_file,
 )
@@ -169,7 +170,11 @@ def ingest_documents(
     report: IngestReport | None = None,
 ) -> IngestReport:
     """Ingest documents given as content. Returns what happened, document by document
-    summed up; failures of single documents are in `report.skipped`, not exceptions."""
+    summed up; failures of single documents are in `report.skipped`, not exceptions.
+
+    Documents are read, parsed and committed as they come, a group of about `commit_every`
+    new facts at a time: a folder larger than memory is never held whole, and a failure late
+    in it (a kill, a full disk) loses no group already committed."""
     started = time.perf_counter()
     source_type = normalize_source_type(source_type)
     if importance is not None:
@@ -177,7 +182,7 @@ def ingest_documents(
     if commit_every < 1:
         raise InvalidInputError(f"commit_every must be ≥ 1, got {commit_every}")
     rep = report if report is not None else IngestReport()
-    plans: list[_Planned] = []
+    group = _Group(ckf, rep, progress, batch_size, commit_every)
     seen_sources: set[str] = set()
     for k, doc in enumerate(docs):
         if progress:
@@ -186,88 +191,125 @@ def ingest_documents(
             continue
         seen_sources.add(doc.source)
         try:
-            plans.append(_plan(ckf, doc, source_type, importance, chunking))
+            plan = _plan(ckf, doc, source_type, importance, chunking)
         except SkipDocument as e:
             rep.skipped.append((doc.source, str(e)))
             continue
-        for w in plans[-1].warnings:
+        except Exception as e:  # one hostile file must not end the ingest of the others
+            rep.skipped.append((doc.source, f"could not be read: {type(e).__name__}: {e}"))
+            continue
+        for w in plan.warnings:
             log.warning("%s: %s", doc.source, w)
             rep.warnings.append((doc.source, w))
+        group.add(plan, max(0, (total_hint or 0) - k - 1))
     if progress:
         progress("read", len(seen_sources), len(seen_sources))
-
-    # Which texts are new to the store, and which document brings each first.
-    first: dict[str, int] = {}
-    for k, p in enumerate(plans):
-        for d in p.drafts or ():
-            first.setdefault(d.id, k)
-    known = ckf.known_ids(list(first))
-    new_first = {i: k for i, k in first.items() if i not in known}
-    total = len(new_first)
-    done = 0
+    group.commit()
     if progress:
-        progress("embed", 0, total)
-    recipe = ckf.recipe
-
-    def texts_of(drafts: Sequence[FactDraft], title: str | None) -> list[str]:
-        """What the model reads for each fact: the fact, with its context under the CKF's
-        recipe (`cdr.retrieval.fact_recipe`)."""
-        return [fact_text(recipe, d.content, title, d.section) for d in drafts]
-
-    prefetch = getattr(ckf.embedder, "prefetch", None)
-    if prefetch is not None and total:  # cdr.cluster.ray_ingest: embed ahead while we commit
-        prefetch([t for k, p in enumerate(plans) for t in
-                  texts_of([d for d in (p.drafts or ()) if new_first.get(d.id) == k], p.title)],
-                 batch_size=batch_size)
-
-    def embed(texts: list[str]) -> np.ndarray:
-        nonlocal done
-
-        def tick(k: int) -> None:
-            nonlocal done
-            done += k
-            if progress:
-                progress("embed", min(done, total), total)
-
-        if not texts:
-            return np.zeros((0, ckf.dim), dtype=np.float32)
-        vecs = ckf.embedder.encode(texts, batch_size=batch_size, progress=tick)
-        rep.embedded += len(texts)
-        return vecs
-
-    def embed_drafts(drafts: list[FactDraft], title: str | None) -> np.ndarray:
-        return embed(texts_of(drafts, title))
-
-    for batch, ids in _batches(plans, new_first, commit_every):
-        by_id = {d.id: (d, p.title) for p in batch for d in (p.drafts or ())}
-        texts = [fact_text(recipe, by_id[i][0].content, by_id[i][1], by_id[i][0].section)
-                 for i in ids]
-        vectors = dict(zip(ids, embed(texts), strict=True))
-        with ckf.writing() as txn:
-            for p in batch:
-                if p.drafts is None:
-                    assert p.doc_id is not None
-                    txn.touch_document(p.doc_id, source_type=p.source_type,
-                                       importance=p.importance)
-                    rep.documents_unchanged += 1
-                    rep.facts_kept += txn.document_fact_count(p.doc_id)
-                    continue
-                existed = ckf.document_state(p.source) is not None
-                change = txn.put_document(
-                    source=p.source, kind=p.kind, title=p.title, content_hash=p.content_hash,
-                    size=p.size, source_type=p.source_type, importance=p.importance,
-                    drafts=p.drafts, vectors=vectors, embed_missing=embed_drafts,
-                )
-                if existed:
-                    rep.documents_changed += 1
-                else:
-                    rep.documents_new += 1
-                rep.facts_added += change.added
-                rep.facts_kept += change.kept
-                rep.facts_removed += change.removed
+        progress("embed", group.done, group.done)  # the estimate's last word: the count
     rep.documents = rep.documents_new + rep.documents_changed + rep.documents_unchanged
     rep.seconds += time.perf_counter() - started
     return rep
+
+
+class _Group:
+    """The documents planned since the last commit, committed once their new facts reach
+    `commit_every` (or the documents 4x that, for a run of unchanged ones)."""
+
+    def __init__(self, ckf: CKF, rep: IngestReport, progress: IngestProgress | None,
+                 batch_size: int, commit_every: int) -> None:
+        self.ckf, self.rep, self.progress = ckf, rep, progress
+        self.batch_size, self.commit_every = batch_size, commit_every
+        self.plans: list[_Planned] = []
+        self.facts = 0  # drafts of the planned documents, an upper bound of their new facts
+        self.done = 0  # texts embedded so far, the whole ingest
+        self.planned_docs = 0
+        self.planned_facts = 0
+        self.remaining_docs = 0
+
+    def add(self, plan: _Planned, remaining_docs: int) -> None:
+        self.plans.append(plan)
+        n = len(plan.drafts or ())
+        self.facts += n
+        self.planned_docs += 1
+        self.planned_facts += n
+        self.remaining_docs = remaining_docs
+        if self.facts >= self.commit_every or len(self.plans) >= 4 * self.commit_every:
+            self.commit()
+
+    def _tick(self, k: int) -> None:
+        self.done += k
+        if self.progress:
+            # facts to go: this group's, and the documents not read yet at the mean so far
+            per_doc = self.planned_facts / max(self.planned_docs, 1)
+            total = max(self.done, self.planned_facts, round(
+                self.planned_facts + per_doc * self.remaining_docs))
+            self.progress("embed", self.done, total)
+
+    def commit(self) -> None:
+        """Embed what is new in the planned documents and commit them."""
+        plans, self.plans, self.facts = self.plans, [], 0
+        if not plans:
+            return
+        ckf, rep = self.ckf, self.rep
+        # Which texts are new to the store, and which document brings each first.
+        first: dict[str, int] = {}
+        for k, p in enumerate(plans):
+            for d in p.drafts or ():
+                first.setdefault(d.id, k)
+        known = ckf.known_ids(list(first))
+        new_first = {i: k for i, k in first.items() if i not in known}
+        recipe = ckf.recipe
+
+        def texts_of(drafts: Sequence[FactDraft], title: str | None) -> list[str]:
+            """What the model reads for each fact: the fact, with its context under the
+            CKF's recipe (`cdr.retrieval.fact_recipe`)."""
+            return [fact_text(recipe, d.content, title, d.section) for d in drafts]
+
+        prefetch = getattr(ckf.embedder, "prefetch", None)
+        if prefetch is not None and new_first:  # cdr.cluster.ray_ingest: embed ahead
+            prefetch([t for k, p in enumerate(plans) for t in texts_of(
+                [d for d in (p.drafts or ()) if new_first.get(d.id) == k], p.title)],
+                batch_size=self.batch_size)
+
+        def embed(texts: list[str]) -> np.ndarray:
+            if not texts:
+                return np.zeros((0, ckf.dim), dtype=np.float32)
+            vecs = ckf.embedder.encode(texts, batch_size=self.batch_size, progress=self._tick)
+            rep.embedded += len(texts)
+            return vecs
+
+        def embed_drafts(drafts: list[FactDraft], title: str | None) -> np.ndarray:
+            return embed(texts_of(drafts, title))
+
+        for batch, ids in _batches(plans, new_first, self.commit_every):
+            by_id = {d.id: (d, p.title) for p in batch for d in (p.drafts or ())}
+            texts = [fact_text(recipe, by_id[i][0].content, by_id[i][1], by_id[i][0].section)
+                     for i in ids]
+            vectors = dict(zip(ids, embed(texts), strict=True))
+            with ckf.writing() as txn:
+                for p in batch:
+                    if p.drafts is None:
+                        assert p.doc_id is not None
+                        txn.touch_document(p.doc_id, source_type=p.source_type,
+                                           importance=p.importance)
+                        rep.documents_unchanged += 1
+                        rep.facts_kept += txn.document_fact_count(p.doc_id)
+                        continue
+                    existed = ckf.document_state(p.source) is not None
+                    change = txn.put_document(
+                        source=p.source, kind=p.kind, title=p.title,
+                        content_hash=p.content_hash, size=p.size, source_type=p.source_type,
+                        importance=p.importance, drafts=p.drafts, vectors=vectors,
+                        embed_missing=embed_drafts,
+                    )
+                    if existed:
+                        rep.documents_changed += 1
+                    else:
+                        rep.documents_new += 1
+                    rep.facts_added += change.added
+                    rep.facts_kept += change.kept
+                    rep.facts_removed += change.removed
 
 
 def ingest(
@@ -282,19 +324,24 @@ def ingest(
     chunking: ChunkConfig = DEFAULT_CHUNKING,
     batch_size: int = 32,
     commit_every: int = 1024,
+    max_file_bytes: int | None = None,
+    follow_symlinks: bool = False,
 ) -> IngestReport:
     """Ingest files and directories (recursively; `include`/`exclude` globs). Documents that
     vanished from a directory ingested before are marked STALE (their facts stay selectable,
-    flagged) and listed in `report.stale`."""
+    flagged) and listed in `report.stale`. Only regular files of at most `max_file_bytes`
+    (default `cdr.ckf.sources.max_file_bytes()`) are read, and links out of a folder only with
+    `follow_symlinks`; every other file is listed in `report.skipped` with why."""
     started = time.perf_counter()
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
     source_type = normalize_source_type(source_type)
     if importance is not None:
         importance = check_importance(importance)
-    candidates, roots = discover(paths, include, exclude)
+    limit = check_max_file_bytes(max_file_bytes)
+    candidates, roots = discover(paths, include, exclude, follow_symlinks)
     rep = IngestReport()
-    ingest_documents(ckf, read_inputs(candidates, rep), source_type=source_type,
+    ingest_documents(ckf, read_inputs(candidates, rep, limit), source_type=source_type,
                      importance=importance, progress=progress, chunking=chunking,
                      batch_size=batch_size,
                      commit_every=commit_every, total_hint=len(candidates), report=rep)
@@ -303,12 +350,27 @@ def ingest(
     return rep
 
 
-def read_inputs(candidates: Iterable[Any], report: IngestReport) -> Iterator[DocumentInput]:
+def check_max_file_bytes(value: int | None) -> int:
+    """The size limit an ingest reads files under: `value`, else the setting's."""
+    if value is None:
+        return max_file_bytes()
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInputError(f"max_file_bytes must be a whole number ≥ 1, got {value!r}")
+    return value
+
+
+def read_inputs(candidates: Iterable[Any], report: IngestReport,
+                max_bytes: int | None = None) -> Iterator[DocumentInput]:
     """Files read lazily, one at a time (a folder can be larger than memory); a file that
-    cannot be read is recorded in `report.skipped` with its reason and the rest go on."""
+    cannot be read, or that discovery refused, is recorded in `report.skipped` with its
+    reason and the rest go on."""
+    limit = check_max_file_bytes(max_bytes)
     for c in candidates:
+        if getattr(c, "refused", None):
+            report.skipped.append((str(c.path), str(c.refused)))
+            continue
         try:
-            data = read_file(c.path)
+            data = read_file(c.path, limit)
         except SkipDocument as e:
             report.skipped.append((str(c.path), str(e)))
             continue

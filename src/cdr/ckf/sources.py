@@ -11,11 +11,13 @@ import codecs
 import logging
 import os
 import re
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from cdr import settings
 from cdr.ckf.kinds import DocumentKind, document_kind, kind_for_suffix, parse
 from cdr.ckf.records import ParsedDocument
 from cdr.errors import InvalidInputError, NotFoundError
@@ -97,16 +99,23 @@ def _as_patterns(value: str | Sequence[str] | None) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """A file to ingest; `root` is the directory it was found under (None if named directly)."""
+    """A file to ingest; `root` is the directory it was found under (None if named directly);
+    `refused`: why it is listed as skipped without being opened (None: read it)."""
 
     path: Path
     root: Path | None
+    refused: str | None = None
+
+
+OUTSIDE_LINK = ("a symbolic link to a file outside the folder ingested (to follow such links: "
+                "--follow-symlinks)")
 
 
 def discover(
     paths: Iterable[str | os.PathLike[str]],
     include: str | Sequence[str] | None = None,
     exclude: str | Sequence[str] | None = None,
+    follow_symlinks: bool = False,
 ) -> tuple[list[Candidate], list[Path]]:
     """Files to ingest, and the directories walked (used to notice vanished documents).
 
@@ -114,6 +123,11 @@ def discover(
     images and stylesheets that are not worth a line in the report); hidden files and
     directories are left out. A file named explicitly is always tried. Globs match the path
     relative to the directory given; excluded directories are not entered.
+
+    A symbolic link inside a folder that leads out of it (`notes.md -> ~/.aws/credentials`)
+    is refused, listed with why, unless `follow_symlinks`: what a folder holds is what its
+    owner put there, and a knowledge base is served to every key that reads it. Links to
+    directories are not entered either way; a link named explicitly is the caller's choice.
     """
     inc, exc = _as_patterns(include), _as_patterns(exclude)
     files: list[Candidate] = []
@@ -124,7 +138,7 @@ def discover(
         if not p.exists():
             raise NotFoundError(f"no such file or directory: {raw}")
         p = p.resolve()
-        if p.is_file():
+        if not p.is_dir():  # a file, or a FIFO, device or socket `read_file` refuses
             if p not in seen:
                 seen.add(p)
                 files.append(Candidate(p, None))
@@ -150,8 +164,19 @@ def discover(
                 fp = Path(dirpath) / name
                 if fp not in seen:
                     seen.add(fp)
-                    files.append(Candidate(fp, p))
+                    refused = None
+                    if not follow_symlinks and fp.is_symlink() and not _inside(fp, p):
+                        refused = OUTSIDE_LINK
+                    files.append(Candidate(fp, p, refused))
     return files, roots
+
+
+def _inside(link: Path, root: Path) -> bool:
+    """Whether `link` resolves to a path under `root` (a broken or looping link does not)."""
+    try:
+        return link.resolve(strict=True).is_relative_to(root)
+    except (OSError, RuntimeError):
+        return False
 
 
 # ----------------------------------------------------------------------------- decoding
@@ -303,12 +328,75 @@ def _parse_binary(data: bytes, k: DocumentKind) -> ParsedDocument:
     return doc
 
 
-def read_file(path: Path) -> bytes:
+# The largest file ingest reads unless told otherwise (`CDR_INGEST_MAX_BYTES`,
+# `cdr ingest --max-file-mb`): larger than any manual, book or page set a person writes, small
+# enough that one file cannot take a small machine's memory.
+DEFAULT_MAX_FILE_BYTES = 256 * 1024 * 1024
+_READ_CHUNK = 1 << 20
+_SPECIAL = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+            (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+            (stat.S_ISDIR, "a directory"))
+
+
+def max_file_bytes() -> int:
+    """The size limit in force: `CDR_INGEST_MAX_BYTES`, else the default."""
+    raw = settings.env("CDR_INGEST_MAX_BYTES")
+    if raw is None or not raw.strip():
+        return DEFAULT_MAX_FILE_BYTES
     try:
-        return path.read_bytes()
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise InvalidInputError(f"CDR_INGEST_MAX_BYTES must be a whole number of bytes ≥ 1, "
+                                f"got {raw!r}")
+    return value
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB" if n >= 2**20 else f"{n:,} bytes"
+
+
+def read_file(path: Path, limit: int | None = None) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes (default `max_file_bytes()`),
+    else `SkipDocument` saying why. The file is opened without blocking and checked on the
+    open descriptor, so a FIFO, a device or a socket (or a file swapped for one after it was
+    listed) is refused without waiting on it, and a file is read up to one byte past the
+    limit, so a file that grows while read, or `/dev/zero` behind a link, is refused too."""
+    limit = max_file_bytes() if limit is None else limit
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
     except PermissionError:
         raise SkipDocument("unreadable: permission denied") from None
     except IsADirectoryError:
         raise SkipDocument("is a directory") from None
     except OSError as e:
         raise SkipDocument(f"unreadable: {e.strerror or e}") from None
+    try:
+        st = os.fstat(fd)
+        for test, what in _SPECIAL:
+            if test(st.st_mode):
+                raise SkipDocument(f"not a regular file: {what}")
+        if not stat.S_ISREG(st.st_mode):
+            raise SkipDocument("not a regular file")
+        if st.st_size > limit:
+            raise SkipDocument(f"larger than the {_size(limit)} limit ({_size(st.st_size)}); "
+                               "raise it with --max-file-mb or CDR_INGEST_MAX_BYTES")
+        parts: list[bytes] = []
+        got = 0
+        try:
+            while got <= limit:
+                chunk = os.read(fd, min(_READ_CHUNK, limit + 1 - got))
+                if not chunk:
+                    break
+                parts.append(chunk)
+                got += len(chunk)
+        except OSError as e:
+            raise SkipDocument(f"unreadable: {e.strerror or e}") from None
+        if got > limit:
+            raise SkipDocument(f"larger than the {_size(limit)} limit (it grew while read); "
+                               "raise it with --max-file-mb or CDR_INGEST_MAX_BYTES")
+        return b"".join(parts)
+    finally:
+        os.close(fd)

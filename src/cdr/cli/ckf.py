@@ -123,9 +123,19 @@ def ingest_command(
         "--ray-workers", help="Parallel embedding tasks with --ray (one BLAS thread each).")
     ] = 2,
     recipe: RecipeOption = None,
+    max_file_mb: Annotated[float | None, typer.Option(
+        "--max-file-mb", min=0.001,
+        help="Skip (and list) files larger than this many MiB; default 256, or "
+             "CDR_INGEST_MAX_BYTES.")] = None,
+    follow_symlinks: Annotated[bool, typer.Option(
+        "--follow-symlinks", help="Ingest files that links inside a folder point to outside "
+                                  "it (refused and listed by default).")] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Ingest documents (Markdown, text, HTML, PDF) into a CKF, creating it if needed.
+
+    Only regular files are read: named pipes, devices and sockets are skipped and listed, as
+    are files over the size limit and links that leave the folder (unless --follow-symlinks).
 
     Exit status: 0 all ingested; 3 finished, but some files were skipped (listed with their
     reasons; the rest are ingested); 1 error; 2 usage error.
@@ -146,6 +156,10 @@ def ingest_command(
         for p in paths:
             if not p.exists():
                 raise NotFoundError(f"no such file or directory: {p}")
+        from cdr.ckf.ingest import check_max_file_bytes
+
+        limit = check_max_file_bytes(None if max_file_mb is None
+                                     else max(1, round(max_file_mb * 2**20)))
         from cdr.cluster.shardset import is_shard_set, read_manifest
 
         if shards is None and is_shard_set(ckf):
@@ -165,7 +179,8 @@ def ingest_command(
                                         dtype=dtype, source_type=source_type,
                                         include=glob or None, exclude=exclude or None,
                                         importance=importance, progress=_RichProgress(bar),
-                                        recipe=recipe)
+                                        recipe=recipe, max_file_bytes=limit,
+                                        follow_symlinks=follow_symlinks)
         else:
             report = None
     if report is not None:
@@ -180,7 +195,8 @@ def ingest_command(
     with _errors(), CKF.open_or_create(ckf, model, dtype=dtype, recipe=recipe) as index, bar:
         report = ingest(index, [str(p) for p in paths], source_type=source_type,
                         include=glob or None, exclude=exclude or None,
-                        importance=importance, progress=_RichProgress(bar))
+                        importance=importance, progress=_RichProgress(bar),
+                        max_file_bytes=limit, follow_symlinks=follow_symlinks)
     if as_json:
         out.print_json(json.dumps(report.to_dict()))
     else:

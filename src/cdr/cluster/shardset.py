@@ -201,11 +201,20 @@ def ingest_sharded(
     progress: IngestProgress | None = None,
     commit_every: int = 1024,
     recipe: str | None = None,
+    max_file_bytes: int | None = None,
+    follow_symlinks: bool = False,
 ) -> IngestReport:
     """`cdr ingest --shards S`: each document goes to `shard_of(source, S)` and is ingested
     there exactly as into a single CKF (same batching, same crash safety: every shard commits
-    its own batches). `embedder` may be a Ray-parallel one (`cdr.cluster.ray_ingest`)."""
-    from cdr.ckf.ingest import IngestReport, ingest_documents, mark_vanished, read_inputs
+    its own batches, the same files refused). `embedder` may be a Ray-parallel one
+    (`cdr.cluster.ray_ingest`)."""
+    from cdr.ckf.ingest import (
+        IngestReport,
+        check_max_file_bytes,
+        ingest_documents,
+        mark_vanished,
+        read_inputs,
+    )
     from cdr.ckf.sources import discover
     from cdr.retrieval.embed import default_embedder, embedder_for
     from cdr.retrieval.fact_recipe import DEFAULT_RECIPE, base_model_id, identity
@@ -223,7 +232,8 @@ def ingest_sharded(
     else:
         ident = identity(base_model_id(model), recipe or DEFAULT_RECIPE)
     ss = create_shard_set(root, n_shards, ident, int(model.dim), dtype)
-    candidates, roots = discover(list(paths), include, exclude)
+    limit = check_max_file_bytes(max_file_bytes)
+    candidates, roots = discover(list(paths), include, exclude, follow_symlinks)
     by_shard: dict[int, list[Any]] = {i: [] for i in range(ss.n_shards)}
     for c in candidates:
         by_shard[shard_of(str(c.path), ss.n_shards)].append(c)
@@ -235,7 +245,7 @@ def ingest_sharded(
             continue  # re-ingesting one file opens only the shard that owns it
         store = _open_shard(path, embedder)
         try:
-            ingest_documents(store, read_inputs(by_shard[i], rep), source_type=source_type,
+            ingest_documents(store, read_inputs(by_shard[i], rep, limit), source_type=source_type,
                              importance=importance, progress=bar.shard(),
                              commit_every=commit_every, total_hint=len(by_shard[i]),
                              report=rep)
