@@ -189,6 +189,25 @@ SETTINGS: tuple[Setting, ...] = (
         meaning=('Facts per committed batch of an upload job (what a killed replica can lose '
                  'at most).')),
     Setting(
+        'CDR_CHAT_THREADS', 'gateway',
+        type='int ≥ 1',
+        default='`64`',
+        meaning=('Chat completion runs written at once per gateway process (each holds a '
+                 'thread for its whole run).')),
+    Setting(
+        'CDR_MAX_WAITING_RUNS', 'gateway',
+        type='int ≥ 0',
+        default='`64`',
+        meaning=('Chat completion runs that may wait for a chat thread (`CDR_CHAT_THREADS`); '
+                 'past them a run is refused at once with 503 and `Retry-After` instead of '
+                 'queueing silently.')),
+    Setting(
+        'CDR_MAX_RUNS_PER_KEY', 'gateway',
+        type='int ≥ 1',
+        default='`32`',
+        meaning=('Chat completion runs one API key may have admitted (writing or waiting); '
+                 'past them its next run is refused with 429 and `Retry-After`.')),
+    Setting(
         'CDR_CONFIG', 'process',
         type='path',
         default='none (`./.env` when present)',

@@ -47,9 +47,9 @@ from cdr.gateway.metrics import render_metrics
 from cdr.gateway.middleware import GatewayMiddleware
 from cdr.gateway.ops import (
     RateLimitMiddleware,
+    ReadinessProbe,
     RequestLogMiddleware,
     load_rate_limits,
-    readiness,
     too_many_requests,
 )
 from cdr.gateway.paths import public_path
@@ -119,6 +119,7 @@ def create_app(
     blas_threads = _blas_threads()
     kbs = KnowledgeBases(settings, specs, writer=writer)
     gw = kbs.main
+    probe = ReadinessProbe(kbs, gw.store)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -136,6 +137,7 @@ def create_app(
         try:
             yield
         finally:
+            probe.close()
             kbs.close()
             if limiter is not None:
                 limiter.restore_original_limits()
@@ -181,12 +183,13 @@ def create_app(
 
     @app.get("/readyz", tags=["ops"], summary="Readiness: the KBs and the session store answer",
              responses={503: {"description": "a knowledge base or the session store failed"}})
-    def readyz() -> JSONResponse:
-        ready, report = readiness(kbs, gw.store)
+    async def readyz() -> JSONResponse:
+        ready, report = await probe.check()  # its own thread: generation cannot starve it
         return JSONResponse(report, status_code=200 if ready else 503)
 
+    # In-memory only, answered on the event loop (no thread pool to wait for).
     @app.get("/healthz", response_model=Health, tags=["ops"], summary="Liveness and readiness")
-    def healthz() -> dict[str, Any]:
+    async def healthz() -> dict[str, Any]:
         index = gw.kb.current()
         info = None
         if index is not None:

@@ -20,7 +20,8 @@ from typing import Annotated, Any
 from fastapi import Path as PathParam
 from fastapi import Request
 
-from cdr.gateway.app_state import CHAT_THREADS, Gateway
+from cdr.gateway.admission import Admission
+from cdr.gateway.app_state import Gateway
 from cdr.gateway.auth import ApiKey
 from cdr.gateway.errors import ApiError
 from cdr.gateway.metrics import GatewayMetrics
@@ -47,8 +48,10 @@ class KnowledgeBases:
         self.signer = settings.token_signer()
         self.store = settings.session_store()
         self.metrics = GatewayMetrics()
-        self.executor = ThreadPoolExecutor(max_workers=CHAT_THREADS,
+        self.executor = ThreadPoolExecutor(max_workers=settings.chat_threads,
                                            thread_name_prefix="cdr-chat")
+        self.admission = Admission(settings.chat_threads, settings.max_waiting_runs,
+                                   settings.max_runs_per_key, self.metrics)
         self.by_name: dict[str, Gateway] = {}
         try:
             for name, ckf in (specs or {DEFAULT_KB: None}).items():

@@ -13,6 +13,7 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
 )
@@ -55,6 +56,23 @@ class GatewayMetrics:
             ["reason"],
             registry=self.registry,
         )
+        self.runs_admitted = Gauge(
+            "cdr_runs_admitted",
+            "Chat completion runs admitted: writing or waiting for a chat thread.",
+            registry=self.registry,
+        )
+        self.runs_waiting = Gauge(
+            "cdr_runs_waiting",
+            "Admitted chat completion runs waiting for a chat thread (the queue's depth).",
+            registry=self.registry,
+        )
+        self.runs_refused = Counter(
+            "cdr_runs_refused",
+            "Chat completion runs refused at admission: busy (503) or the key's bound (key, "
+            "429).",
+            ["reason"],
+            registry=self.registry,
+        )
         self.ngram_activations = Counter(
             "cdr_ngram_activations",
             "Candidate facts penalised by the n-gram output guard.",
@@ -71,6 +89,13 @@ class GatewayMetrics:
         code = str(status) if 100 <= status <= 599 else OTHER
         self.requests.labels(route=r, method=m, status=code).inc()
         self.latency.labels(route=r, method=m).observe(seconds)
+
+    def admission(self, admitted: int, waiting: int) -> None:
+        self.runs_admitted.set(admitted)
+        self.runs_waiting.set(waiting)
+
+    def refused(self, reason: str) -> None:
+        self.runs_refused.labels(reason=reason if reason in ("busy", "key") else OTHER).inc()
 
     def window_done(self, ngram_activations: int = 0) -> None:
         self.windows.inc()

@@ -326,3 +326,46 @@ def readiness(kbs: Any, store: Any) -> tuple[bool, dict[str, Any]]:
         report["store"] = f"{type(exc).__name__}: {redact(str(exc))}"[:200]
     report["status"] = "ready" if ready else "not ready"
     return ready, report
+
+
+# `/readyz`: a result this fresh is answered again (orchestrators probe every few seconds, and
+# under load a crowd of probes must not each scan every knowledge base); a probe slower than
+# the timeout answers 503 at once (a container's health check gives up after 4 s).
+READY_TTL_SECONDS = 1.0
+READY_TIMEOUT_SECONDS = 2.0
+
+
+class ReadinessProbe:
+    """`readiness` on a thread of its own, one at a time, its result reused for
+    `READY_TTL_SECONDS`: `/readyz` never waits for a chat thread or the request thread pool,
+    so generation cannot starve it."""
+
+    def __init__(self, kbs: Any, store: Any) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.kbs, self.store = kbs, store
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdr-ready")
+        self._last: tuple[float, bool, dict[str, Any]] | None = None
+        self._pending: Any = None
+
+    async def check(self) -> tuple[bool, dict[str, Any]]:
+        import asyncio
+        import time
+
+        now = time.monotonic()
+        if self._last is not None and now - self._last[0] < READY_TTL_SECONDS:
+            return self._last[1], self._last[2]
+        if self._pending is None or self._pending.done():
+            self._pending = asyncio.get_running_loop().run_in_executor(
+                self._executor, readiness, self.kbs, self.store)
+        try:
+            ready, report = await asyncio.wait_for(asyncio.shield(self._pending),
+                                                   READY_TIMEOUT_SECONDS)
+        except TimeoutError:
+            return False, {"status": "not ready",
+                           "error": f"the readiness probe took over {READY_TIMEOUT_SECONDS:g} s"}
+        self._last = (time.monotonic(), ready, report)
+        return ready, report
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)

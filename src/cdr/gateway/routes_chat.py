@@ -28,7 +28,8 @@ import asyncio
 import json
 import logging
 import threading
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -56,30 +57,47 @@ _END = object()
         200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
               "description": "A chat.completion, or with `stream: true` an SSE stream of "
                              "chat.completion.chunk events ending with `data: [DONE]`."},
-        **{c: {"model": ErrorResponse} for c in (400, 404, 409, 413, 422, 502, 503)},
+        **{c: {"model": ErrorResponse} for c in (400, 404, 409, 413, 422, 429, 502, 503)},
     },
     summary="OpenAI-compatible chat completion written over several CDR windows",
 )
 async def chat_completions(request: Request, body: ChatCompletionRequest) -> Response:
     key = getattr(request.state, "api_key", None)
     gw = _kb_for(request, body, key)
-    run = ChatRun(gw, body, owner=key.owner_id if key is not None else None)
+    # cdr.gateway.admission: a ticket before any work is queued, or a 503/429 at once
+    ticket = request.app.state.kbs.admission.enter(key.id if key is not None else None)
+    started = time.monotonic()
+    try:
+        run = ChatRun(gw, body, owner=key.owner_id if key is not None else None)
+        loop = asyncio.get_running_loop()
+        if not body.stream:
+            try:
+                return await _complete(request, gw, run)
+            finally:
+                ticket.release(time.monotonic() - started)
+        await loop.run_in_executor(gw.executor, run.start)
+    except BaseException:
+        ticket.release()
+        raise
+    return await _stream(gw, run, body, lambda: ticket.release(time.monotonic() - started))
+
+
+async def _complete(request: Request, gw: Gateway, run: ChatRun) -> Response:
+    """A non-streamed run: written on a chat thread, stopped between windows if the client
+    leaves (stored as cancelled)."""
     loop = asyncio.get_running_loop()
-    if not body.stream:
-        cancelled = threading.Event()
-        work = loop.run_in_executor(gw.executor, run_to_completion, run, cancelled)
-        watcher = asyncio.ensure_future(_disconnected(request))
-        try:
-            waiting: set[asyncio.Future[Any]] = {work, watcher}
-            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            if watcher in done:
-                cancelled.set()  # the run stops between windows and is stored as cancelled
-            result, headers = await work
-        finally:
-            watcher.cancel()
-        return JSONResponse(result, headers=headers)
-    await loop.run_in_executor(gw.executor, run.start)
-    return await _stream(gw, run, body)
+    cancelled = threading.Event()
+    work = loop.run_in_executor(gw.executor, run_to_completion, run, cancelled)
+    watcher = asyncio.ensure_future(_disconnected(request))
+    try:
+        waiting: set[asyncio.Future[Any]] = {work, watcher}
+        done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        if watcher in done:
+            cancelled.set()  # the run stops between windows and is stored as cancelled
+        result, headers = await work
+    finally:
+        watcher.cancel()
+    return JSONResponse(result, headers=headers)
 
 
 def _kb_for(request: Request, body: ChatCompletionRequest, key: Any) -> Gateway:
@@ -109,7 +127,9 @@ def _sse(obj: Any) -> str:
     return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
 
 
-async def _stream(gw: Gateway, run: ChatRun, body: ChatCompletionRequest) -> Response:
+async def _stream(gw: Gateway, run: ChatRun, body: ChatCompletionRequest,
+                  done: Callable[[], None]) -> Response:
+    """The run streamed; `done` is called once its worker has finished, however it ends."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[Any] = asyncio.Queue()
     cancelled = threading.Event()
@@ -139,6 +159,7 @@ async def _stream(gw: Gateway, run: ChatRun, body: ChatCompletionRequest) -> Res
             log.exception("chat completion stream failed")
             put(("error", ApiError(500, "internal error in the gateway (logged)")))
         finally:
+            done()
             put(_END)
 
     # Headers describe the session before any window: computed before the worker touches it.

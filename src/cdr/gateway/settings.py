@@ -125,6 +125,12 @@ class GatewaySettings(BaseSettings):
     job_lease_seconds: float = Field(30.0, ge=1, le=3600)
     # Facts per committed batch of an upload job (what a killed replica can lose at most).
     upload_commit_facts: int = Field(256, ge=1, le=100_000)
+    # Admission of chat completion runs (cdr.gateway.admission): `chat_threads` write at once,
+    # past them `max_waiting_runs` may wait, past that a 503 with Retry-After; one key may have
+    # `max_runs_per_key` admitted, past that a 429.
+    chat_threads: int = Field(64, ge=1, le=4096)
+    max_waiting_runs: int = Field(64, ge=0, le=100_000)
+    max_runs_per_key: int = Field(32, ge=1, le=100_000)
 
     _dev_secret: str | None = PrivateAttr(default=None)
     _ray_address: str | None = PrivateAttr(default=None)
