@@ -324,3 +324,47 @@ def test_repeats_drop_takes_a_restated_window_out_of_the_stored_session(client):
     first, second = trace["windows"]
     assert said in first["output"] and "dropped" not in first
     assert second["dropped"] == [said] and second["output"].strip() == new
+
+
+def _finished_ids(gateway: Any, sid: str) -> list[str]:
+    """The sections the stored session counts as written whole (the length contract)."""
+    import sqlite3
+    from pathlib import Path
+
+    with sqlite3.connect(Path(gateway.env["CDR_SESSION_DB"])) as conn:
+        (data,) = conn.execute("SELECT data FROM sessions WHERE id = ?", (sid,)).fetchone()
+
+    def find(node: Any) -> list[str] | None:
+        if isinstance(node, dict):
+            if "finished_ids" in node:
+                return list(node["finished_ids"])
+            for v in node.values():
+                if (got := find(v)) is not None:
+                    return got
+        return None
+
+    return find(json.loads(data)) or []
+
+
+def test_a_window_cut_at_max_tokens_is_continued_not_counted_as_finished(client, gateway):
+    """The sidecar takes the client's `finish_reason`: under the length contract a window cut
+    at `length` leaves its last section open for the next window, as the library's own writers
+    do; the same text ended with `stop` (or with none, as before) finishes it."""
+    finished = {}
+    for reason in ("stop", "length", None):
+        sid, token = start(client, length="contract", max_windows=3)
+        e = client.post(f"/v1/sessions/{sid}/envelope", headers=bearer(token)).json()
+        body = {"text": write(e), "etag": e["etag"]}
+        if reason is not None:
+            body["finish_reason"] = reason
+        win = client.post(f"/v1/sessions/{sid}/windows", headers=bearer(e["token"]), json=body)
+        assert win.status_code == 200, win.text
+        finished[reason] = _finished_ids(gateway, sid)
+    assert finished["stop"] == finished[None] and finished["stop"]
+    assert len(finished["length"]) == len(finished["stop"]) - 1
+    assert set(finished["length"]) < set(finished["stop"])
+    sid, token = start(client, length="contract")
+    e = client.post(f"/v1/sessions/{sid}/envelope", headers=bearer(token)).json()
+    bad = client.post(f"/v1/sessions/{sid}/windows", headers=bearer(e["token"]),
+                      json={"text": "x", "finish_reason": "truncated"})
+    assert bad.status_code == 422 and "finish_reason" in bad.text

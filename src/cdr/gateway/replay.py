@@ -33,6 +33,8 @@ KEY = "last_submission"
 def digest(window: int, req: WindowSubmit) -> str:
     h = hashlib.sha256(f"{window}\n".encode())
     h.update(req.text.encode("utf-8"))
+    if req.finish_reason is not None:  # the same text cut or not is another submission
+        h.update(f"\0{req.finish_reason}".encode())
     return h.hexdigest()
 
 

@@ -342,6 +342,10 @@ class WindowSubmit(_CleanText, _Strict):
                       description="The window your LLM wrote from the envelope's messages.")
     etag: str | None = Field(None, max_length=128, description="The envelope's etag; when "
                              "given, it must match the envelope prepared for this window.")
+    finish_reason: Literal["stop", "length", "content_filter"] | None = Field(
+        None, description="How your LLM's answer ended, in OpenAI's words (default `stop`). "
+        "`length` (cut at max_tokens): under the length contract the window's last section is "
+        "continued by the next window instead of counting as written whole.")
 
 
 class AddressedOut(BaseModel):

@@ -38,6 +38,7 @@ from cdr.gateway.session_token import StaleTokenError
 from cdr.gateway.settings import DEFAULT_KB
 from cdr.trace import packed_facts, window_record
 from cdr.window.loop import PreparedWindow, WindowEvent
+from cdr.writers.base import WriterResult
 
 MAX_ATTEMPTS = 25
 
@@ -179,7 +180,10 @@ def submit_window(gw: Gateway, sid: str, token: str, req: WindowSubmit,
                            f"{number} ({pending['etag']!r}); fetch the envelope again",
                            code="etag_mismatch", headers=session_headers(session, sid))
         prepared = PreparedWindow.from_dict(pending)
-        event = gw.generator(index, rec.options).complete(session, prepared, req.text)
+        result = (None if req.finish_reason is None
+                  else WriterResult(req.text, req.finish_reason, {}))
+        event = gw.generator(index, rec.options).complete(session, prepared, req.text,
+                                                           result=result)
         rec.windows.append(window_record(event))
         rec.pending = None
         body = _window_body(sid, event, session_headers(session, sid, None, event.headers))
