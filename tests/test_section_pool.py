@@ -229,3 +229,23 @@ def test_an_exhausted_run_names_the_sections_left_and_why(village: CKF, tmp_path
     last = doc["windows"][-1]["documents"]
     assert {Path(s).name for s in last["shares"]} >= {"harbour.md", "mill.md", "school.md"}
     assert abs(sum(last["shares"].values()) - 1.0) < 1e-3
+
+
+def test_the_pool_is_bounded_like_the_tasks_own_phase1(types_ckf: CKF,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """However many sections add candidates, a window ranks at most PHASE1_LIMIT of them:
+    the best of the union."""
+    import cdr.window.loop as loop_mod
+
+    whole = _generator(types_ckf, "sections")
+    full = whole.candidates(whole.start(BUILTIN_TYPES_TASK, BUILTIN_TYPES_OUTLINE))
+    assert len(full) > 5
+    monkeypatch.setattr(loop_mod, "PHASE1_LIMIT", 5)
+    capped_gen = _generator(types_ckf, "sections")
+    capped = capped_gen.candidates(capped_gen.start(BUILTIN_TYPES_TASK, BUILTIN_TYPES_OUTLINE))
+    assert len(capped) == 5
+    assert list(capped.relevances) == sorted(capped.relevances, reverse=True)
+    # each scan is bounded too, so the capped pool's facts are the full pool's, as relevant
+    at = dict(zip(full.indices.tolist(), full.relevances.tolist(), strict=True))
+    assert all(at[r] == v for r, v in zip(capped.indices.tolist(), capped.relevances.tolist(),
+                                          strict=True))

@@ -475,7 +475,10 @@ class Generator:
         codes = document_codes(self.index)
         reached = np.unique(codes[parts[0].indices])
         parts[1:] = [within(p, np.isin(codes[p.indices], reached)) for p in parts[1:]]
+        # The best PHASE1_LIMIT of the union, as the task's own Phase 1 is bounded: the work
+        # each window ranks stays what it was, whatever the outline.
         pool = union_selection(parts, self.index.dim)
+        pool = within(pool, np.arange(len(pool)) < PHASE1_LIMIT)
         self._section_pools = (session, gen, pool)
         return pool
 
