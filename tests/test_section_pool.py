@@ -89,7 +89,7 @@ def test_the_pool_is_each_querys_candidates_at_their_best(types_ckf: CKF) -> Non
     pool = gen.candidates(session)
     # by hand: the task's Phase 1, then each section as itself pulled toward the task, each with
     # its own BM25 words and document support, keeping the facts of the documents the task's
-    # own candidates come from
+    # own candidates come from and of each section's best match
     opts = session.options
     parts = [gen.phase1_index(opts, session.task, session.sub_queries).select(
         session.query_vector, session.min_relevance, PHASE1_LIMIT)]
@@ -98,6 +98,7 @@ def test_the_pool_is_each_querys_candidates_at_their_best(types_ckf: CKF) -> Non
             normalize(session.query_vector + vec, "q"), session.min_relevance, PHASE1_LIMIT))
     codes = document_codes(types_ckf)
     reached = {int(codes[r]) for r in parts[0].indices}
+    reached |= {int(codes[p.indices[0]]) for p in parts[1:] if len(p)}  # the sections' homes
     best: dict[int, float] = {}
     for i, p in enumerate(parts):
         for r, v in zip(p.indices.tolist(), p.relevances.tolist(), strict=True):

@@ -55,7 +55,8 @@ existed loads with the defaults. Each option is a rule in its own module:
 - `pool`: ``"task"`` (spec: Phase 1 gates each fact by its relevance to the task query) or
   ``"sections"`` (the window loop's `_section_pool`: a fact is a candidate when it is relevant
   to the task or to one of its outline sections, each section pulled toward the task, at its
-  best relevance; BM25 words and document support are each query's own), so a task whose
+  best relevance; BM25 words and document support are each query's own; navigation pages
+  such as a back-of-book index are left out, `cdr.retrieval.navigation`), so a task whose
   sections live in different documents reaches every one of them.
 
 A profile names a set of options: ``"spec"`` is the defaults, ``"fresh"`` turns on what the

@@ -33,6 +33,7 @@ from cdr.retrieval.expansion import (
 from cdr.retrieval.factindex import FactIndex, RankingIndex, Selection, WindowQuery
 from cdr.retrieval.gates import calibrated_gate
 from cdr.retrieval.lexical import FusedIndex, lexical_index, session_terms
+from cdr.retrieval.navigation import ContentIndex, navigation_rows
 from cdr.retrieval.subject import sub_query_texts, subject_of
 from cdr.session import (
     CKF_EXHAUSTED,
@@ -422,10 +423,13 @@ class Generator:
     def phase1_index(self, options: SessionOptions, task: str,
                      sub_queries: Sequence[SubQuery]) -> Any:
         """The index Phase 1 selects from: the CKF, with (`lexical: "bm25"`, cdr.retrieval.lexical)
-        relevance fused with BM25 of the task's subject and outline words, and with
+        relevance fused with BM25 of the task's subject and outline words (`pool:
+        "sections"`: without navigation pages, cdr.retrieval.navigation), and with
         (`documents: "support"`, cdr.retrieval.doc_support) each relevance weighed by its document's
         support."""
         phase1: Any = self.index
+        if options.pool == "sections":  # cdr.retrieval.navigation: content pages only
+            phase1 = ContentIndex(phase1, navigation_rows(self.index))
         if options.lexical != "off":
             words = session_terms(subject_of(task), [sq.text for sq in sub_queries])
             phase1 = FusedIndex(phase1, lexical_index(self.index), words,
@@ -470,10 +474,12 @@ class Generator:
                               f"section query {sqs[group[0]].id}")
             index = self.phase1_index(session.options, session.task, [sqs[i] for i in group])
             parts.append(index.select(query, gate, PHASE1_LIMIT))
-        # A section adds facts of the documents the task's own query reached, not others: on
-        # a single-page task a section query ("Errors") also meets sibling pages' sections.
+        # A section adds facts of the task's documents, not others: on a single-page task a
+        # section query ("Errors") also meets sibling pages' sections. The task's documents
+        # are those its own query reached and each section's best match (its home page).
         codes = document_codes(self.index)
-        reached = np.unique(codes[parts[0].indices])
+        homes = [p.indices[:1] for p in parts[1:]]
+        reached = np.unique(codes[np.concatenate([parts[0].indices, *homes])])
         parts[1:] = [within(p, np.isin(codes[p.indices], reached)) for p in parts[1:]]
         # The best PHASE1_LIMIT of the union, as the task's own Phase 1 is bounded: the work
         # each window ranks stays what it was, whatever the outline.
