@@ -57,6 +57,10 @@ class Selection:
     def __len__(self) -> int:
         return int(self.indices.shape[0])
 
+    def where(self, keep: np.ndarray) -> Selection:
+        """The rows where `keep` (a boolean mask, or positions, over them), in this order."""
+        return Selection(self.indices[keep], self.relevances[keep], self.embeddings[keep])
+
     @classmethod
     def empty(cls, dim: int) -> Selection:
         return cls(np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros((0, dim), np.float32))

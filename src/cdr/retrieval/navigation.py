@@ -92,10 +92,8 @@ class ContentIndex:
         if not self._navigation.any():
             out: Selection = self._index.select(query_vector, min_relevance, limit)
             return out
-        sel = self._index.select(query_vector, min_relevance, None)
-        keep = ~self._navigation[sel.indices]
-        rows, rel, emb = sel.indices[keep], sel.relevances[keep], sel.embeddings[keep]
-        return Selection(rows[:limit], rel[:limit], emb[:limit])
+        sel: Selection = self._index.select(query_vector, min_relevance, None)
+        return sel.where(np.flatnonzero(~self._navigation[sel.indices])[:limit])
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._index, name)

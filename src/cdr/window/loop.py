@@ -453,11 +453,12 @@ class Generator:
 
     def _section_pool(self, session: Session, task_index: Any) -> Selection:
         """`pool: "sections"` (docs/retrieval.md, "Relevance to a task with sections"): the task's
-        candidates and each outline section's, a fact at its best relevance. The task's query
-        finds the task's documents (those holding at least one of its candidates); a section
-        queries as itself pulled toward the task (the unit sum of the task query and its
-        vector), so "Errors" means this task's errors, with its own BM25 words and document
-        support, and adds the facts it finds in those documents. The pool depends on the
+        candidates and each outline section's, a fact at its best relevance, navigation pages
+        left out (`phase1_index`). The task's documents are those holding one of its own
+        query's candidates and each section's best match; a section queries as itself pulled
+        toward the task (the unit sum of the task query and its vector), so "Errors" means
+        this task's errors, with its own BM25 words and document support, and adds the facts
+        it finds in the task's documents. The pool depends on the
         session's queries and the knowledge base's state only, so it is computed once per
         session and state (the scans do not repeat each window)."""
         gen = self.index.generation
@@ -480,11 +481,11 @@ class Generator:
         codes = document_codes(self.index)
         homes = [p.indices[:1] for p in parts[1:]]
         reached = np.unique(codes[np.concatenate([parts[0].indices, *homes])])
-        parts[1:] = [within(p, np.isin(codes[p.indices], reached)) for p in parts[1:]]
+        parts[1:] = [p.where(np.isin(codes[p.indices], reached)) for p in parts[1:]]
         # The best PHASE1_LIMIT of the union, as the task's own Phase 1 is bounded: the work
         # each window ranks stays what it was, whatever the outline.
         pool = union_selection(parts, self.index.dim)
-        pool = within(pool, np.arange(len(pool)) < PHASE1_LIMIT)
+        pool = pool.where(np.arange(len(pool)) < PHASE1_LIMIT)
         self._section_pools = (session, gen, pool)
         return pool
 
@@ -1084,11 +1085,6 @@ def written_whole(session: Session, plan: Sequence[PlanSection], report: DpeRepo
     return out
 
 
-def within(sel: Selection, keep: np.ndarray) -> Selection:
-    """The rows of `sel` where `keep` (a boolean mask over them), in its order."""
-    return Selection(sel.indices[keep], sel.relevances[keep], sel.embeddings[keep])
-
-
 def union_selection(parts: Sequence[Selection], dim: int) -> Selection:
     """The rows of several Phase 1 selections, each once with its best relevance, best first
     (ties by row)."""
@@ -1098,11 +1094,9 @@ def union_selection(parts: Sequence[Selection], dim: int) -> Selection:
     rows = np.concatenate([p.indices for p in parts])
     rel = np.concatenate([p.relevances for p in parts]).astype(np.float32)
     emb = np.concatenate([p.embeddings for p in parts])
-    order = np.lexsort((rows, -rel))
-    rows, rel, emb = rows[order], rel[order], emb[order]
-    _, first = np.unique(rows, return_index=True)
-    keep = np.sort(first)
-    return Selection(rows[keep], rel[keep], emb[keep])
+    best = Selection(rows, rel, emb).where(np.lexsort((rows, -rel)))
+    _, first = np.unique(best.indices, return_index=True)
+    return best.where(np.sort(first))
 
 
 def _since(started: float | None) -> float:
