@@ -365,6 +365,16 @@ def test_a_window_cut_at_max_tokens_is_continued_not_counted_as_finished(client,
     assert set(finished["length"]) < set(finished["stop"])
     sid, token = start(client, length="contract")
     e = client.post(f"/v1/sessions/{sid}/envelope", headers=bearer(token)).json()
+    before = _stored_row(gateway, sid)
     bad = client.post(f"/v1/sessions/{sid}/windows", headers=bearer(e["token"]),
                       json={"text": "x", "finish_reason": "truncated"})
     assert bad.status_code == 422 and "finish_reason" in bad.text
+    assert _stored_row(gateway, sid) == before  # the refusal changed nothing stored
+
+
+def _stored_row(gateway: Any, sid: str) -> tuple[Any, ...]:
+    import sqlite3
+    from pathlib import Path
+
+    with sqlite3.connect(Path(gateway.env["CDR_SESSION_DB"])) as conn:
+        return tuple(conn.execute("SELECT * FROM sessions WHERE id = ?", (sid,)).fetchone())

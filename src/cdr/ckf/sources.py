@@ -357,6 +357,11 @@ def _size(n: int) -> str:
     return f"{n / 2**20:,.1f} MiB" if n >= 2**20 else f"{n:,} bytes"
 
 
+def _too_large(limit: int, what: str) -> SkipDocument:
+    return SkipDocument(f"larger than the {_size(limit)} limit ({what}); raise it with "
+                        "--max-file-mb or CDR_INGEST_MAX_BYTES")
+
+
 def read_file(path: Path, limit: int | None = None) -> bytes:
     """The bytes of a regular file of at most `limit` bytes (default `max_file_bytes()`),
     else `SkipDocument` saying why. The file is opened without blocking and checked on the
@@ -381,8 +386,7 @@ def read_file(path: Path, limit: int | None = None) -> bytes:
         if not stat.S_ISREG(st.st_mode):
             raise SkipDocument("not a regular file")
         if st.st_size > limit:
-            raise SkipDocument(f"larger than the {_size(limit)} limit ({_size(st.st_size)}); "
-                               "raise it with --max-file-mb or CDR_INGEST_MAX_BYTES")
+            raise _too_large(limit, _size(st.st_size))
         parts: list[bytes] = []
         got = 0
         try:
@@ -395,8 +399,7 @@ def read_file(path: Path, limit: int | None = None) -> bytes:
         except OSError as e:
             raise SkipDocument(f"unreadable: {e.strerror or e}") from None
         if got > limit:
-            raise SkipDocument(f"larger than the {_size(limit)} limit (it grew while read); "
-                               "raise it with --max-file-mb or CDR_INGEST_MAX_BYTES")
+            raise _too_large(limit, "it grew while read")
         return b"".join(parts)
     finally:
         os.close(fd)
