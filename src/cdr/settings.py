@@ -208,6 +208,13 @@ SETTINGS: tuple[Setting, ...] = (
         meaning=('Chat completion runs one API key may have admitted (writing or waiting); '
                  'past them its next run is refused with 429 and `Retry-After`.')),
     Setting(
+        'CDR_RESUME_WAIT_SECONDS', 'gateway',
+        type='float in [0, 3600]',
+        default='`60.0`',
+        meaning=('A stream resumed with `Last-Event-ID` while its run is still writing a '
+                 'window (on this process or a replica) waits this long for the window to be '
+                 'stored; past it, 409 (`session_busy` or `stream_ahead_of_store`).')),
+    Setting(
         'CDR_CONFIG', 'process',
         type='path',
         default='none (`./.env` when present)',

@@ -19,6 +19,7 @@ from cdr.gateway.errors import ApiError
 from cdr.gateway.job_store import job_store_for
 from cdr.gateway.jobs import IngestJobs
 from cdr.gateway.knowledge_base import KnowledgeBase, is_empty
+from cdr.gateway.live_streams import LiveStreams
 from cdr.gateway.metrics import GatewayMetrics
 from cdr.gateway.schemas import GenerationOptions
 from cdr.gateway.selections import CachingIndex, SelectionCache
@@ -155,6 +156,7 @@ class Gateway:
                                commit_facts=settings.upload_commit_facts, kb_name=name)
         self.sessions = SessionCache()
         self.selections = SelectionCache()
+        self.streams = LiveStreams()  # the streamed runs this process writes (their resume)
         self.executor = executor if executor is not None else ThreadPoolExecutor(
             max_workers=CHAT_THREADS, thread_name_prefix="cdr-chat")
 

@@ -50,11 +50,13 @@ class DocumentText:
 
     SEPARATOR = "\n\n"
 
-    def __init__(self) -> None:
+    def __init__(self, after_text: bool = False) -> None:
+        """`after_text`: the document already has text (a resumed stream goes on after the
+        windows it replayed), so the next window's text begins with the separator."""
         self._window: int | None = None
         self._started = False
         self._held = ""
-        self._any = False
+        self._any = after_text
 
     def feed(self, window: int, piece: str) -> str:
         if window != self._window:
@@ -117,6 +119,8 @@ class ChatRun:
         self.sid: str | None = None
         self.record: SessionRecord | None = None
         self.version = 0
+        # The texts of windows stored before this request (a resumed stream, `resume`).
+        self.prior_outputs: list[str] = []
 
     # ------------------------------------------------------------------ start
 
@@ -139,6 +143,13 @@ class ChatRun:
                                     owner=self.owner,
                                     kb=None if gw.name == DEFAULT_KB else gw.name)
         self.version = gw.store.create(self.sid, self.record.to_json()).version
+
+    def resume(self, sid: str, version: int, record: SessionRecord) -> None:
+        """Go on with a stored session instead of starting one (a stream resumed with
+        `Last-Event-ID`, `cdr.gateway.stream_resume`): its own options, not the request's."""
+        self.gen = self.gw.generator(self.gw.index(require_facts=False), record.options)
+        self.sid, self.version, self.record = sid, version, record
+        self.prior_outputs = [str(w.get("output", "")) for w in record.windows]
 
     # ------------------------------------------------------------------ windows
 
@@ -226,7 +237,7 @@ class ChatRun:
     def content(self) -> str:
         if self.passthrough:  # as the stream gives it (`DocumentText`)
             return assemble([self.passthrough_text])
-        return assemble([e.output for e in self.events])
+        return assemble(self.prior_outputs + [e.output for e in self.events])
 
     def usage(self) -> dict[str, int]:
         return sum_usage([self.passthrough_usage] if self.passthrough

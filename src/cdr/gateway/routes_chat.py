@@ -15,6 +15,10 @@ the chunks' `crp` field instead of headers:
   headers a non-streamed response would have had, including `CRP-Set-Session`;
 * with `stream_options.include_usage`, a usage chunk (empty `choices`) follows, as OpenAI's.
 
+Every event carries an SSE `id:` (`cdr.gateway.stream_ids`: the session and how far the client
+got, signed); the same request sent again with `Last-Event-ID` resumes the stream
+(`cdr.gateway.stream_resume`): what the client missed, then the run going on.
+
 A failure before any text was sent (the upstream LLM down) is a plain JSON error response
 (502); a failure after that is an `{"error": {...}}` event (what OpenAI's clients raise on),
 followed by `[DONE]`. A client that disconnects stops the run after the current window: a
@@ -25,6 +29,7 @@ as `cancelled`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import threading
@@ -36,18 +41,23 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from cdr.errors import CdrError
+from cdr.gateway import stream_ids, stream_resume
 from cdr.gateway.app_state import Gateway, session_headers
 from cdr.gateway.errors import ApiError, from_cdr_error
 from cdr.gateway.kbs import KnowledgeBases
-from cdr.gateway.relay import ChatRun, DocumentText, run_to_completion
+from cdr.gateway.relay import ChatRun, DocumentText, assemble, run_to_completion
 from cdr.gateway.routes_models import MODEL_PREFIX, model_not_found
 from cdr.gateway.schemas import ChatCompletion, ChatCompletionRequest, ErrorResponse
 from cdr.gateway.settings import DEFAULT_KB
+from cdr.gateway.stream_ids import StreamPosition
+from cdr.gateway.stream_resume import window_crp
 
 log = logging.getLogger("cdr.gateway")
 router = APIRouter(tags=["openai"])
 
 _END = object()
+# The reconnection delay a stream asks SSE clients for (the `retry:` field).
+RETRY_MILLISECONDS = 3000
 
 
 @router.post(
@@ -64,6 +74,7 @@ _END = object()
 async def chat_completions(request: Request, body: ChatCompletionRequest) -> Response:
     key = getattr(request.state, "api_key", None)
     gw = _kb_for(request, body, key)
+    position = _resume_position(request, body, gw)
     # cdr.gateway.admission: a ticket before any work is queued, or a 503/429 at once
     ticket = request.app.state.kbs.admission.enter(key.id if key is not None else None)
     started = time.monotonic()
@@ -75,11 +86,30 @@ async def chat_completions(request: Request, body: ChatCompletionRequest) -> Res
                 return await _complete(request, gw, run)
             finally:
                 ticket.release(time.monotonic() - started)
-        await loop.run_in_executor(gw.executor, run.start)
+        if position is None:
+            await loop.run_in_executor(gw.executor, run.start)
+            resumption = None
+        else:
+            resumption = await loop.run_in_executor(
+                gw.executor, stream_resume.prepare, gw, run, position, key)
     except BaseException:
         ticket.release()
         raise
-    return await _stream(gw, run, body, lambda: ticket.release(time.monotonic() - started))
+    return await _stream(gw, run, body, lambda: ticket.release(time.monotonic() - started),
+                         position, resumption)
+
+
+def _resume_position(request: Request, body: ChatCompletionRequest, gw: Gateway
+                     ) -> StreamPosition | None:
+    """The position a `Last-Event-ID` header names (a client's SSE reconnect), checked."""
+    value = request.headers.get(stream_ids.HEADER)
+    if value is None:
+        return None
+    if not body.stream:
+        raise ApiError(400, f"{stream_ids.HEADER} resumes a stream: send it with "
+                       "`stream: true`, or drop it", param=stream_ids.HEADER,
+                       code="invalid_last_event_id")
+    return stream_ids.read_position(gw.signer, value)
 
 
 async def _complete(request: Request, gw: Gateway, run: ChatRun) -> Response:
@@ -123,13 +153,17 @@ async def _disconnected(request: Request) -> None:
             return
 
 
-def _sse(obj: Any) -> str:
-    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
+def _sse(obj: Any, event_id: str | None = None) -> str:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}data: {json.dumps(obj, separators=(',', ':'))}\n\n"
 
 
 async def _stream(gw: Gateway, run: ChatRun, body: ChatCompletionRequest,
-                  done: Callable[[], None]) -> Response:
-    """The run streamed; `done` is called once its worker has finished, however it ends."""
+                  done: Callable[[], None], position: StreamPosition | None = None,
+                  resumption: stream_resume.Resumption | None = None) -> Response:
+    """The run streamed; `done` is called once its worker has finished, however it ends.
+    With `position` and `resumption` (a `Last-Event-ID` reconnect), what the client missed
+    is sent first, then the run goes on from the stored session."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[Any] = asyncio.Queue()
     cancelled = threading.Event()
@@ -137,16 +171,22 @@ async def _stream(gw: Gateway, run: ChatRun, body: ChatCompletionRequest,
     def put(item: Any) -> None:
         loop.call_soon_threadsafe(queue.put_nowait, item)
 
-    text = DocumentText()
+    text = DocumentText(after_text=bool(assemble(run.prior_outputs)))
 
     def on_delta(window: int, piece: str) -> None:
         if out := text.feed(window, piece):
             put(("delta", out))
 
+    go_on = resumption is None or resumption.go_on
+    finished = gw.streams.add(run.sid, cancelled) if run.sid is not None else None
+
     def work() -> None:
         try:
-            for event in run.run(on_delta, cancelled):
-                put(("window", (event, run.token())))
+            if go_on:
+                for event in run.run(on_delta, cancelled):
+                    put(("window", window_crp(run.sid, run.token(), event.number,
+                                              event.status, event.completeness,
+                                              event.headers)))
             put(("final", None))
         except ApiError as exc:
             put(("error", exc))
@@ -159,45 +199,57 @@ async def _stream(gw: Gateway, run: ChatRun, body: ChatCompletionRequest,
             log.exception("chat completion stream failed")
             put(("error", ApiError(500, "internal error in the gateway (logged)")))
         finally:
+            if finished is not None and run.sid is not None:
+                gw.streams.remove(run.sid, finished)
             done()
             put(_END)
 
     # Headers describe the session before any window: computed before the worker touches it.
     headers = run.headers() if run.passthrough else _initial_headers(run)
+    for item in resumption.replay if resumption is not None else ():
+        queue.put_nowait(item)
     loop.run_in_executor(gw.executor, work)
     first = await queue.get()
-    if isinstance(first, tuple) and first[0] == "error":
+    if resumption is None and isinstance(first, tuple) and first[0] == "error":
         await queue.get()  # _END: the worker is done
         out: Response = first[1].response()
         return out
 
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    at = position or stream_ids.StreamPosition(run.sid or "", 0, 0)
+    if go_on:  # a final chunk seen while the session went on (its run was taken over): not final
+        at = dataclasses.replace(at, phase=stream_ids.RUNNING)
+
+    def ident() -> str | None:  # the id of the event just built: where the client then is
+        return stream_ids.event_id(gw.signer, at) if run.sid is not None else None
 
     async def events() -> AsyncIterator[str]:
+        nonlocal at
         try:
-            yield _sse(run.chunk({"role": "assistant", "content": ""}))
+            if position is None:
+                yield f"retry: {RETRY_MILLISECONDS}\n" + _sse(
+                    run.chunk({"role": "assistant", "content": ""}), ident())
             item = first
             while item is not _END:
                 kind, value = item
                 if kind == "delta":
-                    yield _sse(run.chunk({"content": value}))
+                    at = dataclasses.replace(at, chars=at.chars + len(value))
+                    yield _sse(run.chunk({"content": value}), ident())
                 elif kind == "window":
-                    event, token = value
-                    yield _sse(run.chunk({}, crp={
-                        "event": "window", "window": event.number, "status": event.status,
-                        "completeness": round(event.completeness, 4),
-                        "session_id": run.sid, "token": token,
-                        "headers": {**event.headers, "CRP-Session-Id": run.sid,
-                                    "CRP-Set-Session": token}}))
+                    at = dataclasses.replace(at, windows=at.windows + 1)
+                    yield _sse(run.chunk({}, crp=value), ident())
                 elif kind == "final":
-                    final_headers = run.headers()
-                    yield _sse(run.chunk({}, run.finish_reason(),
-                                         crp={"event": "final", **run.crp(final_headers)}))
-                    if include_usage:
+                    if at.phase == stream_ids.RUNNING:
+                        at = dataclasses.replace(at, phase=stream_ids.FINAL_SENT)
+                        yield _sse(run.chunk({}, run.finish_reason(),
+                                             crp={"event": "final", **run.crp(run.headers())}),
+                                   ident())
+                    if include_usage and at.phase == stream_ids.FINAL_SENT:
+                        at = dataclasses.replace(at, phase=stream_ids.USAGE_SENT)
                         chunk = run.chunk({})
                         chunk["choices"] = []
                         chunk["usage"] = run.usage()
-                        yield _sse(chunk)
+                        yield _sse(chunk, ident())
                 elif kind == "error":
                     yield _sse(value.body())
                 item = await queue.get()

@@ -131,6 +131,9 @@ class GatewaySettings(BaseSettings):
     chat_threads: int = Field(64, ge=1, le=4096)
     max_waiting_runs: int = Field(64, ge=0, le=100_000)
     max_runs_per_key: int = Field(32, ge=1, le=100_000)
+    # A stream resumed with Last-Event-ID waits this long for the run it takes over to store
+    # its window (cdr.gateway.stream_resume).
+    resume_wait_seconds: float = Field(60.0, ge=0, le=3600)
 
     _dev_secret: str | None = PrivateAttr(default=None)
     _ray_address: str | None = PrivateAttr(default=None)
