@@ -188,7 +188,7 @@ HEAVY_FIRST = (
     "test_gateway_job_crash.py", "test_gateway_resume.py", "test_gateway_replicas.py",
     "test_gateway_isolation.py", "test_gateway_ops.py", "test_embed.py", "test_gateway_kbs.py",
     "test_gateway_owner_hostile.py", "test_writers_llm.py", "test_gateway_owner_postgres.py",
-    "test_gateway_upstream.py",
+    "test_gateway_upstream.py", "test_gateway_sse_resume.py",
 )
 
 
