@@ -83,7 +83,7 @@ def run(task: Any, ckf: Path, words: int, profile: str | None) -> dict[str, Any]
                         timeout=7200)
         started = time.perf_counter()
         raw = client.chat.completions.with_raw_response.create(
-            model="cdr-local", messages=[{"role": "user", "content": task.text}], stream=True,
+            model="cdr", messages=[{"role": "user", "content": task.text}], stream=True,
             extra_body={"crp": crp})
         chunks, marks, first_text = [], [], None
         for c in raw.parse():

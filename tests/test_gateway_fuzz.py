@@ -119,7 +119,7 @@ text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_siz
           suppress_health_check=list(HealthCheck))
 def test_any_chat_task_gets_a_document_or_a_named_4xx(cli_gateway, task, outline, max_windows,
                                                      ranking, stream):
-    body = {"model": "m", "messages": [{"role": "user", "content": task}], "stream": stream,
+    body = {"model": "cdr", "messages": [{"role": "user", "content": task}], "stream": stream,
             "crp": {"outline": outline, "max_windows": max_windows, "ranking": ranking}}
     r = httpx.post(f"{cli_gateway.url}/v1/chat/completions", json=body, timeout=120)
     if r.status_code == 422:

@@ -185,7 +185,7 @@ def test_the_model_picks_the_kb(server: KbServer) -> None:
     # crp.kb says the same thing; a KB the key does not reach is the unknown model's 404.
     hr = OpenAI(base_url=server.openai_base_url, api_key=HR_KEY, max_retries=0, timeout=120)
     out = hr.chat.completions.create(
-        model="gpt-4o", messages=[{"role": "user", "content": HR_TASK}],
+        model="cdr", messages=[{"role": "user", "content": HR_TASK}],
         extra_body={"crp": {**crp, "kb": "hr"}})
     assert out.choices[0].message.content
     for model in ("cdr/docs", "cdr/nope"):

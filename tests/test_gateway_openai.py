@@ -37,14 +37,14 @@ def client(gateway) -> OpenAI:
 @pytest.fixture(scope="module")
 def completion(client):
     raw = client.chat.completions.with_raw_response.create(
-        model="cdr-test", messages=MESSAGES, extra_body={"crp": CRP})
+        model="cdr", messages=MESSAGES, extra_body={"crp": CRP})
     return raw, raw.parse()
 
 
 def test_completion_is_a_multi_window_document_with_crp_headers(completion, gateway):
     raw, comp = completion
     h = raw.headers
-    assert comp.object == "chat.completion" and comp.model == "cdr-test"
+    assert comp.object == "chat.completion" and comp.model == "cdr"
     choice = comp.choices[0]
     assert choice.message.role == "assistant" and choice.finish_reason == "stop"
     crp = comp.model_extra["crp"]
@@ -87,7 +87,7 @@ def test_completion_is_a_multi_window_document_with_crp_headers(completion, gate
 def test_stream_sends_the_same_document_window_by_window(client, completion):
     _, comp = completion
     raw = client.chat.completions.with_raw_response.create(
-        model="cdr-test", messages=MESSAGES, stream=True, extra_body={"crp": CRP},
+        model="cdr", messages=MESSAGES, stream=True, extra_body={"crp": CRP},
         stream_options={"include_usage": True})
     h = raw.headers
     assert h["content-type"].startswith("text/event-stream")
@@ -116,19 +116,65 @@ def test_stream_sends_the_same_document_window_by_window(client, completion):
 
 def test_window_limit_and_chat_errors(client):
     comp = client.chat.completions.create(
-        model="m", messages=[{"role": "user", "content": TASK}],
+        model="cdr", messages=[{"role": "user", "content": TASK}],
         extra_body={"crp": {**CRP, "max_windows": 1}})
     assert comp.choices[0].finish_reason == "length"  # cut by the window limit
     assert comp.model_extra["crp"]["status"] == "limit-reached"
 
     with pytest.raises(openai.UnprocessableEntityError) as e:
-        client.chat.completions.create(model="m", messages=[{"role": "system", "content": "x"}])
+        client.chat.completions.create(model="cdr", messages=[{"role": "system", "content": "x"}])
     assert "user message" in e.value.body["message"]
     with pytest.raises(openai.UnprocessableEntityError) as e:
-        client.chat.completions.create(model="m", messages=MESSAGES,
+        client.chat.completions.create(model="cdr", messages=MESSAGES,
                                        extra_body={"crp": {"max_windows": 0}})
     assert "max_windows" in e.value.body["message"]
     with pytest.raises(openai.UnprocessableEntityError) as e:
-        client.chat.completions.create(model="m", messages=MESSAGES,
+        client.chat.completions.create(model="cdr", messages=MESSAGES,
                                        extra_body={"crp": {"color": "blue"}})
     assert "color" in e.value.body["message"]
+
+
+def test_max_tokens_caps_the_whole_document_streamed_or_not(client, completion):
+    """`max_tokens` is a cap over every window: the run stops when it is spent, says
+    `length`, and leaves the session in progress; the stream sends what the response holds."""
+    completion = completion[1]
+    whole = completion.usage.completion_tokens
+    cap = max(8, whole // 3)
+    comp = client.chat.completions.create(model="cdr", messages=MESSAGES, max_tokens=cap,
+                                          extra_body={"crp": CRP})
+    assert comp.choices[0].finish_reason == "length"
+    assert 0 < comp.usage.completion_tokens <= cap < whole
+    assert comp.model_extra["crp"]["status"] == "in-progress"  # resumable, not ended
+    assert len(comp.choices[0].message.content) < len(completion.choices[0].message.content)
+    newer = client.chat.completions.create(model="cdr", messages=MESSAGES, max_tokens=whole * 9,
+                                           max_completion_tokens=cap, extra_body={"crp": CRP})
+    assert newer.choices[0].message.content == comp.choices[0].message.content
+    chunks = list(client.chat.completions.create(
+        model="cdr", messages=MESSAGES, max_tokens=cap, stream=True, extra_body={"crp": CRP}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == comp.choices[0].message.content
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+
+
+def test_one_model_id_and_the_openai_fields_it_cannot_honour_are_refused(client, completion):
+    completion = completion[1]
+    assert [m.id for m in client.models.list()] == ["cdr"]
+    assert client.models.retrieve("cdr").id == "cdr"
+    assert completion.model == "cdr"
+    for model in ("gpt-4o", "cdr/", "cdr/nope"):
+        with pytest.raises(openai.NotFoundError) as e:
+            client.chat.completions.create(model=model, messages=MESSAGES,
+                                           extra_body={"crp": CRP})
+        assert e.value.body["code"] == "model_not_found" and e.value.body["param"] == "model"
+    with pytest.raises(openai.UnprocessableEntityError) as e:
+        client.chat.completions.create(model="cdr", messages=MESSAGES, n=2,
+                                       extra_body={"crp": CRP})
+    assert "n=2" in e.value.body["message"]
+    for bad in (0, -5, "200"):
+        with pytest.raises(openai.UnprocessableEntityError) as e:
+            client.chat.completions.create(model="cdr", messages=MESSAGES, max_tokens=bad,
+                                           extra_body={"crp": CRP})
+        assert "max_tokens" in json.dumps(e.value.body)
+    one = client.chat.completions.create(model="cdr", messages=MESSAGES, n=1,
+                                         extra_body={"crp": CRP})
+    assert one.choices[0].message.content == completion.choices[0].message.content

@@ -117,7 +117,7 @@ def test_chat_completion_on_ray_shards_writes_a_multi_window_document(
         ray_gateway: GatewayServer) -> None:
     with ray_gateway.client() as c:
         r = c.post("/v1/chat/completions", json={
-            "model": "m", "messages": [{"role": "user", "content": TASK}], "crp": CRP})
+            "model": "cdr", "messages": [{"role": "user", "content": TASK}], "crp": CRP})
     assert r.status_code == 200, r.text
     crp = r.json()["crp"]
     assert crp["windows"] >= 2 and crp["status"] == "task-complete"

@@ -72,7 +72,7 @@ def crp_completion(oai: OpenAI, *, stream: bool = False) -> Any:
     """The gateway's CRP completion of TASK in the test outline: the whole reply, or with
     `stream` its chunk stream."""
     return oai.chat.completions.create(
-        model="m", messages=[{"role": "user", "content": TASK}], extra_body={"crp": CRP},
+        model="cdr", messages=[{"role": "user", "content": TASK}], extra_body={"crp": CRP},
         stream=stream)
 
 
@@ -98,7 +98,7 @@ def test_empty_ckf_answers_safety_only(http, oai, chat):
     assert r.headers["CRP-Context-Mode"] == "safety-only"
 
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": TASK}]
-    raw = oai.chat.completions.with_raw_response.create(model="m", messages=messages)
+    raw = oai.chat.completions.with_raw_response.create(model="cdr", messages=messages)
     comp = raw.parse()
     assert comp.choices[0].message.content == f"Reply {digest(TASK)}. {DEFAULT_BODY}"
     assert raw.headers["CRP-Context-Mode"] == "safety-only"
@@ -110,7 +110,7 @@ def test_empty_ckf_answers_safety_only(http, oai, chat):
 
     chat.fail_next(1, status=401, message="invalid upstream key")
     with pytest.raises(openai.APIStatusError) as e:
-        oai.chat.completions.create(model="m", messages=messages)
+        oai.chat.completions.create(model="cdr", messages=messages)
     assert e.value.status_code == 502
     assert e.value.body["upstream_status"] == 401
     assert "invalid upstream key" in e.value.body["message"]
@@ -196,7 +196,7 @@ def test_an_ingest_by_another_process_is_picked_up(http, llm_gateway):
 def test_relay_writes_every_window_through_the_upstream_llm(http, oai, chat):
     chat.reply = extractive_reply
     raw = oai.chat.completions.with_raw_response.create(
-        model="m", messages=[{"role": "user", "content": TASK}], extra_body={"crp": CRP})
+        model="cdr", messages=[{"role": "user", "content": TASK}], extra_body={"crp": CRP})
     comp = raw.parse()
     crp = comp.model_extra["crp"]
     n = crp["windows"]
@@ -270,7 +270,7 @@ def test_a_window_that_loops_keeps_one_copy_streamed_or_not(http, oai, chat):
 def test_upstream_failures_are_502_and_keep_the_session(http, oai, chat, llm_gateway):
     chat.fail_next(1, status=400, message="context length exceeded upstream")
     r = http.post("/v1/chat/completions", json={
-        "model": "m", "messages": [{"role": "user", "content": TASK}], "crp": CRP})
+        "model": "cdr", "messages": [{"role": "user", "content": TASK}], "crp": CRP})
     assert r.status_code == 502
     err = r.json()["error"]
     assert err["type"] == "upstream_error" and err["upstream_status"] == 400

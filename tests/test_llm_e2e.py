@@ -108,7 +108,7 @@ def test_gateway_streams_two_real_windows_to_the_openai_client(local_gateway, re
     if repeats:  # the opt-in repeat guard (cdr.window.repeat_guard) on the same relay
         crp["repeats"] = repeats
     raw = client.chat.completions.with_raw_response.create(
-        model="cdr-local", messages=[{"role": "user", "content": TASK}], stream=True,
+        model="cdr", messages=[{"role": "user", "content": TASK}], stream=True,
         extra_body={"crp": crp}, stream_options={"include_usage": True})
     assert raw.headers["content-type"].startswith("text/event-stream")
     chunks = list(raw.parse())

@@ -53,7 +53,7 @@ def test_gateway_streams_a_multi_window_document_under_the_length_contract(contr
            "max_windows": WINDOWS, "context_tokens": CONTEXT, "length": "contract",
            "profile": "spec"}
     raw = client.chat.completions.with_raw_response.create(
-        model="cdr-local", messages=[{"role": "user", "content": TASK}], stream=True,
+        model="cdr", messages=[{"role": "user", "content": TASK}], stream=True,
         extra_body={"crp": crp})
     chunks = list(raw.parse())
     text = delta_text(chunks)

@@ -121,6 +121,10 @@ class ChatRun:
         self.version = 0
         # The texts of windows stored before this request (a resumed stream, `resume`).
         self.prior_outputs: list[str] = []
+        # The client's cap on the document's completion tokens (`max_tokens`), and whether the
+        # run stopped at it (then `finish_reason` is "length").
+        self.token_cap = req.token_cap()
+        self.capped = False
 
     # ------------------------------------------------------------------ start
 
@@ -163,7 +167,11 @@ class ChatRun:
         assert self.record is not None and self.sid is not None
         session, gen = self.record.session, self.gen
         while not (cancelled is not None and cancelled.is_set()):
-            event = gen.step(session, on_delta)
+            left = self._tokens_left()
+            if left is not None and left <= 0:
+                self.capped = True  # the client's max_tokens: the session stays resumable
+                return
+            event = gen.step(session, on_delta, max_tokens=left)
             self.events.append(event)
             record = window_record(event)
             if event.upstream is not None:  # the trace gets the summary, not the upstream text
@@ -178,6 +186,17 @@ class ChatRun:
             yield event
             if event.done:
                 return
+            if left is not None and event.prepared.max_tokens == left \
+                    and event.finish_reason == "length":
+                self.capped = True  # the window was cut at what was left of max_tokens
+                return
+
+    def _tokens_left(self) -> int | None:
+        """What is left of the client's `max_tokens` after the windows this run wrote."""
+        if self.token_cap is None:
+            return None
+        spent = sum(int(e.usage.get("completion_tokens", 0)) for e in self.events)
+        return self.token_cap - spent
 
     def cancel(self) -> None:
         """The client went away: the run stops (after the window being written) and the
@@ -195,9 +214,7 @@ class ChatRun:
         messages = _passthrough_messages(self.req)
         if not messages:
             raise ApiError(422, "messages has no text to send", param="messages")
-        max_tokens = self.req.model_extra.get("max_tokens") if self.req.model_extra else None
-        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-            max_tokens = DEFAULT_GENERATION_TOKENS
+        max_tokens = self.req.token_cap() or DEFAULT_GENERATION_TOKENS
         # Held back a block at a time like a window's text (cdr.text.kept_stream): an answer
         # the writer cuts (at the token limit, or where the model began to loop) streams
         # exactly what the whole reply gives.
@@ -245,7 +262,9 @@ class ChatRun:
 
     def finish_reason(self) -> str:
         s = self.session
-        return "length" if s is not None and s.status == LIMIT_REACHED else "stop"
+        if self.capped or (s is not None and s.status == LIMIT_REACHED):
+            return "length"
+        return "stop"
 
     def crp(self, headers: dict[str, str]) -> dict[str, Any]:
         s = self.session

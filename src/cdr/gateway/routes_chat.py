@@ -46,9 +46,8 @@ from cdr.gateway.app_state import Gateway, session_headers
 from cdr.gateway.errors import ApiError, from_cdr_error
 from cdr.gateway.kbs import KnowledgeBases
 from cdr.gateway.relay import ChatRun, DocumentText, assemble, run_to_completion
-from cdr.gateway.routes_models import MODEL_PREFIX, model_not_found
+from cdr.gateway.routes_models import DEFAULT_MODEL, kb_of_model, model_not_found
 from cdr.gateway.schemas import ChatCompletion, ChatCompletionRequest, ErrorResponse
-from cdr.gateway.settings import DEFAULT_KB
 from cdr.gateway.stream_ids import StreamPosition
 from cdr.gateway.stream_resume import window_crp
 
@@ -131,16 +130,25 @@ async def _complete(request: Request, gw: Gateway, run: ChatRun) -> Response:
 
 
 def _kb_for(request: Request, body: ChatCompletionRequest, key: Any) -> Gateway:
-    """The KB a chat completion writes from, the OpenAI way: `crp.kb`, else a `model` of
-    `cdr/<name>`, else the default KB. One the key does not reach is an unknown model."""
+    """The KB a chat completion writes from, the OpenAI way: the `model` (`cdr` for the default
+    KB, `cdr/<name>`), or `crp.kb` with the model `cdr`. A model that is not ours, or a KB the
+    key does not reach, is the unknown model's 404; a `crp.kb` another model contradicts, 422."""
     kbs: KnowledgeBases = request.app.state.kbs
-    name = body.crp.kb if body.crp is not None and body.crp.kb else None
-    if name is None and body.model.startswith(MODEL_PREFIX):
-        name = body.model.removeprefix(MODEL_PREFIX)
+    named = kb_of_model(body.model)
+    if named is None:
+        raise model_not_found(body.model)
+    name = named
+    if body.crp is not None and body.crp.kb:
+        if body.model != DEFAULT_MODEL and body.crp.kb != named:
+            raise ApiError(422, f"crp.kb names the knowledge base {body.crp.kb!r} but the model "
+                           f"{body.model!r} names {named!r}: send one, or the model "
+                           f"{DEFAULT_MODEL!r} with crp.kb", param="crp.kb",
+                           code="invalid_fields")
+        name = body.crp.kb
     try:
-        return kbs.resolve(name or DEFAULT_KB, key)
+        return kbs.resolve(name, key)
     except ApiError:
-        shown = body.model if name is None or not body.crp or not body.crp.kb else name
+        shown = body.model if not body.crp or not body.crp.kb else name
         raise model_not_found(shown) from None
 
 

@@ -184,14 +184,39 @@ class StreamOptions(BaseModel):
 
 
 class ChatCompletionRequest(_CleanText, BaseModel):
-    """OpenAI's request. Sampling fields (`temperature`, `max_tokens`...) are accepted and
-    ignored: each window's budget comes from the envelope (SPEC-003), not from the client."""
+    """OpenAI's request. `max_tokens` (or `max_completion_tokens`) caps the whole document:
+    each window writes at most what is left of it, and a run that reaches it stops with
+    `finish_reason: "length"` (its session stays in progress, to go on with). Only one choice
+    is written (`n` 1). Sampling fields (`temperature`, `top_p`...) are accepted and left to
+    the writer's configuration: each window's budget comes from the envelope (SPEC-003)."""
 
     model_config = ConfigDict(extra="allow", strict=True)
     model: str = Field("cdr", max_length=256)
     messages: list[ChatMessage] = Field(..., min_length=1, max_length=256)
     stream: bool = False
     stream_options: StreamOptions | None = None
+    n: int | None = Field(None, description="Choices to write: only 1 (one document is one "
+                          "CDR session).")
+    max_tokens: int | None = Field(None, ge=1, le=10_000_000, description="A cap on the "
+                                   "whole document's completion tokens (all windows).")
+    max_completion_tokens: int | None = Field(None, ge=1, le=10_000_000, description="OpenAI's "
+                                              "newer name for `max_tokens`; wins when both "
+                                              "are sent.")
+
+    @field_validator("n")
+    @classmethod
+    def _one_choice(cls, v: int | None) -> int | None:
+        if v is not None and v != 1:
+            raise PydanticCustomError("one_choice", "n={n}: the gateway writes one choice (a "
+                                      "document is one CDR session); send n=1 or leave it out",
+                                      {"n": v})
+        return v
+
+    def token_cap(self) -> int | None:
+        """The document's cap on completion tokens, if the client set one."""
+        if self.max_completion_tokens is not None:
+            return self.max_completion_tokens
+        return self.max_tokens
     crp: ChatCrpOptions | None = Field(
         None, description="CDR options (OpenAI clients send them with `extra_body`).")
 

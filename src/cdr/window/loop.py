@@ -11,6 +11,7 @@ text back.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -1033,12 +1034,17 @@ class Generator:
                              seconds=_since(started), kept=kept)
 
     def step(self, session: Session,
-             on_delta: Callable[[int, str], None] | None = None) -> WindowEvent:
+             on_delta: Callable[[int, str], None] | None = None, *,
+             max_tokens: int | None = None) -> WindowEvent:
         """One window: prepare → (empty? end) → write → verify → update → headers → exit.
 
-        `on_delta(window_number, piece)` receives the text as the writer streams it."""
+        `on_delta(window_number, piece)` receives the text as the writer streams it.
+        `max_tokens` lowers the window's generation budget (a caller's cap over a whole
+        document, such as an OpenAI client's `max_tokens`); the prompt is planned as usual."""
         started = time.perf_counter()
         prepared = self.prepare(session)
+        if max_tokens is not None and 0 < max_tokens < prepared.max_tokens:
+            prepared = dataclasses.replace(prepared, max_tokens=max_tokens)
         sink = functools.partial(on_delta, prepared.number) if on_delta is not None else None
         return self.write_and_complete(session, prepared, sink, started)
 
