@@ -123,6 +123,26 @@ def test_no_secret_reaches_the_log(server: CliServer) -> None:
     assert "/nope/" in log and "cdr.request" in log  # the requests were logged
 
 
+def test_the_log_says_plainly_where_the_gateway_listens(server: CliServer) -> None:
+    """The bind lines (ours and uvicorn's) keep the address an operator needs; the masking of
+    URLs and addresses stays on for every other line."""
+    messages = {(r["logger"], str(r["message"])) for r in server.records()}
+    where = f"http://127.0.0.1:{server.port}"
+    assert any(n == "cdr.gateway" and m.startswith(f"cdr gateway on {where}")
+               for n, m in messages), messages
+    assert any(n == "uvicorn.error" and where in m for n, m in messages), messages
+
+
+def test_bind_lines_keep_addresses_but_not_secrets() -> None:
+    from cdr.gateway.redact import redact, register_secret
+
+    register_secret("s3cr3t-value-for-the-bind-line-test")
+    line = "cdr gateway on http://10.0.0.5:8088 (writer s3cr3t-value-for-the-bind-line-test)"
+    kept = redact(line, keep_addresses=True)
+    assert "http://10.0.0.5:8088" in kept and "s3cr3t" not in kept
+    assert "10.0.0.5" not in redact(line)  # every other line: masked as before
+
+
 def test_readyz_reports_the_kb_and_the_store(server: CliServer) -> None:
     r = httpx.get(f"{server.url}/readyz", timeout=30)  # open: no key needed
     assert r.status_code == 200

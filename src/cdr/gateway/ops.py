@@ -31,7 +31,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cdr import settings as cdr_settings
-from cdr.gateway.redact import redact
+from cdr.gateway.redact import is_bind_line, redact
 from cdr.gateway.settings import GatewayConfigError
 
 __all__ = ["REQUEST_ID_HEADER", "JsonFormatter", "RateLimitMiddleware", "RequestLogMiddleware",
@@ -63,7 +63,8 @@ class JsonFormatter(logging.Formatter):
             + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
-            "message": redact(record.getMessage()),
+            "message": redact(message := record.getMessage(),
+                              keep_addresses=is_bind_line(record.name, message)),
         }
         for key, value in record.__dict__.items():
             if key not in _RECORD_FIELDS and not key.startswith("_"):
@@ -78,7 +79,8 @@ class TextFormatter(logging.Formatter):
     """The plain format, with messages masked like the JSON one."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return redact(super().format(record))
+        return redact(super().format(record),
+                      keep_addresses=is_bind_line(record.name, record.getMessage()))
 
 
 LOG_FORMATS = ("text", "json")

@@ -55,17 +55,29 @@ def scrub_paths(text: str) -> str:
     return text
 
 
-def redact(text: str) -> str:
+def redact(text: str, *, keep_addresses: bool = False) -> str:
     """`text` with registered secrets, credentials after `Bearer`/`api_key=`, key-like
-    tokens, URLs and IP addresses masked."""
+    tokens, URLs and IP addresses masked. `keep_addresses` leaves URLs and addresses as they
+    are (secrets and credentials are still masked): for the lines that say where the server
+    itself listens, which an operator needs to read (`is_bind_line`)."""
     with _LOCK:
         known = sorted(_SECRETS, key=len, reverse=True)
     for s in known:
         text = text.replace(s, "[redacted]")
-    text = _URL.sub("[url]", text)
+    if not keep_addresses:
+        text = _URL.sub("[url]", text)
     text = _CREDENTIAL.sub(lambda m: m.group(1) + "[redacted]", text)
     text = _KEYLIKE.sub("[redacted]", text)
-    return _HOSTPORT.sub("[host]", text)
+    return text if keep_addresses else _HOSTPORT.sub("[host]", text)
+
+
+# The log lines that name the gateway's own listening address: ours (`cdr serve`) and
+# uvicorn's. Every other line keeps URLs and addresses masked (an upstream's, a client's).
+BIND_LINES = (("cdr.gateway", "cdr gateway on http://"), ("uvicorn.error", "Uvicorn running on "))
+
+
+def is_bind_line(logger: str, message: str) -> bool:
+    return any(logger == name and message.startswith(start) for name, start in BIND_LINES)
 
 
 def _reason(message: str) -> str:
