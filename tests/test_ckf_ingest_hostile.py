@@ -57,8 +57,11 @@ def _hostile_folder(root: Path) -> Path:
 
 SKIPPED = {
     "binary.txt": "binary file (contains NUL bytes)",
-    "empty.md": "empty file",
     "latin1.md": "not valid UTF-8 text (byte 0xe9 at offset 5); convert it to UTF-8",
+}
+# Files that hold no fact: listed apart, not an error (`cdr ingest` exits 0 for them).
+EMPTY = {
+    "empty.md": "empty file",
     "three-words.md": "no facts: its text is under 10 tokens",
     "only-script.html": "no text content",
 }
@@ -81,6 +84,7 @@ def hostile(tmp_path_factory):
 def test_good_files_are_ingested_and_bad_ones_skipped_with_reasons(hostile):
     _, _, report, documents = hostile
     assert {Path(p).name: r for p, r in report.skipped} == SKIPPED
+    assert {Path(p).name: r for p, r in report.empty} == EMPTY
     assert set(documents) == INGESTED
     assert report.documents_new == len(INGESTED)
     assert all(d["n_facts"] > 0 for d in documents.values())
@@ -116,17 +120,20 @@ def test_cdr_ingest_exits_3_when_some_files_were_skipped(tmp_path):
     (docs / "good.md").write_bytes((DATA / "indexes.md").read_bytes())
     (docs / "puny.html").write_bytes(f'<meta charset="punycode"><p>{SENTENCE}.</p>'.encode())
     (docs / "three-words.md").write_bytes(b"Just three words")
+    (docs / "latin1.md").write_bytes("caf\u00e9 au lait".encode("latin-1"))
     result = CliRunner().invoke(app, ["ingest", str(docs), "--ckf", str(tmp_path / "kb.ckf"),
                                       "--json"])
     assert result.exit_code == EXIT_SOME_SKIPPED == 3, result.output
     rep = json.loads(result.stdout)
     assert rep["documents_new"] == 2
-    assert [(Path(s["path"]).name, s["reason"]) for s in rep["skipped"]] == [
+    assert [Path(s["path"]).name for s in rep["skipped"]] == ["latin1.md"]
+    assert [(Path(s["path"]).name, s["reason"]) for s in rep["empty"]] == [
         ("three-words.md", "no facts: its text is under 10 tokens")]
     assert [Path(w["path"]).name for w in rep["warnings"]] == ["puny.html"]
-    # Nothing skipped: exit 0; the report in a table names the warning (a fresh CKF: an
-    # unchanged document is not parsed again, so it has nothing to warn about).
-    (docs / "three-words.md").unlink()
+    # Nothing that could not be read: exit 0, a file without a fact listed (not an error);
+    # the table names the warning (a fresh CKF: an unchanged document is not parsed again).
+    (docs / "latin1.md").unlink()
     again = CliRunner().invoke(app, ["ingest", str(docs), "--ckf", str(tmp_path / "kb2.ckf")])
     assert again.exit_code == 0, again.output
     assert "Warnings" in again.stdout and "punycode" in again.stdout
+    assert "Files without a fact" in again.stdout and "three-words.md" in again.stdout

@@ -334,9 +334,11 @@ def test_bad_files_are_skipped_with_reasons_and_the_rest_ingested(tmp_path):
         assert reasons == {
             "bad.md": "declared importance must be a number in (0, 1], got 'high'",
             "binary.txt": "binary file (contains NUL bytes)",
+            "latin1.md": "not valid UTF-8 text (byte 0xe9 at offset 5); convert it to UTF-8",
+        }
+        assert {Path(p).name: r for p, r in rep.empty} == {  # no fact in them: not errors
             "blank.txt": "empty file (whitespace only)",
             "empty.md": "empty file",
-            "latin1.md": "not valid UTF-8 text (byte 0xe9 at offset 5); convert it to UTF-8",
             "tiny.md": "no facts: its text is under 10 tokens",
         }
         assert rep.documents_new == 1 and ckf.check() == []

@@ -31,6 +31,7 @@ from cdr.ckf.records import (
     normalize_source_type,
 )
 from cdr.ckf.sources import (
+    EmptyDocument,
     SkipDocument,
     decode_text,
     discover,
@@ -70,13 +71,22 @@ class IngestReport:
     facts_removed: int = 0  # facts changed documents no longer hold
     embedded: int = 0  # texts sent to the embedding model
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
+    # (path, reason): files that hold no fact (empty, or under one fact's worth of text);
+    # nothing is wrong with them, so they do not make `cdr ingest` exit 3
+    empty: list[tuple[str, str]] = field(default_factory=list)
     warnings: list[tuple[str, str]] = field(default_factory=list)  # (path, what was worked around)
     stale: list[str] = field(default_factory=list)  # sources gone from re-ingested directories
     seconds: float = 0.0
 
+    def left_out(self, source: str, why: SkipDocument) -> None:
+        """Record a file not ingested: in `empty` when it holds no fact, else in `skipped`."""
+        (self.empty if isinstance(why, EmptyDocument) else self.skipped).append((source,
+                                                                                 str(why)))
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["skipped"] = [{"path": p, "reason": r} for p, r in self.skipped]
+        d["empty"] = [{"path": p, "reason": r} for p, r in self.empty]
         d["warnings"] = [{"path": p, "warning": w} for p, w in self.warnings]
         return d
 
@@ -135,7 +145,7 @@ def _plan(ckf: CKF, doc: DocumentInput, source_type: str, importance: float | No
     except Exception as exc:  # one hostile file must not end the ingest of the others
         raise SkipDocument(f"could not cut into facts: {type(exc).__name__}: {exc}") from None
     if not drafts:
-        raise SkipDocument(f"no facts: its text is under {chunking.min_tokens} tokens")
+        raise EmptyDocument(f"no facts: its text is under {chunking.min_tokens} tokens")
     return _Planned(doc.source, kind, parsed.title, content_hash, len(data), st, imp, drafts,
                     warnings=list(parsed.warnings))
 
@@ -193,7 +203,7 @@ def ingest_documents(
         try:
             plan = _plan(ckf, doc, source_type, importance, chunking)
         except SkipDocument as e:
-            rep.skipped.append((doc.source, str(e)))
+            rep.left_out(doc.source, e)
             continue
         except Exception as e:  # one hostile file must not end the ingest of the others
             rep.skipped.append((doc.source, f"could not be read: {type(e).__name__}: {e}"))
@@ -372,7 +382,7 @@ def read_inputs(candidates: Iterable[Any], report: IngestReport,
         try:
             data = read_file(c.path, limit)
         except SkipDocument as e:
-            report.skipped.append((str(c.path), str(e)))
+            report.left_out(str(c.path), e)
             continue
         known = kind_for_suffix(c.path.suffix)
         yield DocumentInput(str(c.path), data, DEFAULT_KIND if known is None else known.name)

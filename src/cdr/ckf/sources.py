@@ -29,6 +29,12 @@ class SkipDocument(Exception):
     """This document cannot be ingested; `str(exc)` says why."""
 
 
+class EmptyDocument(SkipDocument):
+    """This document holds no fact (no text, or less than one fact's worth): reported apart
+    from the files that could not be ingested, since nothing is wrong with it. A real folder
+    nearly always has a few (a stub page, an index with a title only)."""
+
+
 # ----------------------------------------------------------------------------- globs
 
 
@@ -231,7 +237,7 @@ def decode_text(data: bytes, kind: str) -> tuple[str, list[str]]:
     first bad byte (a person can convert the file; guessing would ingest mojibake silently).
     """
     if not data:
-        raise SkipDocument("empty file")
+        raise EmptyDocument("empty file")
     warnings: list[str] = []
     if data.startswith(b"\xef\xbb\xbf"):
         encoding = "utf-8-sig"
@@ -270,7 +276,7 @@ def decode_text(data: bytes, kind: str) -> tuple[str, list[str]]:
                 "convert it to UTF-8"
             ) from None
     if not text.strip():
-        raise SkipDocument("empty file (whitespace only)")
+        raise EmptyDocument("empty file (whitespace only)")
     controls = sum(1 for ch in text[:4096] if ord(ch) < 32 and ch not in "\t\n\r\f\v")
     if controls > 0.05 * min(len(text), 4096):
         raise SkipDocument("binary file (mostly control characters)")
@@ -304,14 +310,14 @@ def parse_bytes(data: bytes, kind: str) -> ParsedDocument:
         raise SkipDocument(f"could not parse as {kind}: {type(exc).__name__}: {exc}") from None
     doc.warnings[:0] = warnings
     if not doc.blocks:
-        raise SkipDocument("no text content")
+        raise EmptyDocument("no text content")
     return doc
 
 
 def _parse_binary(data: bytes, k: DocumentKind) -> ParsedDocument:
     """A binary kind (PDF) parsed from its bytes, checked first by its header."""
     if not data:
-        raise SkipDocument("empty file")
+        raise EmptyDocument("empty file")
     if k.magic and not data.lstrip().startswith(k.magic):
         raise SkipDocument(f"not a {k.label} (missing {k.magic.decode()} header)")
     if not k.available:

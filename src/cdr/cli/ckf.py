@@ -17,17 +17,9 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 
+from cdr.cli.ingest_progress import stage_progress
 from cdr.errors import CdrError
 
 out = Console()
@@ -79,20 +71,6 @@ def _open(path: Path, embedder: str | None = None) -> Any:
     return CKF.open(path, _embedder(embedder))
 
 
-class _RichProgress:
-    """Adapts ingest's progress(stage, done, total) to a rich bar per stage."""
-
-    def __init__(self, progress: Progress) -> None:
-        self.progress = progress
-        self.tasks: dict[str, TaskID] = {}
-
-    def __call__(self, stage: str, done: int, total: int) -> None:
-        label = {"read": "reading documents", "embed": "embedding facts"}.get(stage, stage)
-        if stage not in self.tasks:
-            self.tasks[stage] = self.progress.add_task(label, total=total or None)
-        self.progress.update(self.tasks[stage], completed=done, total=total or None)
-
-
 def ingest_command(
     paths: Annotated[list[Path], typer.Argument(help="Files or directories to ingest.",
                                                 show_default=False)],
@@ -137,8 +115,10 @@ def ingest_command(
     Only regular files are read: named pipes, devices and sockets are skipped and listed, as
     are files over the size limit and links that leave the folder (unless --follow-symlinks).
 
-    Exit status: 0 all ingested; 3 finished, but some files were skipped (listed with their
-    reasons; the rest are ingested); 1 error; 2 usage error.
+    Exit status: 0 all ingested (files that hold no fact, such as an empty page, are listed,
+    not an error); 3 finished, but some files could not be ingested (listed with their
+    reasons; the rest are ingested); 1 error; 2 usage error. Off a terminal, progress comes
+    as plain lines on stderr every few seconds.
     """
     from cdr.ckf import CKF, ingest
     from cdr.ckf.records import check_importance, normalize_source_type
@@ -172,31 +152,22 @@ def ingest_command(
         if shards is not None:
             from cdr.cluster.shardset import ingest_sharded
 
-            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                          TimeElapsedColumn(), TimeRemainingColumn(), console=err,
-                          transient=True, disable=as_json) as bar:
+            with stage_progress(err, disable=as_json) as progress:
                 report = ingest_sharded(ckf, [str(p) for p in paths], shards, embedder=model,
                                         dtype=dtype, source_type=source_type,
                                         include=glob or None, exclude=exclude or None,
-                                        importance=importance, progress=_RichProgress(bar),
+                                        importance=importance, progress=progress,
                                         recipe=recipe, max_file_bytes=limit,
                                         follow_symlinks=follow_symlinks)
         else:
             report = None
-    if report is not None:
-        if as_json:
-            out.print_json(json.dumps(report.to_dict()))
-        else:
-            _print_report(report, ckf)
-        return
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=True,
-                   disable=as_json)
-    with _errors(), CKF.open_or_create(ckf, model, dtype=dtype, recipe=recipe) as index, bar:
-        report = ingest(index, [str(p) for p in paths], source_type=source_type,
-                        include=glob or None, exclude=exclude or None,
-                        importance=importance, progress=_RichProgress(bar),
-                        max_file_bytes=limit, follow_symlinks=follow_symlinks)
+    if report is None:
+        with _errors(), CKF.open_or_create(ckf, model, dtype=dtype, recipe=recipe) as index, \
+                stage_progress(err, disable=as_json) as progress:
+            report = ingest(index, [str(p) for p in paths], source_type=source_type,
+                            include=glob or None, exclude=exclude or None,
+                            importance=importance, progress=progress,
+                            max_file_bytes=limit, follow_symlinks=follow_symlinks)
     if as_json:
         out.print_json(json.dumps(report.to_dict()))
     else:
@@ -216,6 +187,8 @@ def _print_report(report: Any, ckf: Path) -> None:
     t.add_row("facts removed", str(report.facts_removed))
     t.add_row("texts embedded", str(report.embedded))
     t.add_row("skipped files", str(len(report.skipped)))
+    if report.empty:
+        t.add_row("files without a fact", str(len(report.empty)))
     if report.stale:
         t.add_row("stale documents", str(len(report.stale)))
     t.add_row("time", f"{report.seconds:.1f} s")
@@ -227,6 +200,13 @@ def _print_report(report: Any, ckf: Path) -> None:
                       soft_wrap=True)
         if len(report.skipped) > 50:
             out.print(f"  ... {len(report.skipped) - 50} more (see --json)")
+    if report.empty:
+        out.print(f"[bold]Files without a fact[/bold] ({len(report.empty)}; nothing is wrong "
+                  "with them, there is nothing to ingest):")
+        for path, reason in report.empty[:10]:
+            out.print(f"  {escape(path)}: {escape(reason)}", highlight=False, soft_wrap=True)
+        if len(report.empty) > 10:
+            out.print(f"  ... {len(report.empty) - 10} more (see --json)")
     if report.warnings:
         out.print(f"[bold]Warnings[/bold] ({len(report.warnings)}):")
         for path, warning in report.warnings[:50]:
@@ -309,11 +289,8 @@ def reembed_command(
 
                 with _open(ckf) as index:
                     return reembed(index, recipe, embedder=model, progress=cb)
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), TimeRemainingColumn(), console=err,
-                      transient=True, disable=as_json) as bar:
-            task = bar.add_task("re-embedding facts", total=None)
-            rep = run(lambda done, total: bar.update(task, completed=done, total=total))
+        with stage_progress(err, disable=as_json) as progress:
+            rep = run(lambda done, total: progress("re-embedding facts", done, total))
     if as_json:
         out.print_json(json.dumps(rep.__dict__))
         return

@@ -252,7 +252,7 @@ class IngestJobs:
                     "status": state["status"] if state else None,
                 })
             self.kb.reload()  # readers see the new facts before the job says it is done
-            job.status, job.error = _outcome(report.documents, report.skipped)
+            job.status, job.error = _outcome(report.documents, report.skipped + report.empty)
         except Exception as exc:
             log.exception("ingest job %s failed", job.id)
             job.status, job.error = "failed", f"{type(exc).__name__}: {exc}"
