@@ -521,3 +521,110 @@ def test_ray_embedder_pieces_prefetch_and_a_clear_error_without_cpus(cluster: No
     # More workers than the cluster has CPUs: a clear error instead of a wait forever.
     with pytest.raises(CdrError, match="did not start within 3 s: each needs one free CPU"):
         RayEmbedder(None, workers=16, start_seconds=3)
+
+
+# ------------------------------------------ a real ingest: one CKF and `--shards 3` of a folder
+
+# A paragraph several documents carry word for word (a notice every page repeats): one CKF
+# stores it once; a shard set once per shard holding one of them, which the index reads once.
+SHARED = ("Every built-in type described on this page can be tested for truth value, compared "
+          "for equality and converted to a string with str(); instances of user classes "
+          "behave the same way unless the class defines __bool__, __eq__ or __str__, which "
+          "the interpreter then calls instead of the default behaviour described here.")
+SHARED_IN = ("truth", "typesseq", "typesmapping", "integers", "strings", "lists", "dict",
+             "floating")
+
+
+@dataclass
+class IngestedPair:
+    single: CKFSnapshot
+    index: RayShardedIndex
+    shared_rows: int  # rows of the shard set that hold a fact another shard holds too
+
+
+@pytest.fixture(scope="module")
+def ingested_pair(cluster: None, tmp_path_factory: pytest.TempPathFactory
+                  ) -> Iterator[IngestedPair]:
+    """The same folder ingested as `cdr ingest` does, once into one CKF and once into a
+    3-shard set: different row orders, and a paragraph held by documents in every shard."""
+    from cdr.ckf import CKF, ingest
+    from cdr.cli.samples import pydoc_topics_dir
+    from cdr.cluster.shardset import ingest_sharded
+    from tests.conftest import BUILTIN_TYPES_TOPICS, DISTRACTOR_TOPICS
+
+    root = tmp_path_factory.mktemp("ingested")
+    docs = pydoc_topics_dir(root / "docs", topics=list(BUILTIN_TYPES_TOPICS + DISTRACTOR_TOPICS))
+    for name in SHARED_IN:
+        page = docs / f"{name}.txt"
+        page.write_text(page.read_text(encoding="utf-8").rstrip() + "\n\n" + SHARED + "\n",
+                        encoding="utf-8")
+    with CKF.create(root / "one.ckf") as ckf:
+        assert not ingest(ckf, [str(docs)], source_type="official").skipped
+    assert not ingest_sharded(root / "set", [str(docs)], 3, source_type="official").skipped
+    single = CKFSnapshot.open(root / "one.ckf")
+    index = RayShardedIndex(root / "set", retry_seconds=60)
+    ids = index.fact_ids(range(index.n_rows))
+    hidden = int((~index.active).sum()) - int((~single.active).sum())
+    shared = len(ids) - len(set(ids))
+    yield IngestedPair(single, index, shared)
+    index.close(stop_actors=True)
+    single.close()
+    assert hidden == shared  # every second copy hidden, nothing else
+
+
+def _layout_free(windows: list[tuple]) -> list[tuple]:
+    """The windows without row numbers (the two layouts number rows differently)."""
+    out = []
+    for fact_ids, scores, env, *rest in windows:
+        ranking = {k: v for k, v in env["ranking"].items() if k != "indices"}
+        out.append((fact_ids, scores, {**env, "ranking": ranking}, *rest))
+    return out
+
+
+# How far a relevance may differ between the layouts: the embedding model's float32
+# rounding depends on the batch a text was embedded in (one CKF and a shard batch texts
+# differently), a few units in the last place of a cosine; nothing else may differ.
+EMBEDDING_ULPS = 4e-7
+
+
+@pytest.mark.parametrize("profile", ["focused", "spec", "fresh"])
+@pytest.mark.parametrize("ranking", ["cdr", "relevance"])
+def test_a_sharded_ingest_writes_the_same_windows_as_one_ckf_under_every_profile(
+        ingested_pair: IngestedPair, profile: str, ranking: str) -> None:
+    """What `cdr ingest --shards 3` and `cdr ingest` of one folder give `cdr generate`: the
+    same envelopes (the same facts in the same order, every score component within the
+    embedder's rounding), the same text, statuses and headers, under the faces' default
+    profile (BM25 fusion, document support, the section pool, navigation) and the others."""
+    p = ingested_pair
+    assert p.shared_rows >= 2  # the folder does exercise facts held by several shards
+    want = _layout_free(_windows(p.single, ranking, profile=profile))
+    got = _layout_free(_windows(p.index, ranking, profile=profile))
+    assert len(want) >= 2 and len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g[0] == w[0]  # packed fact ids, in layout order
+        assert g[3:] == w[3:]  # output, status, headers (the ETag included)
+        gr, wr = g[2]["ranking"], w[2]["ranking"]
+        assert {k: v for k, v in g[2].items() if k != "ranking"} == \
+            {k: v for k, v in w[2].items() if k != "ranking"}
+        for key, value in wr.items():
+            if isinstance(value, list):
+                np.testing.assert_allclose(gr[key], value, rtol=0, atol=EMBEDDING_ULPS,
+                                           err_msg=key)
+            else:
+                assert gr[key] == value, key
+
+
+def test_the_shared_fact_reads_once_with_the_source_one_ckf_gives_it(
+        ingested_pair: IngestedPair) -> None:
+    p = ingested_pair
+    from cdr.ckf.chunk import fact_id
+
+    fid = fact_id(SHARED)
+    single_rows = [f for f in p.single.facts(np.flatnonzero(p.single.active))
+                   if f.id == fid]
+    sharded = [f for f in p.index.facts(np.flatnonzero(p.index.active)) if f.id == fid]
+    assert len(single_rows) == 1 and len(sharded) == 1
+    # the holder whose source sorts first, in both layouts, whatever the ingest order
+    assert sharded[0].source == single_rows[0].source
+    assert Path(sharded[0].source).name == f"{min(SHARED_IN)}.txt"
+    assert sharded[0].importance == single_rows[0].importance

@@ -293,7 +293,12 @@ class _Group:
             return embed(texts_of(drafts, title))
 
         for batch, ids in _batches(plans, new_first, self.commit_every):
-            by_id = {d.id: (d, p.title) for p in batch for d in (p.drafts or ())}
+            # A fact two documents of the batch hold is embedded in the context (title,
+            # section) of the first, which brings it (`new_first`), not of the last.
+            by_id: dict[str, tuple[FactDraft, str | None]] = {}
+            for p in batch:
+                for d in p.drafts or ():
+                    by_id.setdefault(d.id, (d, p.title))
             texts = [fact_text(recipe, by_id[i][0].content, by_id[i][1], by_id[i][0].section)
                      for i in ids]
             vectors = dict(zip(ids, embed(texts), strict=True))

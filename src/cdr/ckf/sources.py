@@ -174,6 +174,10 @@ def discover(
                     if not follow_symlinks and fp.is_symlink() and not _inside(fp, p):
                         refused = OUTSIDE_LINK
                     files.append(Candidate(fp, p, refused))
+    # In the order of their sources' names: the first document to bring a fact is then the
+    # one whose source sorts first, the holder one CKF names as its source and embeds it
+    # with, and the one a shard set keeps when several shards hold it (cdr.cluster.shard_view).
+    files.sort(key=lambda c: str(c.path))
     return files, roots
 
 

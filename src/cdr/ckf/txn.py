@@ -289,7 +289,7 @@ class WriteTxn:
                 holders.setdefault(r[0], []).append(r)
         updates = []
         for row in rows:
-            _, quarantined, cur_doc, _, cur_imp = facts[row]
+            _, quarantined, _, _, cur_imp = facts[row]
             hs = holders.get(row, [])
             if quarantined:
                 status = FactStatus.QUARANTINED
@@ -303,8 +303,12 @@ class WriteTxn:
             self.status[row] = status
             self.importance[row] = imp
             if hs:
+                # The primary holder: the live one whose source sorts first, whatever the
+                # order documents came in, so a fact says the same source in one CKF and in
+                # a shard set holding the same documents (where each shard sees only its own
+                # holders; cdr.cluster.shard_view picks the same one across shards).
                 live = [h for h in hs if h[5] == "ACTIVE"] or hs
-                primary = next((h for h in live if h[1] == cur_doc), live[0])
+                primary = min(live, key=lambda h: h[2])  # first occurrence on a tie
                 updates.append((status.name, imp, primary[1], primary[2], primary[3],
                                 primary[4], self.ts, row))
             else:  # keep the last source: a deleted fact still says where it came from

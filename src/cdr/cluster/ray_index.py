@@ -41,6 +41,7 @@ import numpy as np
 from cdr import settings
 from cdr.cluster.shard_merge import ShardTop, merge_window
 from cdr.cluster.shard_server import ShardRows
+from cdr.cluster.shard_view import ShardView
 from cdr.errors import CdrError, InvalidInputError
 from cdr.ranking import RANKING_MODES, Ranking
 from cdr.retrieval.factindex import (
@@ -311,8 +312,15 @@ class RayShardedIndex:
         self._offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         # The shards' per-row arrays merged in shard order: fixed for this object's life, so
         # plain attributes (the `FactIndex` properties of the same names).
-        self.active = np.concatenate([r.active for r in parts]) if parts else np.zeros(0, bool)
-        self.importance = np.concatenate([r.importance for r in parts]).astype(np.float32)
+        # A fact several shards hold is read once (cdr.cluster.shard_view): the others'
+        # rows hidden, the kept row at the best importance, on the shards and here.
+        self._views = self._shared_fact_views(parts)
+        self.active = (np.concatenate([v.active(r.active) for v, r in zip(self._views, parts,
+                                                                          strict=True)])
+                       if parts else np.zeros(0, bool))
+        self.importance = np.concatenate([
+            v.raise_importance(np.asarray(r.importance, np.float32))
+            for v, r in zip(self._views, parts, strict=True)]).astype(np.float32)
         self.token_counts = np.concatenate([r.token_counts for r in parts]).astype(np.int32)
         hashes = [r.ngram_hashes for r in parts]
         offs = [r.ngram_offsets[:-1] + base for r, base in
@@ -328,6 +336,21 @@ class RayShardedIndex:
         digest = hashlib.sha256(repr((str(self._set.root), self._gens)).encode()).digest()
         self._generation = int.from_bytes(digest[:7], "big")
         self.rounds = 0  # fan-out rounds the last rank_window took (1, or 2 when unproven)
+
+    def _shared_fact_views(self, parts: Sequence[ShardRows]) -> list[ShardView]:
+        from cdr.cluster.shard_view import shared_fact_views
+
+        if len(parts) < 2:
+            return [ShardView() for _ in parts]
+        ids = self._gather("active_ids", [(g,) for g in self._gens])
+
+        def holders(shard: int, rows: np.ndarray) -> list[tuple[int, str]]:
+            out: list[tuple[int, str]] = self._gather(
+                "holders", [(rows.tolist(), self._gens[shard])], shards=[shard])[0]
+            return out
+
+        return shared_fact_views([tuple(x) for x in ids],
+                                 [np.asarray(r.importance, np.float32) for r in parts], holders)
 
     # ------------------------------------------------------------------ calls with retry
 
@@ -449,9 +472,14 @@ class RayShardedIndex:
                limit: int | None = None) -> Selection:
         q = check_query(query_vector, self.dim, model_id=self.model_id, unit=True)
         gate, limit = check_gate(min_relevance, limit)
-        parts = self._gather("select", [(q, gate, limit, int(self._offsets[i]), self._gens[i])
-                                        for i in range(self.n_shards)])
+        parts = self._gather("select", [(q, gate, limit, int(self._offsets[i]), self._gens[i],
+                                         self._view(i)) for i in range(self.n_shards)])
         return merge_selections(parts, limit, self.dim)
+
+    def _view(self, shard: int) -> ShardView | None:
+        """What shard `shard` hides or raises (None: nothing; the call stays as small)."""
+        view = self._views[shard]
+        return None if view.empty else view
 
     def _split(self, rows: Iterable[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         r = np.asarray(list(rows) if not isinstance(rows, np.ndarray) else rows, np.int64)
@@ -537,11 +565,11 @@ class RayShardedIndex:
         offs = [int(o) for o in self._offsets[:-1]]
         gens = self._gens
         tops: list[ShardTop] = self._gather(
-            "rank", [(w, None, o, g) for o, g in zip(offs, gens, strict=True)])
+            "rank", [(w, None, offs[i], gens[i], self._view(i)) for i in range(len(offs))])
 
         def ask_again(shards: list[int], cut: tuple[float, int]) -> list[ShardTop]:
-            return self._gather("rank", [(w, cut, offs[i], gens[i]) for i in shards],
-                                shards=shards)
+            return self._gather("rank", [(w, cut, offs[i], gens[i], self._view(i))
+                                         for i in shards], shards=shards)
 
         ranking, emb, tokens, ids, again = merge_window(tops, limit, w.top_k, self.dim, w.mode,
                                                         ask_again)

@@ -23,6 +23,7 @@ import numpy as np
 
 from cdr.ckf.snapshot import CKFSnapshot
 from cdr.cluster.shard_merge import ShardTop, ahead
+from cdr.cluster.shard_view import ShardView
 from cdr.ranking import MODE_RULES, check_mode, score_terms
 from cdr.retrieval.factindex import Selection, WindowQuery, select_rows
 
@@ -105,19 +106,40 @@ class ShardServer:
                          np.asarray(s.importance), np.asarray(s.token_counts),
                          np.asarray(s.ngram_offsets), np.asarray(s.ngram_hashes))
 
-    def select(self, q: np.ndarray, gate: float, limit: int | None, offset: int,
-               generation: int | None = None) -> tuple[int, Selection]:
-        """(generation, Phase 1 over this shard with rows numbered from `offset`)."""
+    def active_ids(self, generation: int | None = None) -> tuple[int, np.ndarray, np.ndarray]:
+        """(generation, selectable local rows, their fact ids): what the caller needs to find
+        the facts other shards also hold (`cdr.cluster.shard_view`)."""
         index = self._at(generation)
-        key = (index.generation, np.asarray(q, _F32).tobytes(), float(gate), limit, offset)
+        rows = np.flatnonzero(np.asarray(index.active)).astype(np.int64)
+        ids = np.array(index.fact_ids(rows), dtype="S32") if len(rows) else np.zeros(0, "S32")
+        return index.generation, rows, ids
+
+    def holders(self, local_rows: list[int], generation: int | None = None
+                ) -> tuple[int, list[tuple[int, str]]]:
+        """(generation, (status, primary source) of each row)."""
+        index = self._at(generation)
+        status = np.asarray(index.status)
+        return index.generation, [(int(status[f.row]), str(f.source))
+                                  for f in index.facts(local_rows)]
+
+    def select(self, q: np.ndarray, gate: float, limit: int | None, offset: int,
+               generation: int | None = None, view: ShardView | None = None
+               ) -> tuple[int, Selection]:
+        """(generation, Phase 1 over this shard with rows numbered from `offset`), without
+        the rows `view` hides (facts another shard holds too)."""
+        index = self._at(generation)
+        key = (index.generation, np.asarray(q, _F32).tobytes(), float(gate), limit, offset,
+               view.digest() if view is not None else b"")
         if self._last is not None and self._last[0] == key:
             return index.generation, self._last[1]
-        sel = select_rows(index.embeddings, index.active, q, gate, limit, offset)
+        active = view.active(index.active) if view is not None else index.active
+        sel = select_rows(index.embeddings, active, q, gate, limit, offset)
         self._last = (key, sel)
         return index.generation, sel
 
     def rank(self, w: WindowQuery, cut: tuple[float, int] | None, offset: int,
-             generation: int | None = None) -> tuple[int, ShardTop]:
+             generation: int | None = None, view: ShardView | None = None
+             ) -> tuple[int, ShardTop]:
         """(generation, this shard's best `w.top_k` candidates) ranked exactly as
         `cdr.ranking.rank` ranks them in one index (`cdr.cluster.shard_merge` proves the merge).
 
@@ -126,13 +148,16 @@ class ShardServer:
         (relevance, row): rank only the rows ahead of it (asked when one round could not
         prove the merge)."""
         index = self._at(generation)
-        gen, sel = self.select(w.query, w.gate, w.limit, offset, index.generation)
+        gen, sel = self.select(w.query, w.gate, w.limit, offset, index.generation, view)
         rows, rel, emb = sel.indices, sel.relevances, sel.embeddings
         if cut is not None:
             keep = ahead(rel, rows, cut)
             rows, rel, emb = rows[keep], rel[keep], emb[keep]
         local = rows - offset
-        imp = np.asarray(index.importance, _F32)[local]
+        importance = np.asarray(index.importance, _F32)
+        if view is not None:
+            importance = view.raise_importance(importance)
+        imp = importance[local]
         m = len(rows)
         counts = None
         if MODE_RULES[check_mode(w.mode)].uses_ngrams and len(w.blacklist):

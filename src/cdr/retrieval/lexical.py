@@ -19,9 +19,12 @@ Phase 1 stays exact without scoring every row: a fact with no query word has fus
 candidates are that cosine-gated set (the index's own fast scan) united with the rows that hold
 a query word (the postings), and only their vectors are read.
 
-The index (`LexicalIndex`) is built once per committed state of a knowledge base, over its
-whole row space, and cached: sharded indexes get the same corpus statistics, hence the same
-order, as one CKF holding all the rows.
+The index (`LexicalIndex`) is built once per committed state of a knowledge base and cached.
+Its statistics (the number of facts, each word's document frequency, the mean length) count
+the selectable facts only, each once: not rows a deletion left behind, and not a second copy
+of a fact that another shard also holds (a shard set hides those, `cdr.cluster.shard_view`).
+So a shard set and one CKF holding the same documents give the same BM25, hence the same
+order, whatever their row layouts and histories.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ class LexicalIndex:
     """Term statistics of every row of one committed state, as CSR postings."""
 
     n_rows: int
+    n_docs: int  # the facts counted (selectable ones): BM25's N
     vocabulary: dict[str, int]
     post_offsets: np.ndarray  # int64 (V + 1,)
     post_rows: np.ndarray  # int64: rows holding each term, term by term
@@ -86,14 +90,19 @@ class LexicalIndex:
     post_part: np.ndarray  # float32, aligned with post_rows
 
     @classmethod
-    def build(cls, texts: Sequence[str]) -> LexicalIndex:
-        """One pass over the rows' lexical texts (once per state, not per window)."""
+    def build(cls, texts: Sequence[str | None]) -> LexicalIndex:
+        """One pass over the rows' lexical texts (once per state, not per window); a row
+        whose text is None is not counted (not selectable: no postings, not in N or the
+        mean length)."""
         vocab: dict[str, int] = {}
         t_ids: list[int] = []
         t_rows: list[int] = []
         t_tf: list[int] = []
         doc_len = np.zeros(len(texts), dtype=np.float32)
+        counted = np.fromiter((t is not None for t in texts), dtype=bool, count=len(texts))
         for row, text in enumerate(texts):
+            if text is None:
+                continue
             words = terms(text)
             doc_len[row] = len(words)
             for word, tf in Counter(words).items():
@@ -105,13 +114,14 @@ class LexicalIndex:
         counts = np.bincount(ids, minlength=len(vocab)) if len(vocab) else np.zeros(0, np.int64)
         offsets = np.zeros(len(vocab) + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
-        n = len(texts)
+        n = int(counted.sum())
         rows = np.asarray(t_rows, dtype=np.int64)[order]
         tfs = np.asarray(t_tf, dtype=np.float32)[order]
-        avg = float(doc_len.mean()) if n else 0.0
+        # float64 in row order over the counted rows only: the same sum for the same facts
+        avg = float(doc_len[counted].astype(np.float64).sum() / n) if n else 0.0
         norm = 1.0 - B + B * doc_len[rows].astype(np.float64) / max(avg, 1e-9)
         part = (tfs * (K1 + 1.0) / (tfs + K1 * norm)).astype(np.float32)
-        return cls(n, vocab, offsets, rows, tfs, doc_len, avg, part)
+        return cls(len(texts), n, vocab, offsets, rows, tfs, doc_len, avg, part)
 
     def query_ids(self, query_terms: Sequence[str]) -> np.ndarray:
         """Distinct known term ids of a query, in first-seen order."""
@@ -129,7 +139,7 @@ class LexicalIndex:
         if not len(ids) or not self.n_rows:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
         df = (self.post_offsets[ids + 1] - self.post_offsets[ids]).astype(np.float64)
-        idf = np.log1p((self.n_rows - df + 0.5) / (df + 0.5))
+        idf = np.log1p((self.n_docs - df + 0.5) / (df + 0.5))
         total = np.zeros(self.n_rows, dtype=np.float64)
         for i, w in zip(ids.tolist(), idf.tolist(), strict=True):
             lo, hi = self.post_offsets[i], self.post_offsets[i + 1]
@@ -236,8 +246,10 @@ class FusedIndex:
 
 
 def _lexical_index(index: Any) -> LexicalIndex:
-    return LexicalIndex.build([lexical_text(f.source, f.section, f.content)
-                               for _, f in every_fact(index)])
+    texts: list[str | None] = [None] * int(index.n_rows)
+    for row, f in every_fact(index, rows=np.flatnonzero(np.asarray(index.active))):
+        texts[row] = lexical_text(f.source, f.section, f.content)
+    return LexicalIndex.build(texts)
 
 
 # The `LexicalIndex` of an index's current state: built on first use (reading every row's

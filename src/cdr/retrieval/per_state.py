@@ -27,12 +27,13 @@ def state_key(index: Any) -> tuple[str, str, int, int]:
     return (str(index.path), str(index.model_id), int(index.generation), int(index.n_rows))
 
 
-def every_fact(index: Any) -> Iterator[tuple[int, Any]]:
-    """(row, fact) for every row of `index`, read FACT_READ_CHUNK rows at a time."""
-    n = int(index.n_rows)
-    for lo in range(0, n, FACT_READ_CHUNK):
-        hi = min(lo + FACT_READ_CHUNK, n)
-        yield from zip(range(lo, hi), index.facts(np.arange(lo, hi)), strict=True)
+def every_fact(index: Any, rows: np.ndarray | None = None) -> Iterator[tuple[int, Any]]:
+    """(row, fact) for every row of `index` (or of `rows`, ascending), read
+    FACT_READ_CHUNK rows at a time."""
+    wanted = np.arange(int(index.n_rows)) if rows is None else np.asarray(rows, np.int64)
+    for lo in range(0, len(wanted), FACT_READ_CHUNK):
+        part = wanted[lo:lo + FACT_READ_CHUNK]
+        yield from zip(part.tolist(), index.facts(part), strict=True)
 
 
 class PerState(Generic[T]):
