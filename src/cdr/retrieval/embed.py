@@ -305,8 +305,8 @@ _single_threaded_blas = _BlasLimit()
 class MiniLMEmbedder(_CheckedEncoder):
     """all-MiniLM-L6-v2 (BERT, 6 layers, 384 hidden, 12 heads) on numpy, mean-pooled.
 
-    Texts are sorted by token length before batching so a batch pads to similar lengths; the
-    result is put back in input order. Truncates at the model's `max_seq_length` (256 word
+    Each text runs alone (no padding; `_encode` says why), the runs spread over the worker
+    threads; the result is in input order. Truncates at the model's `max_seq_length` (256 word
     pieces, as sentence-transformers does, not the 128 in tokenizer.json).
     """
 
@@ -375,12 +375,19 @@ class MiniLMEmbedder(_CheckedEncoder):
 
     def _encode(self, texts: list[str], batch_size: int, progress: Progress | None) -> np.ndarray:
         """The model's vectors of `texts`; with `CDR_EMBED_CACHE` set, those it has kept
-        (`cdr.retrieval.embed_cache`) and the model's for the rest."""
+        (`cdr.retrieval.embed_cache`) and the model's for the rest.
+
+        One text per forward pass, whatever `batch_size`: BLAS rounds a matrix product's rows
+        differently with the number of rows beside them, so in a batch a text's vector
+        depended on its neighbours in the last bits (103 of 120 texts differed between two
+        batchings here), and a folder ingested as one CKF and as shards (batched differently)
+        ranked near-ties apart. Alone, a text always gets the same vector; with no padding
+        it is no slower (400 paragraphs on 2 threads: 51-52 texts/s alone, 47-50 batched)."""
         cache = embed_cache.configured()
         if cache is None:
-            return self._run_model(texts, batch_size, progress)
+            return self._run_model(texts, 1, progress)
         return cache.encode(self.cache_identity(), self.dim, texts,
-                            lambda missing: self._run_model(missing, batch_size, progress),
+                            lambda missing: self._run_model(missing, 1, progress),
                             progress)
 
     # What the vectors are computed by, besides the weights: part of `cache_identity`.
@@ -479,6 +486,9 @@ class MiniLMInt8Embedder(MiniLMEmbedder):
     batching, threads over batches, mean pooling and normalisation are the default path's."""
 
     model_id: str = MINILM_INT8_MODEL_ID
+    # One text per run, as the float32 path (`MiniLMEmbedder._encode`): here it matters more,
+    # since dynamic quantisation takes one int8 scale per activation matrix (in a batch,
+    # cosine down to 0.977 between two batchings of the same texts).
     _cache_modules = (*MiniLMEmbedder._cache_modules, "cdr.retrieval.embed_int8")
     _cache_packages = (*MiniLMEmbedder._cache_packages, "onnx", "onnxruntime")
 
@@ -490,13 +500,6 @@ class MiniLMInt8Embedder(MiniLMEmbedder):
 
     def __repr__(self) -> str:
         return f"MiniLMInt8Embedder(model_id={self.model_id!r}, dim={self.dim})"
-
-    def _encode(self, texts: list[str], batch_size: int, progress: Progress | None) -> np.ndarray:
-        """One text per run, whatever `batch_size`: dynamic quantisation takes one int8 scale
-        per activation matrix, so in a batch a text's vector would depend on its neighbours
-        (cosine down to 0.977 between two batchings of the same texts). Alone, a text always
-        gets the same vector, and it is no slower here (no padding; runs go to every core)."""
-        return super()._encode(texts, 1, progress)
 
     def _forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         length = ids.shape[1]
