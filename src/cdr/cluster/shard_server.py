@@ -58,7 +58,7 @@ class ShardServer:
         self.shard = shard
         self.index = CKFSnapshot.open(self.path)
         self._kept: OrderedDict[int, Any] = OrderedDict([(self.index.generation, self.index)])
-        self._last: tuple[tuple[int, bytes, float, int | None, int], Selection] | None = None
+        self._last: tuple[tuple[int, bytes, float, int | None, int, bytes], Selection] | None = None
 
     def pid(self) -> int:
         """The serving process (tests kill it to prove restarts)."""

@@ -44,12 +44,14 @@ class Resumption:
     go_on: bool = False
 
 
-def window_crp(sid: str, token: str | None, number: int, status: str, completeness: float,
-               headers: dict[str, str]) -> dict[str, Any]:
-    """The `crp` field of a window chunk (live or replayed)."""
+def window_crp(sid: str | None, token: str | None, number: int, status: str,
+               completeness: float, headers: dict[str, str]) -> dict[str, Any]:
+    """The `crp` field of a window chunk (live or replayed); a run without a session (none
+    is stored) carries no session headers rather than empty ones."""
+    ids = {k: v for k, v in ((SESSION_ID_HEADER, sid), (SET_TOKEN_HEADER, token)) if v}
     return {"event": "window", "window": number, "status": status,
             "completeness": round(completeness, 4), "session_id": sid, "token": token,
-            "headers": {**headers, SESSION_ID_HEADER: sid, SET_TOKEN_HEADER: token}}
+            "headers": {**headers, **ids}}
 
 
 def _conflict(message: str, code: str, retry_after: int | None = None) -> ApiError:
