@@ -223,6 +223,11 @@ class ChatServer:
     def cut_next(self, n: int = 1, after: int = 0) -> None:
         self._script(n, _Action("cut", after=after))
 
+    def clear_script(self) -> None:
+        """Forget the scripted answers not yet served."""
+        with self._lock:
+            self._actions.clear()
+
     def _script(self, n: int, action: _Action) -> None:
         with self._lock:
             self._actions.extend([action] * n)

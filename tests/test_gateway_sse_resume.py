@@ -161,15 +161,23 @@ def test_an_id_past_what_the_store_holds_is_a_409_after_a_crash(
         setup: tuple[ChatServer, GatewayServer]) -> None:
     """The client saw text of a window the killed gateway never stored: continuing would
     repeat or contradict it, so the answer says how to go on instead."""
-    _, server = setup
-    first = read_stream(server, A, CHAT, stop_after_window=1)
-    if first.text == first.text[:first.at_window[1][1]]:
-        pytest.skip("no text of window 2 arrived before the drop")  # the stall is mid-answer
-    assert server.proc is not None
-    os.kill(server.proc.pid, signal.SIGKILL)
-    server.proc.wait(timeout=30)
-    server.proc = None
-    server.start()
+    chat, server = setup
+    # Window 2's answer stalls long after its first pieces, so the kill lands mid-window
+    # however slow the machine is between the drop and the kill.
+    chat.clear_script()
+    chat.hang_next(1, seconds=1.0, after=3)
+    chat.hang_next(1, seconds=120.0, after=3)
+    try:
+        first = read_stream(server, A, CHAT, stop_after_window=1)
+        assert first.text != first.text[:first.at_window[1][1]]  # text of window 2 arrived
+        assert server.proc is not None
+        os.kill(server.proc.pid, signal.SIGKILL)
+        server.proc.wait(timeout=30)
+        server.proc = None
+        server.start()
+    finally:
+        chat.clear_script()
+        chat.hang_next(1000, seconds=1.0, after=3)
     r = httpx.post(f"{server.url}/v1/chat/completions", json=CHAT, timeout=300,
                    headers={**A, "Last-Event-ID": first.last_id or ""})
     assert r.status_code == 409, r.text
