@@ -10,8 +10,10 @@ All three modes share Phase 1's minimum-relevance gate (§2.6) and work on array
   section the window plans queries with its own text, relevance only, no memory across
   windows; the sections' lists are merged in turns so every planned section gets its best facts.
 
-The CDR terms for M gated candidates cost one product of the (M, d) candidate block with
-``[centroid, r₁ … r_R]``; the gate itself costs the one (N, d) mat-vec a plain cosine scan pays.
+The CDR terms for M gated candidates cost the (M, d) candidate block's product with the
+centroid and each row's largest product with ``r₁ … r_R`` (`cdr.max_dots`: a BLAS estimate
+picks the few products computed exactly); the gate itself costs the one (N, d) mat-vec a plain
+cosine scan pays.
 
 Every per-fact product here is *row-independent* (`row_dots`): a fact's relevance, coverage
 and pull are computed from its own row alone, never by a BLAS product whose rounding depends
@@ -29,6 +31,7 @@ import numpy as np
 
 from cdr.coverage import CoverageSet, ResidualSet, weighted_centroid
 from cdr.errors import InvalidInputError
+from cdr.max_dots import max_row_dots
 from cdr.ngrams import ngram_penalty as _ngram_penalty
 from cdr.retrieval.row_products import row_products
 from cdr.vectors import (
@@ -169,19 +172,14 @@ def cdr_components(
     """
     m = embeddings.shape[0]
     dt = embeddings.dtype
-    use_pull = coverage_nonempty and residual.shape[0] > 0
-    cols = ([centroid] if centroid is not None else []) + (list(residual) if use_pull else [])
-    if cols:
-        sims = row_dots(embeddings, np.stack(cols).astype(dt, copy=False))
-    else:
-        sims = np.zeros((m, 0), dtype=dt)
-    k = 0
-    if centroid is not None:
-        coverage = sims[:, 0]
-        k = 1
-    else:
-        coverage = np.zeros(m, dtype=dt)
-    pull = sims[:, k:].max(axis=1) if use_pull and m else np.zeros(m, dtype=dt)
+    use_pull = coverage_nonempty and residual.shape[0] > 0 and m > 0
+    # Coverage is needed exactly for every row (novelty is continuous in it); of the residual
+    # products only each row's largest is used, which `max_row_dots` finds exactly without
+    # computing all R of them exactly (issue 42). Both are einsum's bits, row by row.
+    coverage = (row_dots(embeddings, np.asarray(centroid, dtype=dt)) if centroid is not None
+                else np.zeros(m, dtype=dt))
+    pull = (max_row_dots(embeddings, np.asarray(residual, dtype=dt)) if use_pull
+            else np.zeros(m, dtype=dt))
     novelty = novelty_from_coverage(coverage)
     penalty = (
         _ngram_penalty(ngram_counts, dt) if ngram_counts is not None else np.zeros(m, dtype=dt)
