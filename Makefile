@@ -78,6 +78,7 @@ lint: $(STAMP)
 
 bench-ranking: $(STAMP)
 	$(BIN)/python bench/ranking.py
+	$(BIN)/python bench/ranking_face.py --with-exact
 
 bench-ingest: $(STAMP)
 	$(BIN)/python bench/ingest.py
