@@ -47,7 +47,7 @@ from cdr.ckf import CKF, ingest
 from cdr.ckf.schema import DB_NAME
 from cdr.cli.samples import cache_dir
 from cdr.ranking import rank
-from cdr.retrieval.fact_recipe import fact_text
+from cdr.retrieval.fact_recipe import DEFAULT_RECIPE, fact_text
 from cdr.session import EXHAUSTION_RATIO
 from cdr.window.loop import Generator
 from cdr.writers import get_writer
@@ -132,6 +132,12 @@ def _ingest(path: Path, recipe: str, docs: Path, include: Sequence[str],
         shutil.rmtree(path)
         return _ingest(path, recipe, docs, include, exclude)
     return ckf, time.perf_counter() - t0, rep.embedded
+
+
+def ingest_pages(path: Path, docs: Path, pages: Sequence[str],
+                 recipe: str = DEFAULT_RECIPE) -> CKF:
+    """A CKF of exactly `pages` (file names under `docs`), built on first use."""
+    return _ingest(path, recipe, docs, list(pages))[0]
 
 
 def man_corpus(recipes: Sequence[str] = RECIPES) -> CorpusData:

@@ -44,6 +44,7 @@ from retrieval import (
     RTask,
     append_run,
     code_hash,
+    ingest_pages,
     load_runs,
     man_corpus,
     own_rows,
@@ -172,27 +173,25 @@ def measures(rec: dict[str, Any], docs: dict[str, set[int]]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--corpus", choices=("man", "pg"), default="man",
+                    help="man: families of system calls; pg: the PostgreSQL manual's "
+                         "chapters and surveys (bench/corpus_pg.py)")
     ap.add_argument("--split", choices=("tune", "report"), default="tune")
     ap.add_argument("--arms", default="focused,focused-task,spec,relevance")
     ap.add_argument("--single", type=int, default=8)
-    ap.add_argument("--max-windows", type=int, default=12)
-    ap.add_argument("--words", type=int, default=6000)
+    ap.add_argument("--max-windows", type=int, default=0, help="default 12 (man), 16 (pg)")
+    ap.add_argument("--words", type=int, default=0, help="default 6000 (man), 10000 (pg)")
     ap.add_argument("--only", default="", help="comma-separated family names")
     ap.add_argument("--tag", default="", help="kept apart from runs of another tag")
     args = ap.parse_args(argv)
     arms = [ARMS[a] for a in args.arms.split(",")]
-    corpus = man_corpus((DEFAULT_RECIPE,))
-    ckf = corpus.ckfs[DEFAULT_RECIPE]
+    if args.corpus == "pg":
+        args.max_windows, args.words = args.max_windows or 16, args.words or 10000
+        ckf, tasks = pg_tasks(args.split, args.only)
+    else:
+        args.max_windows, args.words = args.max_windows or 12, args.words or 6000
+        ckf, tasks = man_tasks(args.split, args.only, args.single)
     owned = own_rows(ckf, shared=True)
-    md_dir = Path(corpus.tasks["tune"][0].source).parent
-    tasks: list[tuple[str, RTask, tuple[str, ...]]] = []
-    for f in FAMILIES:
-        if split(f.name) == args.split and (not args.only or f.name in args.only.split(",")):
-            t, sources = family_task(f, Path(md_dir))
-            tasks.append(("family", t, sources))
-    if not args.only:
-        for t in corpus.tasks[args.split][:args.single]:
-            tasks.append(("single", t, (t.source,)))
     embedder = CachingEmbedder(ckf.embedder)
     code = code_hash()
     done = load_runs(RUNS)
@@ -222,8 +221,45 @@ def main(argv: list[str] | None = None) -> int:
     report = render(rows, args)
     print(report)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"shapes-{args.split}.md").write_text(report, encoding="utf-8")
+    name = f"shapes-{args.split}.md" if args.corpus == "man" else f"shapes-pg-{args.split}.md"
+    (RESULTS / name).write_text(report, encoding="utf-8")
     return 0
+
+
+Tasks = list[tuple[str, RTask, tuple[str, ...]]]
+
+
+def man_tasks(split_name: str, only: str, single: int) -> tuple[Any, Tasks]:
+    """The man-page CKF; its families of `split_name` and its first `single` page tasks."""
+    corpus = man_corpus((DEFAULT_RECIPE,))
+    md_dir = Path(corpus.tasks["tune"][0].source).parent
+    tasks: Tasks = []
+    for f in FAMILIES:
+        if split(f.name) == split_name and (not only or f.name in only.split(",")):
+            t, sources = family_task(f, md_dir)
+            tasks.append(("family", t, sources))
+    if not only:
+        for t in corpus.tasks[split_name][:single]:
+            tasks.append(("single", t, (t.source,)))
+    return corpus.ckfs[DEFAULT_RECIPE], tasks
+
+
+def pg_tasks(split_name: str, only: str) -> tuple[Any, Tasks]:
+    """The PostgreSQL-manual CKF (built on first use) and its chapter and survey tasks."""
+    import corpus_pg
+    from corpus import pg_docs_dir
+
+    html = pg_docs_dir()
+    topics = corpus_pg.topics(html)
+    ckf = ingest_pages(CKF_DIR / f"pg-{DEFAULT_RECIPE}.ckf", html,
+                       corpus_pg.kb_pages(html, topics))
+    tasks: Tasks = []
+    for t in topics:
+        if corpus_pg.split(t, topics) == split_name and (not only or t.name in only.split(",")):
+            sources = tuple(str(html / p) for p in t.pages)
+            tasks.append((t.shape, RTask(f"pg-{t.shape}", t.name, t.task, t.outline,
+                                         sources[0]), sources))
+    return ckf, tasks
 
 
 def run_shape(ckf: Any, embedder: Any, task: RTask, arm: RetrievalArm, max_windows: int,
@@ -257,12 +293,13 @@ def _mean(xs: list[float]) -> float:
 def render(rows: list[dict[str, Any]], args: Any) -> str:
     out = [f"# Retrieval by task shape ({args.split} tasks)", "",
            f"`python bench/shapes.py --split {args.split} --arms {args.arms} --single "
-           f"{args.single} --max-windows {args.max_windows} --words {args.words}`; the man-page "
+           f"{args.single} --max-windows {args.max_windows} --words {args.words} --corpus "
+           f"{args.corpus}`; the {'man-page' if args.corpus == 'man' else 'PostgreSQL-manual'} "
            "CKF, extractive writer.", "",
            "| shape | arm | tasks | material sent | documents ≥ ½ sent | on-topic | stale "
            "windows | false exhaustions | windows | words |",
            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for shape in ("single", "family"):
+    for shape in ("single", "family", "chapter", "survey"):
         for arm in args.arms.split(","):
             rs = [r for r in rows if r["shape"] == shape and r["arm"] == arm]
             if not rs:

@@ -15,6 +15,8 @@ from cdr.options import resolve_options
 from cdr.retrieval.doc_support import (
     SupportedIndex,
     document_codes,
+    document_support,
+    home_document,
     support_weights,
     supported_select,
 )
@@ -29,16 +31,53 @@ def test_weights_exact_on_two_documents():
     rows = np.array([0, 1, 2, 3])
     rel = np.array([0.8, 0.5, 0.6, 0.45], np.float32)
     codes = np.array([0, 0, 1, 1])
-    # document 0's best is 0.8 (ratio 1), document 1's is 0.6 (ratio 0.75)
-    np.testing.assert_allclose(support_weights(rows, rel, codes, 1.0), [1, 1, 0.75, 0.75])
-    np.testing.assert_allclose(support_weights(rows, rel, codes, 2.0),
+    # top_n 1: document 0's best is 0.8 (ratio 1), document 1's is 0.6 (ratio 0.75)
+    np.testing.assert_allclose(support_weights(rows, rel, codes, 1.0, 1), [1, 1, 0.75, 0.75])
+    np.testing.assert_allclose(support_weights(rows, rel, codes, 2.0, 1),
                                [1, 1, 0.5625, 0.5625], rtol=1e-6)
     np.testing.assert_allclose(support_weights(rows, rel, codes, 0.0), [1, 1, 1, 1])
+    # the default top_n 3: supports (0.8 + 0.5 + 0) / 3 and (0.6 + 0.45 + 0) / 3
+    ratio = (0.6 + 0.45) / (0.8 + 0.5)
+    np.testing.assert_allclose(support_weights(rows, rel, codes, 2.0),
+                               [1, 1, ratio ** 2, ratio ** 2], rtol=1e-6)
     assert support_weights(np.zeros(0, np.int64), np.zeros(0), codes).shape == (0,)
     # a gate at or below zero leaves nothing to weigh against: weights 1
     np.testing.assert_allclose(support_weights(rows, -rel, codes), [1, 1, 1, 1])
     with pytest.raises(ValueError, match="power"):
         support_weights(rows, rel, codes, float("nan"))
+
+
+def test_support_is_the_mean_of_a_documents_best_facts():
+    docs = np.array([0, 0, 0, 0, 1, 2, 2])
+    rel = np.array([0.5, 0.9, 0.7, 0.6, 0.95, 0.6, 0.6])
+    np.testing.assert_allclose(document_support(docs, rel, 3, 3),
+                               [(0.9 + 0.7 + 0.6) / 3, 0.95 / 3, 1.2 / 3])
+    np.testing.assert_allclose(document_support(docs, rel, 3, 1), [0.9, 0.95, 0.6])
+    np.testing.assert_allclose(document_support(docs, rel, 4, 2), [0.8, 0.475, 0.6, 0.0])
+    with pytest.raises(ValueError, match="top_n"):
+        document_support(docs, rel, 3, 0)
+
+
+def test_a_page_of_many_matching_facts_is_home_over_a_page_of_one():
+    # document 7: a one-line summary page whose one fact matches best; document 3: the page
+    # three of whose facts match well
+    docs = np.array([7, 3, 3, 3, 5])
+    rel = np.array([0.9, 0.7, 0.65, 0.6, 0.5])
+    assert home_document(docs, rel) == 3
+    assert home_document(docs, rel, top_n=1) == 7
+    assert home_document(np.array([4, 2]), np.array([0.5, 0.5])) == 2  # a tie: lowest code
+    assert home_document(np.zeros(0, np.int64), np.zeros(0)) is None
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.floats(0, 1)), min_size=1, max_size=30),
+       st.integers(1, 5))
+def test_support_equals_a_brute_force(pairs, top_n):
+    docs = np.array([d for d, _ in pairs])
+    rel = np.array([r for _, r in pairs])
+    want = [sum(sorted((r for d, r in pairs if d == k), reverse=True)[:top_n]) / top_n
+            for k in range(6)]
+    np.testing.assert_allclose(document_support(docs, rel, 6, top_n), want, atol=1e-12)
 
 
 def test_one_document_is_never_weighed():
@@ -62,9 +101,10 @@ def test_supported_select_equals_a_brute_force_scan(n, docs, seed, gate, power, 
     got = supported_select(ArrayIndex(emb, active), codes, q, gate, limit, power)
     cos = emb @ q
     cand = [i for i in range(n) if active[i] and cos[i] >= np.float32(gate)]
-    best = {}
+    by_doc: dict[int, list[float]] = {}
     for i in cand:
-        best[codes[i]] = max(best.get(codes[i], -np.inf), float(cos[i]))
+        by_doc.setdefault(int(codes[i]), []).append(float(cos[i]))
+    best = {d: sum(sorted(v, reverse=True)[:3]) / 3 for d, v in by_doc.items()}
     top = max(best.values(), default=1.0)
     rel = {i: np.float32(cos[i] * np.float32((best[codes[i]] / top) ** power if top > 0 else 1))
            for i in cand}
@@ -121,7 +161,7 @@ def test_a_run_with_support_selects_a_subset_of_the_unweighed_pool(types_ckf, le
     # the best-supported document's facts keep their relevance exactly
     before = dict(zip(plain.indices.tolist(), plain.relevances.tolist(), strict=True))
     codes = document_codes(types_ckf)
-    top_doc = codes[plain.indices[0]]
+    top_doc = home_document(codes[plain.indices], plain.relevances)  # best-supported
     for r, rel in zip(weighed.indices.tolist(), weighed.relevances.tolist(), strict=True):
         assert rel <= before[r] + 1e-7
         if codes[r] == top_doc:

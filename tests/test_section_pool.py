@@ -20,6 +20,7 @@ from cdr.errors import InvalidInputError
 from cdr.options import PROFILES, resolve_options
 from cdr.retrieval.doc_support import document_codes
 from cdr.retrieval.factindex import Selection
+from cdr.retrieval.navigation import navigation_rows
 from cdr.vectors import normalize
 from cdr.window.loop import (
     MAX_SECTION_QUERIES,
@@ -97,15 +98,35 @@ def test_the_pool_is_each_querys_candidates_at_their_best(types_ckf: CKF) -> Non
         parts.append(gen.phase1_index(opts, session.task, [sq]).select(
             normalize(session.query_vector + vec, "q"), session.min_relevance, PHASE1_LIMIT))
     codes = document_codes(types_ckf)
+    # each section's home by meaning: among content facts at the cosine gate, the document
+    # whose best three cosines (a missing one counting 0) sum highest; its facts at cosine
+    content = ~navigation_rows(types_ckf) & np.asarray(types_ckf.active, bool)
+    homes = []
+    for vec in session.sub_query_embeddings:
+        q = normalize(session.query_vector + vec, "q")
+        cos = np.asarray(types_ckf.embeddings, np.float32) @ q
+        near = [r for r in np.flatnonzero(content) if cos[r] >= np.float32(gen.cosine_gate())]
+        by_doc: dict[int, list[float]] = {}
+        for r in near:
+            by_doc.setdefault(int(codes[r]), []).append(float(cos[r]))
+        if by_doc:
+            home = min(by_doc, key=lambda d: (-sum(sorted(by_doc[d], reverse=True)[:3]), d))
+            homes.append({int(r): float(cos[r]) for r in near if codes[r] == home})
     reached = {int(codes[r]) for r in parts[0].indices}
     reached |= {int(codes[p.indices[0]]) for p in parts[1:] if len(p)}  # the sections' homes
+    reached |= {int(codes[next(iter(h))]) for h in homes}
     best: dict[int, float] = {}
     for i, p in enumerate(parts):
         for r, v in zip(p.indices.tolist(), p.relevances.tolist(), strict=True):
             if i == 0 or int(codes[r]) in reached:
                 best[r] = max(best.get(r, -1.0), v)
+    for h in homes:
+        for r, v in h.items():
+            best[r] = max(best.get(r, -1.0), v)
     assert len(best) > len(parts[0])  # the sections add candidates on this task
-    assert dict(zip(pool.indices.tolist(), pool.relevances.tolist(), strict=True)) == best
+    got = dict(zip(pool.indices.tolist(), pool.relevances.tolist(), strict=True))
+    assert got.keys() == best.keys()
+    np.testing.assert_allclose([got[r] for r in best], list(best.values()), atol=1e-6)
     task_only = _generator(types_ckf, "task")
     task_pool = task_only.candidates(task_only.start(BUILTIN_TYPES_TASK, BUILTIN_TYPES_OUTLINE))
     assert set(task_pool.indices.tolist()) <= set(best)
@@ -250,3 +271,43 @@ def test_the_pool_is_bounded_like_the_tasks_own_phase1(types_ckf: CKF,
     at = dict(zip(full.indices.tolist(), full.relevances.tolist(), strict=True))
     assert all(at[r] == v for r, v in zip(capped.indices.tolist(), capped.relevances.tolist(),
                                           strict=True))
+
+
+def test_documents_the_run_draws_on_widen_the_pool(types_ckf: CKF) -> None:
+    """The unsent facts of each document the run draws on (at least a quarter of its content
+    facts sent, and two) join the pool at their best cosine to the task's or a section's
+    query, when it passes the cosine gate; a document with one fact sent adds nothing. Here
+    the pool is the section pool less the unsent half of its largest document, as a pool the
+    fused gate left partly out of a page, and that half's other facts count as sent."""
+    gen = _generator(types_ckf, "sections")
+    session = gen.start(BUILTIN_TYPES_TASK, BUILTIN_TYPES_OUTLINE)
+    full = gen.candidates(session)
+    codes = document_codes(types_ckf)
+    ids = types_ckf.fact_ids(np.arange(types_ckf.n_rows))
+    in_pool = codes[full.indices]
+    top, lone = (int(d) for d in np.argsort(-np.bincount(in_pool), kind="stable")[:2])
+    top_rows = full.indices[in_pool == top].tolist()
+    sent_rows = top_rows[::2] + full.indices[in_pool == lone].tolist()[:1]
+    session.fact_memory.shown.update({ids[r]: 1 for r in sent_rows})
+    shown = session.fact_memory.shown
+    base = full.where(~np.isin(full.indices, top_rows[1::2]))
+    widened = gen._drawn_on(session, base)
+    content = ~navigation_rows(types_ckf) & np.asarray(types_ckf.active, bool)
+    sent = [r for r in base.indices.tolist() if ids[r] in shown]
+    drawn = {d for d in set(codes[sent].tolist())
+             if (n := sum(1 for r in sent if codes[r] == d)) >= 2
+             and n >= 0.25 * int(np.count_nonzero(content & (codes == d)))}
+    assert top in drawn and lone not in drawn
+    queries = [session.query_vector] + [normalize(session.query_vector + v, "q")
+                                        for v in session.sub_query_embeddings]
+    emb = np.asarray(types_ckf.embeddings, np.float32)
+    want = dict(zip(base.indices.tolist(), base.relevances.tolist(), strict=True))
+    for r in np.flatnonzero(content).tolist():
+        if int(codes[r]) in drawn and r not in want and ids[r] not in shown:
+            rel = max(float(emb[r] @ q) for q in queries)
+            if rel >= gen.cosine_gate():
+                want[r] = rel
+    got = dict(zip(widened.indices.tolist(), widened.relevances.tolist(), strict=True))
+    assert got.keys() == want.keys()
+    np.testing.assert_allclose([got[r] for r in want], list(want.values()), atol=1e-6)
+    assert set(top_rows[1::2]) & set(got)  # facts of the page the pool had left out are back

@@ -37,6 +37,8 @@ from cdr.retrieval.per_state import PerState, every_fact
 # (support ratio) ** POWER: chosen on the TUNE split of the retrieval benchmark's two corpora
 # (bench/results/tune_focused_round3.md).
 POWER = 2.0
+# A document's support is the mean of its TOP_N best candidates' relevances.
+TOP_N = 3
 
 
 def _document_codes(index: Any) -> np.ndarray:
@@ -52,10 +54,40 @@ def _document_codes(index: Any) -> np.ndarray:
 document_codes = PerState(_document_codes)
 
 
+def document_support(doc: np.ndarray, rel: np.ndarray, n_docs: int, top_n: int = TOP_N
+                     ) -> np.ndarray:
+    """float64 (n_docs,): each document's support, the mean of its `top_n` best candidate
+    relevances, a document with fewer candidates counting the missing ones as 0. One fact
+    that matches the task's words closely (a chapter's one-line summary page, a page naming
+    every term) does not outweigh a page many of whose facts match it."""
+    if top_n < 1:
+        raise ValueError(f"document support needs top_n >= 1, got {top_n!r}")
+    order = np.lexsort((-rel, doc))
+    d, r = doc[order], rel[order]
+    starts = np.flatnonzero(np.r_[True, d[1:] != d[:-1]])
+    rank = np.arange(len(d)) - np.repeat(starts, np.diff(np.r_[starts, len(d)]))
+    keep = rank < top_n
+    total = np.zeros(n_docs)
+    np.add.at(total, d[keep], r[keep])
+    out: np.ndarray = total / top_n
+    return out
+
+
+def home_document(docs: np.ndarray, relevances: np.ndarray, top_n: int = TOP_N) -> int | None:
+    """The document (code) of the best support among candidates of documents `docs` with
+    these relevances (the lowest code on a tie), None without candidates: where a section of
+    the task lives, judged page by page."""
+    if not len(docs):
+        return None
+    uniq, inv = np.unique(np.asarray(docs, np.int64), return_inverse=True)
+    support = document_support(inv, np.asarray(relevances, np.float64), len(uniq), top_n)
+    return int(uniq[int(np.argmax(support))])
+
+
 def support_weights(rows: np.ndarray, relevances: np.ndarray, codes: np.ndarray,
-                    power: float = POWER) -> np.ndarray:
-    """float32 multiplier per candidate: (its document's best relevance among the candidates
-    / the best document's) ** power. Empty input gives an empty array."""
+                    power: float = POWER, top_n: int = TOP_N) -> np.ndarray:
+    """float32 multiplier per candidate: (its document's support among the candidates / the
+    best document's) ** power. Empty input gives an empty array."""
     rows = np.asarray(rows, dtype=np.int64)
     rel = np.asarray(relevances, dtype=np.float64)
     if not len(rows):
@@ -64,8 +96,7 @@ def support_weights(rows: np.ndarray, relevances: np.ndarray, codes: np.ndarray,
         raise ValueError(f"document support power must be finite and >= 0, got {power!r}")
     doc = codes[rows]
     uniq, inv = np.unique(doc, return_inverse=True)
-    best = np.full(len(uniq), -np.inf)
-    np.maximum.at(best, inv, rel)
+    best = document_support(inv, rel, len(uniq), top_n)
     top = best.max()
     if top <= 0:  # a gate at or below zero: nothing to weigh against
         return np.ones(len(rows), np.float32)
@@ -75,7 +106,7 @@ def support_weights(rows: np.ndarray, relevances: np.ndarray, codes: np.ndarray,
 
 
 def supported_select(index: Any, codes: np.ndarray, query_vector: Any, min_relevance: float,
-                     limit: int | None, power: float = POWER) -> Selection:
+                     limit: int | None, power: float = POWER, top_n: int = TOP_N) -> Selection:
     """Phase 1 with document support: `index`'s candidates past the gate, each relevance
     weighed by its document's support, gated again, best first (ties by row), at most
     `limit`. The weights need every candidate, so the inner select is unlimited."""
@@ -84,7 +115,7 @@ def supported_select(index: Any, codes: np.ndarray, query_vector: Any, min_relev
     if not len(base.indices):
         out: Selection = base
         return out
-    w = support_weights(base.indices, base.relevances, codes, power)
+    w = support_weights(base.indices, base.relevances, codes, power, top_n)
     rel = (np.asarray(base.relevances, np.float32) * w).astype(np.float32)
     keep = rel >= np.float32(gate)
     rows, rel, emb = base.indices[keep], rel[keep], base.embeddings[keep]
@@ -98,12 +129,14 @@ class SupportedIndex:
     `cdr.retrieval.lexical.FusedIndex`).
     The window loop wraps its Phase 1 index in one when `documents: "support"` is on."""
 
-    def __init__(self, index: Any, codes: np.ndarray, power: float = POWER) -> None:
+    def __init__(self, index: Any, codes: np.ndarray, power: float = POWER,
+                 top_n: int = TOP_N) -> None:
         if len(codes) != int(index.n_rows):
             raise ValueError("the document map is of another state of the knowledge base")
         self._index = index
         self._codes = codes
         self._power = float(power)
+        self._top_n = int(top_n)
 
     @property
     def wrapped(self) -> Any:
@@ -112,7 +145,7 @@ class SupportedIndex:
     def select(self, query_vector: Any, min_relevance: float,
                limit: int | None = None) -> Selection:
         return supported_select(self._index, self._codes, query_vector, min_relevance, limit,
-                                self._power)
+                                self._power, self._top_n)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._index, name)

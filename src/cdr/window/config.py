@@ -23,6 +23,7 @@ import numpy as np
 from cdr.options import RunOptions
 from cdr.ranking import Ranking
 from cdr.retrieval.doc_support import POWER as SUPPORT_POWER
+from cdr.retrieval.doc_support import TOP_N as SUPPORT_TOP_N
 from cdr.retrieval.expansion import (
     EXPANSION_FACTS,
     EXPANSION_TOP_UP,
@@ -80,6 +81,7 @@ class Tunables:
     plan_by_heading: bool = True
     lexical_weight: float = LEXICAL_WEIGHT  # cdr.retrieval.lexical: BM25's share of fused relevance
     support_power: float = SUPPORT_POWER  # cdr.retrieval.doc_support: how hard to cut
+    support_top_n: int = SUPPORT_TOP_N  # cdr.retrieval.doc_support: facts its support averages
     memory_rule: MemoryRule = DEFAULT_MEMORY_RULE
     fit_facts_per_word: float = FIT_FACTS_PER_WORD
     expansion_facts: int = EXPANSION_FACTS

@@ -25,7 +25,7 @@ from cdr.errors import CdrError, InvalidInputError, UpstreamError
 from cdr.old_paths import RenamedAttribute, renamed_keywords
 from cdr.options import DEFAULTS, MAX_WINDOWS_LIMIT, SessionOptions
 from cdr.ranking import ONE_PASS_MODES, Ranking, rank
-from cdr.retrieval.doc_support import SupportedIndex, document_codes
+from cdr.retrieval.doc_support import SupportedIndex, document_codes, home_document
 from cdr.retrieval.expansion import (
     expand_sub_queries,
     widened_selection,
@@ -103,6 +103,10 @@ SHARD_RANKED_MODES = ONE_PASS_MODES  # a shard ranks these itself (cdr.ranking.M
 # `pool: "sections"`: Phase 1 scans for the sections at most this many times a session (the
 # gateway takes outlines of up to 50 lines; a longer outline's neighbours share a scan).
 MAX_SECTION_QUERIES = 64
+# `pool: "sections"`: a document the run draws on (Loop._drawn_on) has at least this share of
+# its content facts sent, and at least this many.
+DRAWN_ON_SHARE = 0.25
+DRAWN_ON_MIN = 2
 SHARD_TOP_K = 64  # candidates a ranking index ships per window before packing settles
 # A window whose plan came out shorter than the prompt T was counted with by at least this
 # many tokens (about a small fact) is packed once more with T counted on the plan it got.
@@ -342,6 +346,12 @@ class Generator:
         return default_min_relevance(self.index.model_id, self.options.lexical,
                                      self.options.documents)
 
+    def cosine_gate(self) -> float:
+        """The gate on plain cosine relevance (a section's home document's facts, judged by
+        meaning alone): the calibrated one, or the user's gate when they set one."""
+        mr = self.config.min_relevance
+        return float(mr) if mr is not None else default_min_relevance(self.index.model_id)
+
     # -- start -----------------------------------------------------------------------------
 
     def decompose(self, task: str, outline: str | None = None) -> list[SubQuery]:
@@ -436,7 +446,8 @@ class Generator:
             phase1 = FusedIndex(phase1, lexical_index(self.index), words,
                                 self.config.lexical_weight)
         if options.documents != "off":
-            phase1 = SupportedIndex(phase1, document_codes(self.index), self.config.support_power)
+            phase1 = SupportedIndex(phase1, document_codes(self.index), self.config.support_power,
+                                    self.config.support_top_n)
         return phase1
 
     def candidates(self, session: Session) -> Any:
@@ -449,8 +460,53 @@ class Generator:
                                      self.config.expansion_widen_limit,
                                      self.config.expansion_top_up)
         if session.options.pool == "sections":
-            return self._section_pool(session, index)
+            return self._drawn_on(session, self._section_pool(session, index))
         return index.select(session.query_vector, session.min_relevance, PHASE1_LIMIT)
+
+    def _drawn_on(self, session: Session, pool: Selection) -> Selection:
+        """`pool: "sections"`: the pool widened by the documents the run already draws on.
+
+        A document at least DRAWN_ON_SHARE of whose content facts (and at least
+        DRAWN_ON_MIN) were sent is one of the task's documents, found by the run itself;
+        its facts not yet sent join the pool when their meaning serves the task or one of
+        its sections (cosine to the task's query or a section's query at the cosine gate),
+        so a run does not stop `ckf-exhausted` on the part of a page the fused gate missed.
+        A sibling page that gave a fact or two stays out."""
+        shown = session.fact_memory.shown
+        if not shown or not len(pool):
+            return pool
+        sent = np.fromiter((f in shown for f in self.index.fact_ids(pool.indices)), bool,
+                           len(pool))
+        if not sent.any():
+            return pool
+        codes = document_codes(self.index)
+        content = np.asarray(self.index.active, bool) & ~navigation_rows(self.index)
+        size = np.bincount(codes[content], minlength=int(codes.max()) + 1)
+        n_sent = np.bincount(codes[pool.indices[sent]], minlength=len(size))
+        drawn = np.flatnonzero((n_sent >= DRAWN_ON_MIN) & (n_sent >= DRAWN_ON_SHARE * size))
+        if not len(drawn):
+            return pool
+        rows = np.flatnonzero(content & np.isin(codes, drawn))
+        rows = rows[~np.isin(rows, pool.indices)]
+        if not len(rows):
+            return pool
+        rows = rows[np.fromiter((f not in shown for f in self.index.fact_ids(rows)), bool,
+                                len(rows))]
+        if not len(rows):
+            return pool
+        vecs = np.asarray(session.sub_query_embeddings, np.float32)
+        queries = np.vstack([session.query_vector[None, :],
+                             vecs + session.query_vector[None, :]]).astype(np.float32)
+        queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+        emb = np.asarray(self.index.vectors(rows), np.float32)
+        # einsum, not BLAS: a row's value must not depend on the rows beside it (one CKF and
+        # its shards hold these rows in other orders)
+        rel = np.einsum("ij,kj->ik", emb, queries).max(axis=1).astype(np.float32)
+        keep = rel >= np.float32(self.cosine_gate())
+        if not keep.any():
+            return pool
+        extra = Selection(rows[keep].astype(np.int64), rel[keep], emb[keep])
+        return union_selection([pool, extra], self.index.dim)
 
     def _section_pool(self, session: Session, task_index: Any) -> Selection:
         """`pool: "sections"` (docs/retrieval.md, "Relevance to a task with sections"): the task's
@@ -469,20 +525,33 @@ class Generator:
         gate = session.min_relevance
         parts = [task_index.select(session.query_vector, gate, PHASE1_LIMIT)]
         sqs, vecs = session.sub_queries, np.asarray(session.sub_query_embeddings, np.float32)
+        codes = document_codes(self.index)
+        by_meaning = ContentIndex(self.index, navigation_rows(self.index))
+        cos_gate = self.cosine_gate()
+        home_parts: list[Selection] = []
         # At most MAX_SECTION_QUERIES scans, whatever the outline's length: past it, runs of
         # neighbouring sections query together (their mean vector, their lines' words).
         for group in np.array_split(np.arange(len(sqs)), min(len(sqs), MAX_SECTION_QUERIES)):
             query = normalize(session.query_vector + vecs[group].mean(axis=0),
                               f"section query {sqs[group[0]].id}")
-            index = self.phase1_index(session.options, session.task, [sqs[i] for i in group])
+            group_sqs = [sqs[i] for i in group]
+            index = self.phase1_index(session.options, session.task, group_sqs)
             parts.append(index.select(query, gate, PHASE1_LIMIT))
+            # The section's home document by meaning (cdr.retrieval.doc_support.home_document:
+            # the page many of whose facts sit near the section, not the page of one fact that
+            # names its words); chosen at the document level, its facts are judged by their
+            # meaning alone, at the cosine gate, not weighed against another page's best fact.
+            near = by_meaning.select(query, cos_gate, None)
+            home = home_document(codes[near.indices], near.relevances)
+            if home is not None:
+                home_parts.append(_head(near.where(codes[near.indices] == home), PHASE1_LIMIT))
         # A section adds facts of the task's documents, not others: on a single-page task a
         # section query ("Errors") also meets sibling pages' sections. The task's documents
         # are those its own query reached and each section's best match (its home page).
-        codes = document_codes(self.index)
-        homes = [p.indices[:1] for p in parts[1:]]
+        homes = [p.indices[:1] for p in parts[1:] + home_parts]
         reached = np.unique(codes[np.concatenate([parts[0].indices, *homes])])
         parts[1:] = [p.where(np.isin(codes[p.indices], reached)) for p in parts[1:]]
+        parts += home_parts
         # The best PHASE1_LIMIT of the union, as the task's own Phase 1 is bounded: the work
         # each window ranks stays what it was, whatever the outline.
         pool = union_selection(parts, self.index.dim)
@@ -1089,6 +1158,11 @@ def written_whole(session: Session, plan: Sequence[PlanSection], report: DpeRepo
                 sq_id != cut or words >= p.target_words):
             out.append(sq_id)
     return out
+
+
+def _head(sel: Selection, limit: int) -> Selection:
+    """The first `limit` rows of a selection (best first)."""
+    return sel.where(np.arange(len(sel)) < limit)
 
 
 def union_selection(parts: Sequence[Selection], dim: int) -> Selection:
