@@ -94,7 +94,8 @@ bench-llm: llm
 
 # Retrieval on knowledge bases of similar documents (issue 21): system-call man pages and the
 # Python docs, tune then report split; then task shapes (bench/shapes.py: tasks whose material
-# spans several man pages beside single-page ones); finished runs are checkpointed and resumed.
+# spans several man pages beside single-page ones, then chapters and surveys of the PostgreSQL
+# manual); finished runs are checkpointed and resumed.
 bench-retrieval: $(STAMP)
 	$(BIN)/python bench/retrieval.py --corpus man --split tune --ingest-speed --no-report
 	$(BIN)/python bench/retrieval.py --corpus man --split report --no-report
@@ -102,6 +103,8 @@ bench-retrieval: $(STAMP)
 	$(BIN)/python bench/retrieval.py --corpus pydocs --split report
 	$(BIN)/python bench/shapes.py --split tune
 	$(BIN)/python bench/shapes.py --split report
+	$(BIN)/python bench/shapes.py --corpus pg --split tune
+	$(BIN)/python bench/shapes.py --corpus pg --split report
 
 # Long documents (issue 22): words delivered against 2,000/5,000/8,000 asked, up to 20 windows,
 # per-window measures; extractive writer unless ARGS="--writer local"; checkpointed, resumes.
