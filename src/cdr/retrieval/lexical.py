@@ -75,9 +75,14 @@ def lexical_text(source: str, section: str | None, content: str) -> str:
 
 @dataclass(frozen=True)
 class LexicalIndex:
-    """Term statistics of every row of one committed state, as CSR postings."""
+    """Term statistics of every row of one committed state, as CSR postings.
 
-    n_rows: int
+    Two counts, on purpose: `n_rows` is the row space (scores come back over every row, so
+    they index like the CKF's arrays), `n_docs` the facts BM25 counts — the selectable ones,
+    without rows a deletion or re-ingest superseded, nor the copies a shard set hides — so a
+    knowledge base weighs a word the same in every layout and history."""
+
+    n_rows: int  # the row space the scores are indexed by
     n_docs: int  # the facts counted (selectable ones): BM25's N
     vocabulary: dict[str, int]
     post_offsets: np.ndarray  # int64 (V + 1,)
