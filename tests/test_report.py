@@ -196,7 +196,7 @@ def test_generate_writes_a_report(hostile_ckf: Path, tmp_path: Path):
     outline.write_text(OUTLINE, encoding="utf-8")
     report = tmp_path / "run.html"
     res = runner.invoke(app, ["generate", TASK, "--ckf", str(hostile_ckf), "--outline",
-                              str(outline), "--windows", "2", "--words", "600",
+                              str(outline), "--windows", "2", "--words", "3000",
                               "--report", str(report), "--out", str(tmp_path / "doc.md")])
     assert res.exit_code == 0, res.output
     html = report.read_text()

@@ -119,7 +119,7 @@ def test_small_inputs_run_inline_without_the_pool(monkeypatch):
     def no_pool(_workers: int) -> None:
         raise AssertionError("the pool was used for a small input")
 
-    monkeypatch.setattr(rp, "_pool", no_pool)
+    monkeypatch.setattr(rp, "shared_pool", no_pool)
     f = _rows(1, rp.PARALLEL_MIN_ROWS - 1, 16, np.float32)
     q = np.ones(16, np.float32)
     assert np.array_equal(rp.row_products(f, q, threads=8), _einsum(f, q))
@@ -129,13 +129,13 @@ def test_small_inputs_run_inline_without_the_pool(monkeypatch):
 def test_few_rows_against_many_vectors_are_shared_out(monkeypatch):
     """Work is rows × vectors: 2,000 gated rows against 21 vectors go to the pool."""
     used = []
-    real = rp._pool
+    real = rp.shared_pool
 
     def spy(workers: int):
         used.append(workers)
         return real(workers)
 
-    monkeypatch.setattr(rp, "_pool", spy)
+    monkeypatch.setattr(rp, "shared_pool", spy)
     f = _rows(2, 2_000, 384, np.float32)
     v = np.random.default_rng(3).standard_normal((21, 384)).astype(np.float32)
     assert np.array_equal(rp.row_products(f, v, threads=2), _einsum(f, v))

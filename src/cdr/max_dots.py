@@ -33,7 +33,7 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 # The shared pool of the row products: one set of worker threads for every per-row pass.
-from cdr.retrieval.row_products import _pool, row_threads
+from cdr.retrieval.row_products import row_threads, shared_pool
 
 __all__ = ["MIN_FILTERED", "max_row_dots"]
 
@@ -110,7 +110,7 @@ def max_row_dots(rows: np.ndarray, vectors: np.ndarray, *, min_filtered: int | N
         if tasks <= 1:
             run(0)
         else:
-            list(_pool(tasks).map(run, range(tasks)))
+            list(shared_pool(tasks).map(run, range(tasks)))
     return out
 
 

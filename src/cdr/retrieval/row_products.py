@@ -27,7 +27,8 @@ import numpy as np
 from cdr import settings
 from cdr.errors import InvalidInputError
 
-__all__ = ["BLOCK_ROWS", "PARALLEL_MIN_ROWS", "ROW_THREADS_ENV", "row_products", "row_threads"]
+__all__ = ["BLOCK_ROWS", "PARALLEL_MIN_ROWS", "ROW_THREADS_ENV", "row_products", "row_threads",
+           "shared_pool"]
 
 ROW_THREADS_ENV = "CDR_ROW_THREADS"
 # Below this many row-vector products (rows × vectors) the product runs inline: at d = 384,
@@ -52,7 +53,7 @@ def row_threads() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def _pool(workers: int) -> ThreadPoolExecutor:
+def shared_pool(workers: int) -> ThreadPoolExecutor:
     """The shared pool, with at least `workers` threads (and at least one per CPU, so it
     rarely has to grow). A pool inherited through fork has no threads behind it (work sent
     there would never run), so a new process makes its own. A pool outgrown is not shut
@@ -105,5 +106,5 @@ def row_products(
             out[s : s + block_rows] = np.einsum(spec, r[s : s + block_rows], v)
 
     # list(): wait for every task and re-raise the first error one met.
-    list(_pool(tasks).map(run, range(tasks)))
+    list(shared_pool(tasks).map(run, range(tasks)))
     return out
