@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from cdr.retrieval.factindex import Selection, check_gate
+from cdr.retrieval.navigation import content_rows
 from cdr.retrieval.per_state import PerState, every_fact
 
 # (support ratio) ** POWER: chosen on the TUNE split of the retrieval benchmark's two corpora
@@ -52,6 +53,17 @@ def _document_codes(index: Any) -> np.ndarray:
 # int64 (n_rows,): a code per row naming its document (the same code for the rows of one
 # source), built on first use for an index's state and shared by every session on it.
 document_codes = PerState(_document_codes)
+
+
+def _content_sizes(index: Any) -> np.ndarray:
+    codes = document_codes(index)
+    out: np.ndarray = np.bincount(codes[content_rows(index)],
+                                  minlength=int(codes.max()) + 1 if len(codes) else 0)
+    return out
+
+
+# int64 (n_docs,): each document's content facts (selectable, not navigation), per state.
+content_sizes = PerState(_content_sizes)
 
 
 def document_support(doc: np.ndarray, rel: np.ndarray, n_docs: int, top_n: int = TOP_N

@@ -67,6 +67,15 @@ def _navigation_rows(index: Any) -> np.ndarray:
 navigation_rows = PerState(_navigation_rows)
 
 
+def _content_rows(index: Any) -> np.ndarray:
+    out: np.ndarray = np.asarray(index.active, bool) & ~navigation_rows(index)
+    return out
+
+
+# bool (n_rows,): the selectable rows of content documents, per index state.
+content_rows = PerState(_content_rows)
+
+
 class ContentIndex:
     """A fact index without the rows of navigation documents: `select` never returns them and
     `active` counts them out (so BM25 fusion skips them too); every other attribute is the

@@ -25,7 +25,12 @@ from cdr.errors import CdrError, InvalidInputError, UpstreamError
 from cdr.old_paths import RenamedAttribute, renamed_keywords
 from cdr.options import DEFAULTS, MAX_WINDOWS_LIMIT, SessionOptions
 from cdr.ranking import ONE_PASS_MODES, Ranking, rank
-from cdr.retrieval.doc_support import SupportedIndex, document_codes, home_document
+from cdr.retrieval.doc_support import (
+    SupportedIndex,
+    content_sizes,
+    document_codes,
+    home_document,
+)
 from cdr.retrieval.expansion import (
     expand_sub_queries,
     widened_selection,
@@ -34,7 +39,7 @@ from cdr.retrieval.expansion import (
 from cdr.retrieval.factindex import FactIndex, RankingIndex, Selection, WindowQuery
 from cdr.retrieval.gates import calibrated_gate
 from cdr.retrieval.lexical import FusedIndex, lexical_index, session_terms
-from cdr.retrieval.navigation import ContentIndex, navigation_rows
+from cdr.retrieval.navigation import ContentIndex, content_rows, navigation_rows
 from cdr.retrieval.subject import sub_query_texts, subject_of
 from cdr.session import (
     CKF_EXHAUSTED,
@@ -480,8 +485,8 @@ class Generator:
         if not sent.any():
             return pool
         codes = document_codes(self.index)
-        content = np.asarray(self.index.active, bool) & ~navigation_rows(self.index)
-        size = np.bincount(codes[content], minlength=int(codes.max()) + 1)
+        content = content_rows(self.index)
+        size = content_sizes(self.index)
         n_sent = np.bincount(codes[pool.indices[sent]], minlength=len(size))
         drawn = np.flatnonzero((n_sent >= DRAWN_ON_MIN) & (n_sent >= DRAWN_ON_SHARE * size))
         if not len(drawn):
@@ -554,8 +559,7 @@ class Generator:
         parts += home_parts
         # The best PHASE1_LIMIT of the union, as the task's own Phase 1 is bounded: the work
         # each window ranks stays what it was, whatever the outline.
-        pool = union_selection(parts, self.index.dim)
-        pool = pool.where(np.arange(len(pool)) < PHASE1_LIMIT)
+        pool = _head(union_selection(parts, self.index.dim), PHASE1_LIMIT)
         self._section_pools = (session, gen, pool)
         return pool
 
