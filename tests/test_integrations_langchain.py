@@ -169,3 +169,23 @@ def test_docs_langchain_example_runs(types_ckf_path: Path, server: ChatServer):
     assert seen[0][0] in ("task-complete", "limit-reached", "ckf-exhausted")
     assert seen[1][0] in ("task-complete", "limit-reached", "ckf-exhausted")
     assert len(server.requests) >= 4
+
+
+def test_a_citing_loop_returns_its_sources_as_documents(types_ckf_path: Path, server: ChatServer):
+    server.reset()
+    server.reply = from_envelope  # the prompt asks to cite: the extractive reply cites
+    loop = CDRLoop(types_ckf_path, chat_openai(server),
+                   GenerationConfig(max_windows=2, words=2000, citations="numbers"))
+    result = loop.invoke({"task": BUILTIN_TYPES_TASK,
+                          "outline": BUILTIN_TYPES_OUTLINE.splitlines()})
+    sources = result["sources"]
+    assert sources and [d.metadata["number"] for d in sources] == list(
+        range(1, len(sources) + 1))
+    envelope = {f["fact_id"] for w in result["trace"]["windows"] for f in w["envelope"]}
+    for doc in sources:
+        assert doc.id == doc.metadata["fact_id"] in envelope
+        assert len(doc.page_content.split()) >= 4 and doc.metadata["title"]
+        assert f"[{doc.metadata['number']}]" in result["document"]
+    assert "\n## Sources\n" in result["document"]
+    spec = CDRLoop(types_ckf_path, chat_openai(server), GenerationConfig(max_windows=1))
+    assert spec.invoke(BUILTIN_TYPES_TASK)["sources"] == []

@@ -134,3 +134,26 @@ def test_docs_llamaindex_example_runs(server):
     exec(compile(code, "docs/integrations.md", "exec"), names)
     assert seen[0][0] in ("task-complete", "limit-reached", "ckf-exhausted")
     assert 1 <= len(server.requests) <= 5
+
+
+def test_record_cites_the_text_against_the_windows_nodes(retriever):
+    rerank = CDRNodePostprocessor.from_task(TASK, outline=OUTLINE, top_n=4, max_windows=3)
+    first = rerank.postprocess_nodes(retriever.retrieve("built-in types"),
+                                     query_bundle=QueryBundle("built-in types"))
+    written = "\n\n".join(n.node.get_content() for n in first[:2])
+    record = rerank.record(written + "\n\nCats like to sleep in the warm sun all day long.")
+    cit = record["citations"]
+    assert cit["cited"] >= 1 and cit["unsupported"] >= 1
+    ids = {n.node.node_id for n in first}
+    assert all(set(s["facts"]) <= ids for s in cit["sentences"])
+    assert "[1]" in record["text"] and "[1]" not in record["output"]
+    cited = rerank.source_nodes()
+    assert [n.node.metadata["cdr_citation"] for n in cited] == list(range(1, len(cited) + 1))
+    assert {n.node.node_id for n in cited} <= {n.node.node_id for n in first[:2]}
+    assert [s["number"] for s in rerank.trace()["sources"]] == list(range(1, len(cited) + 1))
+    off = CDRNodePostprocessor.from_task(TASK, outline=OUTLINE, top_n=4, max_windows=3)
+    off.citations = "off"
+    nodes = off.postprocess_nodes(retriever.retrieve("built-in types"),
+                                  query_bundle=QueryBundle("built-in types"))
+    plain = off.record("\n\n".join(n.node.get_content() for n in nodes))
+    assert "citations" not in plain and "text" not in plain and off.source_nodes() == []

@@ -37,11 +37,13 @@ from cdr.session import EXIT_REASONS, Session, depth_from_words, exit_reason
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers only
+    from cdr.citations import SourceEntry, WindowCitations
     from cdr.ckf.handle import CKF
     from cdr.ckf.ingest import ingest
     from cdr.retrieval.embed import default_embedder, get_embedder
     from cdr.retrieval.factindex import FactIndex
     from cdr.trace import build_trace
+    from cdr.window.cite import document_of
     from cdr.window.config import GenerationConfig
     from cdr.window.length import LengthReport, length_score
     from cdr.window.loop import Generator, WindowEvent
@@ -63,6 +65,9 @@ _LAZY = {
     "RepeatGuard": "cdr.window.repeat_guard",
     "LengthReport": "cdr.window.length",
     "length_score": "cdr.window.length",
+    "WindowCitations": "cdr.citations",
+    "SourceEntry": "cdr.citations",
+    "document_of": "cdr.window.cite",
 }
 
 
@@ -80,9 +85,12 @@ __all__ = [  # noqa: RUF022 - grouped: eager names, then the lazy ones
     "Generator",
     "LengthReport",
     "RepeatGuard",
+    "SourceEntry",
+    "WindowCitations",
     "WindowEvent",
     "build_trace",
     "default_embedder",
+    "document_of",
     "get_embedder",
     "get_writer",
     "ingest",

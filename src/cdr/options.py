@@ -88,6 +88,7 @@ DocumentsMode = Literal["off", "support"]
 PlanMode = Literal["outline", "packed"]
 ResumeMode = Literal["prompt", "prefill"]
 PoolMode = Literal["task", "sections"]
+CitationsMode = Literal["off", "numbers", "footnotes"]
 ProfileName = Literal["spec", "fresh", "focused"]
 
 MEMORY_MODES: tuple[str, ...] = get_args(MemoryMode)
@@ -102,6 +103,7 @@ DOCUMENTS_MODES: tuple[str, ...] = get_args(DocumentsMode)
 PLAN_MODES: tuple[str, ...] = get_args(PlanMode)
 RESUME_MODES: tuple[str, ...] = get_args(ResumeMode)
 POOL_MODES: tuple[str, ...] = get_args(PoolMode)
+CITATIONS_MODES: tuple[str, ...] = get_args(CitationsMode)
 PROFILE_NAMES: tuple[str, ...] = get_args(ProfileName)
 
 # Every option and its values, the first being the spec's: the CLI, the gateway schema and
@@ -111,6 +113,7 @@ OPTION_CHOICES: dict[str, tuple[str, ...]] = {
     "repeats": REPEATS_MODES, "subject": SUBJECT_MODES, "lexical": LEXICAL_MODES,
     "stale": STALE_MODES, "length": LENGTH_MODES, "documents": DOCUMENTS_MODES,
     "plan": PLAN_MODES, "resume": RESUME_MODES, "pool": POOL_MODES,
+    "citations": CITATIONS_MODES,
 }
 # What each rule's opt-in choice does: the CLI's help and the API's description, after the
 # spec's choice (`_session_option`).
@@ -136,6 +139,9 @@ OPTION_MEANINGS: dict[str, str] = {
     "pool": "sections: a fact is a candidate when it is relevant to the task or to one of "
         "its sections (each pulled toward the task), so a task spanning documents reaches "
         "each.",
+    "citations": "numbers / footnotes: each sentence cites the facts it rests on, [n] or "
+        "[^n], checked and repaired against the window's facts; the document ends with its "
+        "sources.",
 }
 OPTION_NAMES: tuple[str, ...] = tuple(OPTION_CHOICES)
 _CHOICES = OPTION_CHOICES
@@ -158,6 +164,7 @@ class SessionOptions:
     plan: str = PLAN_MODES[0]
     resume: str = RESUME_MODES[0]
     pool: str = POOL_MODES[0]
+    citations: str = CITATIONS_MODES[0]
 
     def __post_init__(self) -> None:
         for name, choices in _CHOICES.items():
@@ -210,7 +217,8 @@ PROFILES: dict[str, SessionOptions] = {
     # material is 2-5 man pages): material sent 67% -> 93%, false exhaustions 4 -> 1 of 5,
     # single-page tasks unchanged (100% sent, no stale window); docs/retrieval.md.
     "focused": SessionOptions(memory="facts", lexical="bm25", stale="stop", length="contract",
-                              documents="support", plan="packed", pool="sections"),
+                              documents="support", plan="packed", pool="sections",
+                              citations="numbers"),
 }
 
 
@@ -298,8 +306,9 @@ class RunOptions:
         None, "Preset of options beyond the spec: spec | fresh (fact memory, fitted "
         "envelopes, expanded sub-queries) | focused (fact memory, BM25 fused relevance, "
         "document support, a stop on stale envelopes, the length contract, plans by the packed "
-        "facts, candidates by section). Single options override it. `cdr generate` and the "
-        f"gateway default to {FACES_PROFILE}; the library (GenerationConfig) to spec.",
+        "facts, candidates by section, numbered citations). Single options override it. "
+        f"`cdr generate` and the gateway default to {FACES_PROFILE}; the library "
+        "(GenerationConfig) to spec.",
         flag="--profile",
         wire="profile")
     memory: str | None = _session_option("memory")
@@ -314,6 +323,7 @@ class RunOptions:
     plan: str | None = _session_option("plan")
     resume: str | None = _session_option("resume")
     pool: str | None = _session_option("pool")
+    citations: str | None = _session_option("citations")
 
     def session_options(self) -> SessionOptions:
         """The profile's options with single ones on top; an unknown value is refused."""

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from cdr.citations.sources import SourceEntry
 from cdr.coverage import CoverageSet, ResidualSet, SubQuery, check_depth
 from cdr.errors import EmbeddingModelMismatchError, InvalidInputError, parse_json_object
 from cdr.ngrams import NgramBlacklist, NgramIndex
@@ -151,6 +152,10 @@ class Session:
     # a window wrote whole (planned in full, written, not cut off), which are not planned again.
     words_written: int = 0
     finished_ids: list[str] = field(default_factory=list)
+    # `citations` on (cdr.citations): each cited fact's entry in the sources list, in number
+    # order (its number is its place + 1), so a resumed session or another replica numbers
+    # the next window's citations on from the same point.
+    cited_sources: list[SourceEntry] = field(default_factory=list)
     _residual_cache: ResidualSet | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -248,6 +253,11 @@ class Session:
     @property
     def residual_sub_queries(self) -> list[SubQuery]:
         return self.residual.sub_queries
+
+    @property
+    def citation_numbers(self) -> dict[str, int]:
+        """Each cited fact's number in the document (`cited_sources`)."""
+        return {e.fact_id: e.number for e in self.cited_sources}
 
     def completeness(self) -> float:
         """Mean over sub-queries of min(cumulative depth / 0.90, 1) (docs/design.md §3.6
@@ -361,6 +371,8 @@ class Session:
         if self.options.length == "contract":
             extra["words_written"] = self.words_written
             extra["finished_ids"] = list(self.finished_ids)
+        if self.cited_sources:
+            extra["cited_sources"] = [e.to_dict() for e in self.cited_sources]
         if self.written_vectors is not None and len(self.written_vectors):
             extra["written_vectors"] = to_b64(self.written_vectors.astype(np.float16))
         return {
@@ -430,6 +442,7 @@ class Session:
             written_vectors=_written_vectors(data.get("written_vectors"), dim),
             words_written=_non_negative(data.get("words_written", 0), "words_written"),
             finished_ids=_known_ids(data.get("finished_ids", []), {sq.id for sq in sqs}),
+            cited_sources=_cited_sources(data.get("cited_sources", [])),
         )
 
     @classmethod
@@ -441,6 +454,19 @@ def _non_negative(raw: Any, name: str) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
         raise InvalidInputError(f"session {name} must be a non-negative integer, got {raw!r}")
     return raw
+
+
+def _cited_sources(raw: Any) -> list[SourceEntry]:
+    """The stored `cited_sources`, checked: numbered 1…N in order."""
+    if not isinstance(raw, list) or not all(isinstance(e, Mapping) for e in raw):
+        raise InvalidInputError("session cited_sources must be a list of objects")
+    try:
+        entries = [SourceEntry.from_dict(e) for e in raw]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidInputError(f"session cited_sources are damaged: {exc!r}") from None
+    if [e.number for e in entries] != list(range(1, len(entries) + 1)):
+        raise InvalidInputError("session cited_sources must be numbered 1…N in order")
+    return entries
 
 
 def _known_ids(raw: Any, ids: set[str]) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from cdr.citations import SENTENCE_STATUSES
 from cdr.options import OPTION_CHOICES
 from cdr.ranking import RANKING_MODES
 from cdr.session import RUN_STATUSES, Session
@@ -68,6 +69,11 @@ def window_record(event: WindowEvent) -> dict[str, Any]:
         # writer, `cdr.window.length.grounded_words`); below a minimal section the window is
         # not written and the run ends ckf-exhausted
         record["grounds_words"] = int(event.prepared.grounds_words)
+    if event.citations is not None:
+        # optional: `citations` on (cdr.citations): each factual sentence of `output` (by its
+        # offsets there) with the facts it cites, their numbers in the document, their
+        # support, and whether the writer's citation stood, was repaired or none supports it
+        record["citations"] = event.citations.to_dict()
     if event.prepared.resume is not None and event.output.strip():
         # optional: `resume: "prefill"` began the window's answer with its first section's
         # heading and last words (cdr.window.resume)
@@ -103,6 +109,8 @@ def trace_document(session: Session, windows: Sequence[dict[str, Any]]) -> dict[
                                [str(w.get("output", "")) for w in windows]).to_dict()
     if not session.options.is_default:
         doc["options"] = session.options.to_dict()
+    if session.cited_sources:  # optional: the sources list of a citing run, by number
+        doc["sources"] = [e.to_dict() for e in session.cited_sources]
     return doc
 
 
@@ -112,6 +120,24 @@ def build_trace(session: Session, events: Sequence[WindowEvent]) -> dict[str, An
 
 
 _NUM = {"type": "number"}
+_COUNT = {"type": "integer", "minimum": 0}
+_CITATIONS: dict[str, Any] = {
+    "type": "object",
+    "required": ["sentences", "factual", "cited", "unsupported", "invalid"],
+    "properties": {
+        "sentences": {"type": "array", "items": {
+            "type": "object", "required": ["start", "end", "facts", "numbers", "support",
+                                           "status"],
+            "properties": {
+                "start": _COUNT, "end": _COUNT, "paragraph": _COUNT,
+                "facts": {"type": "array", "items": {"type": "string"}},
+                "numbers": {"type": "array", "items": {"type": "integer", "minimum": 1}},
+                "support": {"type": "array",
+                            "items": {"type": "number", "minimum": 0, "maximum": 1}},
+                "status": {"enum": list(SENTENCE_STATUSES)}}}},
+        "factual": _COUNT, "cited": _COUNT, "unsupported": _COUNT, "invalid": _COUNT,
+        "dropped": _COUNT, "written": _COUNT,
+        "cited_share": {"type": ["number", "null"], "minimum": 0, "maximum": 1}}}
 TRACE_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
@@ -167,6 +193,7 @@ TRACE_SCHEMA: dict[str, Any] = {
                                       "type": "number", "minimum": 0, "maximum": 1}}}},
                 "attribution": {"type": "array",
                                 "items": {"type": ["string", "null"]}},
+                "citations": _CITATIONS,
             }}},
         "status": {"enum": list(RUN_STATUSES)},
         "length": {"type": "object", "required": ["asked", "delivered", "score"],
@@ -176,6 +203,12 @@ TRACE_SCHEMA: dict[str, Any] = {
                        "ratio": {"type": "number", "minimum": 0},
                        "score": {"type": "number", "minimum": 0, "maximum": 100},
                        "within_tolerance": {"type": "boolean"}}},
+        "sources": {"type": "array", "items": {
+            "type": "object", "required": ["number", "fact_id", "source", "section", "title"],
+            "properties": {"number": {"type": "integer", "minimum": 1},
+                           "fact_id": {"type": "string"}, "source": {"type": "string"},
+                           "section": {"type": "string"}, "title": {"type": "string"},
+                           "excerpt": {"type": "string"}}}},
         "options": {"type": "object", "additionalProperties": False, "properties": {
             name: {"enum": list(choices)} for name, choices in OPTION_CHOICES.items()}},
     },

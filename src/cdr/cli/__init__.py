@@ -120,6 +120,7 @@ def generate(
     plan: Annotated[str | None, typer.Option(help=meaning("plan"))] = D.plan,
     resume: Annotated[str | None, typer.Option(help=meaning("resume"))] = D.resume,
     pool: Annotated[str | None, typer.Option(help=meaning("pool"))] = D.pool,
+    citations: Annotated[str | None, typer.Option(help=meaning("citations"))] = D.citations,
     trace: Annotated[Path | None, typer.Option(help="Write the trace JSON here.")] = None,
     report: Annotated[Path | None, typer.Option(help="Write an HTML run report here.")] = None,
     out_file: Annotated[Path | None, typer.Option("--out", help="Write the Markdown here "
@@ -130,7 +131,7 @@ def generate(
 
     from cdr.cli.tables import window_table
     from cdr.trace import build_trace
-    from cdr.window.assemble import assemble_document
+    from cdr.window.cite import document_of
     from cdr.window.length import capacity_warning, run_length
     from cdr.window.loop import GenerationConfig, Generator
 
@@ -153,10 +154,11 @@ def generate(
         resolve_options(profile, memory=memory, envelope=envelope, queries=queries,
                         repeats=repeats, subject=subject, lexical=lexical, stale=stale,
                         length=length, documents=documents, plan=plan,
-                        resume=resume, pool=pool)
+                        resume=resume, pool=pool, citations=citations)
     except CdrError as exc:
         raise fail(f"{exc} (--profile/--memory/--envelope/--queries/--repeats/--subject/"
-                   "--lexical/--stale/--length/--documents/--plan/--resume/--pool)", 2) from None
+                   "--lexical/--stale/--length/--documents/--plan/--resume/--pool/"
+                   "--citations)", 2) from None
     outline_text = None
     if outline is not None:
         try:
@@ -187,7 +189,7 @@ def generate(
                 generation_tokens=generation_tokens, profile=profile, memory=memory,
                 envelope=envelope, queries=queries, repeats=repeats, subject=subject,
                 lexical=lexical, stale=stale, length=length, documents=documents, plan=plan,
-                resume=resume, pool=pool,
+                resume=resume, pool=pool, citations=citations,
             )
             gen = Generator(store, _writer(writer, llm_base_url, llm_model), config)
             session = gen.start(task, outline_text)
@@ -216,8 +218,7 @@ def generate(
                 if session.status == IN_PROGRESS:
                     session.status = RUN_FAILED
         err.print(window_table(events, f"{task} — ranking {ranking}"))
-        document = assemble_document(task, [e.output for e in events],
-                                     [sq.text for sq in session.sub_queries])
+        document = document_of(session, events, [sq.text for sq in session.sub_queries])
         if trace is not None:
             trace.write_text(json.dumps(build_trace(session, events), indent=2), encoding="utf-8")
         if report is not None:

@@ -25,8 +25,10 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from cdr.citations.attribute import CitedSpan
 from cdr.errors import UpstreamError
 from cdr.gateway.app_state import Gateway, session_headers
+from cdr.gateway.citations_out import citation_list, message_annotations, public_entries
 from cdr.gateway.errors import ApiError, from_cdr_error
 from cdr.gateway.redact import upstream_summary
 from cdr.gateway.schemas import ChatCompletionRequest
@@ -35,6 +37,7 @@ from cdr.gateway.settings import DEFAULT_KB
 from cdr.session import CANCELLED, IN_PROGRESS, LIMIT_REACHED
 from cdr.text.kept_stream import KeptStream
 from cdr.trace import window_record
+from cdr.window.cite import shown_outputs, stored_citations, window_spans
 from cdr.window.envelope import DEFAULT_GENERATION_TOKENS
 from cdr.window.headers import SAFETY_ONLY_HEADERS
 from cdr.window.loop import EmptyKnowledgeBaseError, WindowEvent
@@ -119,8 +122,10 @@ class ChatRun:
         self.sid: str | None = None
         self.record: SessionRecord | None = None
         self.version = 0
-        # The texts of windows stored before this request (a resumed stream, `resume`).
+        # The texts of windows stored before this request (a resumed stream, `resume`), as
+        # the client saw them, and their cited runs (`cdr.window.cite`).
         self.prior_outputs: list[str] = []
+        self.prior_spans: list[list[CitedSpan]] = []
         # The client's cap on the document's completion tokens (`max_tokens`), and whether the
         # run stopped at it (then `finish_reason` is "length").
         self.token_cap = req.token_cap()
@@ -153,7 +158,11 @@ class ChatRun:
         `Last-Event-ID`, `cdr.gateway.stream_resume`): its own options, not the request's."""
         self.gen = self.gw.generator(self.gw.index(require_facts=False), record.options)
         self.sid, self.version, self.record = sid, version, record
-        self.prior_outputs = [str(w.get("output", "")) for w in record.windows]
+        style = record.session.options.citations
+        shown = [window_spans(str(w.get("output", "")), stored_citations(w), style)
+                 for w in record.windows]
+        self.prior_outputs = [text for text, _ in shown]
+        self.prior_spans = [spans for _, spans in shown]
 
     # ------------------------------------------------------------------ windows
 
@@ -254,7 +263,22 @@ class ChatRun:
     def content(self) -> str:
         if self.passthrough:  # as the stream gives it (`DocumentText`)
             return assemble([self.passthrough_text])
-        return assemble(self.prior_outputs + [e.output for e in self.events])
+        return assemble(self.prior_outputs + shown_outputs(self.events))
+
+    def citations(self) -> dict[str, Any]:
+        """What a citing run adds to its response (`cdr.gateway.citations_out`): the
+        message's annotations, the top-level citations and `crp.sources`; nothing when the
+        run does not cite."""
+        s = self.session
+        if s is None or s.options.citations == "off":
+            return {}
+        style = s.options.citations
+        windows = list(zip(self.prior_outputs, self.prior_spans, strict=True)) + [
+            window_spans(e.output, e.citations, style) for e in self.events]
+        return {"annotations": message_annotations(windows, s.cited_sources,
+                                                   DocumentText.SEPARATOR),
+                "citations": citation_list(s.cited_sources),
+                "sources": public_entries(s.cited_sources)}
 
     def usage(self) -> dict[str, int]:
         return sum_usage([self.passthrough_usage] if self.passthrough
@@ -277,13 +301,19 @@ class ChatRun:
 
     def completion(self) -> tuple[dict[str, Any], dict[str, str]]:
         headers = self.headers()
-        body = {
+        message: dict[str, Any] = {"role": "assistant", "content": self.content()}
+        crp = self.crp(headers)
+        body: dict[str, Any] = {
             "id": self.id, "object": "chat.completion", "created": self.created,
             "model": self.model,
             "choices": [{"index": 0, "finish_reason": self.finish_reason(),
-                         "message": {"role": "assistant", "content": self.content()}}],
-            "usage": self.usage(), "crp": self.crp(headers),
+                         "message": message}],
+            "usage": self.usage(), "crp": crp,
         }
+        if cited := self.citations():
+            message["annotations"] = cited["annotations"]
+            body["citations"] = cited["citations"]
+            crp["sources"] = cited["sources"]
         return body, headers
 
     def chunk(self, delta: dict[str, Any], finish_reason: str | None = None,

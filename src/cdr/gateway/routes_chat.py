@@ -249,9 +249,7 @@ async def _stream(gw: Gateway, run: ChatRun, body: ChatCompletionRequest,
                 elif kind == "final":
                     if at.phase == stream_ids.RUNNING:
                         at = dataclasses.replace(at, phase=stream_ids.FINAL_SENT)
-                        yield _sse(run.chunk({}, run.finish_reason(),
-                                             crp={"event": "final", **run.crp(run.headers())}),
-                                   ident())
+                        yield _sse(_final_chunk(run), ident())
                     if include_usage and at.phase == stream_ids.FINAL_SENT:
                         at = dataclasses.replace(at, phase=stream_ids.USAGE_SENT)
                         chunk = run.chunk({})
@@ -267,6 +265,19 @@ async def _stream(gw: Gateway, run: ChatRun, body: ChatCompletionRequest,
 
     return StreamingResponse(events(), media_type="text/event-stream", headers={
         **headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def _final_chunk(run: ChatRun) -> dict[str, Any]:
+    """The chunk with `finish_reason`: the final `crp`, and a citing run's annotations over the
+    whole streamed document (in the delta, as OpenAI streams them), its citations and sources
+    — what the non-streamed response carries (`ChatRun.completion`)."""
+    crp = {"event": "final", **run.crp(run.headers())}
+    cited = run.citations()
+    delta = {"annotations": cited["annotations"]} if cited else {}
+    if cited:
+        crp["sources"] = cited["sources"]
+    extra = {"citations": cited["citations"]} if cited else {}
+    return run.chunk(delta, run.finish_reason(), crp=crp, **extra)
 
 
 def _initial_headers(run: ChatRun) -> dict[str, str]:

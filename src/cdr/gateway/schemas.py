@@ -15,6 +15,7 @@ from cdr.gateway.limits import check_text
 from cdr.options import (
     FACE_DEFAULTS,
     MAX_WINDOWS_LIMIT,
+    CitationsMode,
     DocumentsMode,
     EnvelopeMode,
     LengthMode,
@@ -103,6 +104,7 @@ class GenerationOptions(_Strict):
     plan: PlanMode | None = option_field("plan")
     resume: ResumeMode | None = option_field("resume")
     pool: PoolMode | None = option_field("pool")
+    citations: CitationsMode | None = option_field("citations")
 
     def run_options(self) -> dict[str, Any]:
         """The options this request set, by their `RunOptions` names (`window_tokens` is
@@ -253,9 +255,41 @@ class ChatUsage(BaseModel):
     total_tokens: int
 
 
+class CitationSource(BaseModel):
+    """One entry of a citing run's sources list (`citations` on), numbered as the markers."""
+
+    number: int
+    fact_id: str
+    source: str = Field(description="Where the fact was ingested from, as the gateway shows "
+                        "paths: never a server directory.")
+    section: str
+    title: str
+    excerpt: str = Field(description="The fact's opening words.")
+
+
+class UrlCitation(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    start_index: int = Field(description="Where the cited run of sentences starts in content.")
+    end_index: int = Field(description="Where it ends; its marker [n] follows.")
+    url: str = Field(description="The fact's source (see CitationSource.source).")
+    title: str
+    number: int = Field(description="The number the content's marker shows.")
+    fact_id: str
+
+
+class Annotation(BaseModel):
+    """OpenAI's annotation shape: one per cited run of sentences and fact."""
+
+    type: Literal["url_citation"] = "url_citation"
+    url_citation: UrlCitation
+
+
 class ChatResponseMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str
+    annotations: list[Annotation] | None = Field(
+        None, description="A citing run's citations over spans of content (`citations` on; "
+        "the streamed response gives them in the delta of its last chunk).")
 
 
 class ChatChoice(BaseModel):
@@ -274,6 +308,8 @@ class CrpResult(BaseModel):
     max_windows: int
     completeness: float
     headers: dict[str, str]
+    sources: list[CitationSource] | None = Field(
+        None, description="A citing run's sources list, by number.")
 
 
 class ChatCompletion(BaseModel):
@@ -284,6 +320,9 @@ class ChatCompletion(BaseModel):
     choices: list[ChatChoice]
     usage: ChatUsage
     crp: CrpResult
+    citations: list[str] | None = Field(
+        None, description="A citing run's sources by number (item n-1 is [n]), as search "
+        "APIs list them.")
 
 
 # ------------------------------------------------------------------ sidecar
@@ -385,7 +424,35 @@ class DpeReportOut(BaseModel):
     unattributed_words: int
 
 
+class SentenceCitationOut(BaseModel):
+    start: int = Field(description="Offset of the sentence in the window's clean text.")
+    end: int
+    facts: list[str] = Field(description="The fact ids it cites, best supported first.")
+    numbers: list[int]
+    support: list[float]
+    status: Literal["cited", "repaired", "unsupported"] = Field(
+        description="cited: the writer's citation stood; repaired: the supporting fact was "
+        "put in; unsupported: no fact given to the window supports it.")
+    paragraph: int = 0
+
+
+class WindowCitationsOut(BaseModel):
+    sentences: list[SentenceCitationOut]
+    factual: int
+    cited: int
+    cited_share: float | None
+    unsupported: int
+    invalid: int = Field(description="Citations to facts the window was not given (dropped).")
+    dropped: int
+    written: int
+
+
 class WindowResult(BaseModel):
+    text: str | None = Field(None, description="A citing session's window text as shown, "
+                             "its [F#] refs replaced by the document's numbers.")
+    citations: WindowCitationsOut | None = None
+    sources: list[CitationSource] | None = Field(
+        None, description="The sources this window's numbers refer to.")
     session_id: str
     window: int
     report: DpeReportOut

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cdr.citations.sources import SourceEntry
 from cdr.gateway.app_state import (
     SESSION_ID_HEADER,
     SET_TOKEN_HEADER,
@@ -28,6 +29,7 @@ from cdr.gateway.app_state import (
     session_headers,
 )
 from cdr.gateway.auth import ApiKey
+from cdr.gateway.citations_out import public_entries
 from cdr.gateway.errors import ApiError
 from cdr.gateway.paths import public_sources
 from cdr.gateway.replay import replay_submission, with_submission
@@ -186,7 +188,8 @@ def submit_window(gw: Gateway, sid: str, token: str, req: WindowSubmit,
                                                            result=result)
         rec.windows.append(window_record(event))
         rec.pending = None
-        body = _window_body(sid, event, session_headers(session, sid, None, event.headers))
+        body = _window_body(sid, event, session_headers(session, sid, None, event.headers),
+                            session.cited_sources)
         bodies.append(body)
         return _Change(rec, with_submission(rec.to_json(), event.number, req, body), prepared,
                        event)
@@ -208,10 +211,18 @@ def submit_window(gw: Gateway, sid: str, token: str, req: WindowSubmit,
     return body, headers
 
 
-def _window_body(sid: str, event: WindowEvent, headers: dict[str, str]) -> dict[str, Any]:
-    """The response to an accepted window, without its token (stored for replays)."""
+def _window_body(sid: str, event: WindowEvent, headers: dict[str, str],
+                 sources: Sequence[SourceEntry]) -> dict[str, Any]:
+    """The response to an accepted window, without its token (stored for replays); a citing
+    session's carries the text as shown, its citations and the sources they number."""
     report = event.report
+    cited: dict[str, Any] = {}
+    if event.citations is not None:  # a citing session (cdr.window.cite)
+        numbers = set(event.citations.numbers.values())
+        cited = {"text": event.shown, "citations": event.citations.to_dict(),
+                 "sources": public_entries([e for e in sources if e.number in numbers])}
     return {
+        **cited,
         "session_id": sid, "window": event.number,
         "report": {"addressed": report.addressed_sub_queries, "words": dict(report.words),
                    "paragraphs": report.paragraphs,

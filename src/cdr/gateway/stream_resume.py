@@ -28,6 +28,7 @@ from cdr.gateway.errors import ApiError
 from cdr.gateway.relay import ChatRun, assemble
 from cdr.gateway.stream_ids import HEADER, StreamPosition
 from cdr.session import IN_PROGRESS
+from cdr.window.cite import shown_from_record
 
 # How often a resume looks at the store while a replica finishes the window it was writing
 # (how long it waits: `CDR_RESUME_WAIT_SECONDS`).
@@ -79,7 +80,9 @@ def prepare(gw: Gateway, run: ChatRun, pos: StreamPosition, caller: ApiKey | Non
             raise _conflict("Last-Event-ID belongs to a stream of another task: resend the "
                             "request it came from, or drop the header to start anew",
                             "last_event_id_mismatch")
-        outputs = [str(w.get("output", "")) for w in record.windows]
+        # as the client was sent them: a citing run's with their markers (cdr.window.cite)
+        outputs = [shown_from_record(w, record.session.options.citations)
+                   for w in record.windows]
         if pos.windows <= len(outputs) and pos.chars <= len(assemble(outputs)):
             break
         # The client is ahead of the store: a window still being written by a replica whose

@@ -44,7 +44,8 @@ from cdr.trace import build_trace
 from cdr.window.loop import GenerationConfig, Generator, PreparedWindow, WindowEvent
 from cdr.writers.base import DeltaCallback, WriterResult
 
-__all__ = ["CDRLoop", "CDRRetriever", "LangChainWriter", "envelope_documents"]
+__all__ = ["CDRLoop", "CDRRetriever", "LangChainWriter", "envelope_documents",
+           "source_documents"]
 
 SCORE_KEYS = ("relevance", "novelty", "residual_pull", "ngram_penalty", "score")
 
@@ -63,6 +64,18 @@ def envelope_documents(prepared: PreparedWindow) -> list[Document]:
         meta.update({k: round(float(getattr(r, k)[i]), 4) for k in SCORE_KEYS})
         docs.append(Document(page_content=fact.content, metadata=meta, id=fid))
     return docs
+
+
+def source_documents(session: Session, events: Sequence[WindowEvent]) -> list[Document]:
+    """A citing run's sources (`citations` on) as Documents, in number order: each the
+    whole cited fact, its `metadata` holding `number` (the document's marker), `fact_id`,
+    `source`, `section` and `title`. Empty for a run that does not cite."""
+    texts = {fid: fact.content for e in events
+             for fid, fact in zip(e.prepared.envelope.fact_ids, e.prepared.facts, strict=True)}
+    return [Document(page_content=texts.get(s.fact_id, s.excerpt), id=s.fact_id,
+                     metadata={"number": s.number, "fact_id": s.fact_id, "source": s.source,
+                               "section": s.section, "title": s.title})
+            for s in session.cited_sources]
 
 
 class CDRRetriever(BaseRetriever):
@@ -248,8 +261,9 @@ def _task_input(value: Any) -> tuple[str, str | None]:
 class CDRLoop(Runnable[Any, dict[str, Any]]):
     """The whole multi-window loop as a runnable: task in, document out, a LangChain chat
     model writing every window. Output: `document` (the windows merged, Markdown), `status`
-    (the exit reason), `windows` (how many) and `trace` (docs/design.md §4 "Contracts other
-    code relies on")."""
+    (the exit reason), `windows` (how many), `trace` (docs/design.md §4 "Contracts other
+    code relies on") and `sources` (with `citations` on, the cited facts as Documents:
+    `source_documents`)."""
 
     def __init__(self, ckf: Any, llm: Any, config: GenerationConfig | None = None, *,
                  max_tokens_arg: str | None = "max_tokens") -> None:
@@ -264,12 +278,12 @@ class CDRLoop(Runnable[Any, dict[str, Any]]):
 
     @staticmethod
     def _output(session: Session, events: list[WindowEvent]) -> dict[str, Any]:
-        from cdr.window.assemble import assemble_document
+        from cdr.window.cite import document_of
 
-        document = assemble_document(session.task, [e.output for e in events],
-                                     [sq.text for sq in session.sub_queries])
+        document = document_of(session, events, [sq.text for sq in session.sub_queries])
         return {"document": document, "status": session.status, "windows": len(events),
-                "trace": build_trace(session, events)}
+                "trace": build_trace(session, events),
+                "sources": source_documents(session, events)}
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
                ) -> dict[str, Any]:

@@ -31,6 +31,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 import numpy as np
 
+from cdr.citations import CITATION_STYLES, Citer, GivenFact
 from cdr.coverage import SubQuery
 from cdr.errors import InvalidInputError
 from cdr.ngrams import ngram_hashes
@@ -38,6 +39,7 @@ from cdr.ranking import Ranking, rank
 from cdr.session import IN_PROGRESS, Session
 from cdr.text.tokens import count_tokens
 from cdr.vectors import normalize
+from cdr.window.cite import CitedText, cite_text, record_sources
 from cdr.window.dpe import (
     DEFAULT_ATTRIBUTION_THRESHOLD,
     parse_outline,
@@ -65,6 +67,9 @@ class CDRNodePostprocessor(BaseNodePostprocessor):
     min_relevance: float | None = Field(
         default=None, description="Drop nodes below this relevance to the task; None keeps "
         "what the retriever returned (it already did Phase 1).")
+    citations: str = Field(
+        default="numbers", description="How `record` cites the text against the window's "
+        "nodes: numbers ([n]), footnotes ([^n]) or off (cdr.citations).")
 
     _session: Any = PrivateAttr(default=None)
     _embedder: Any = PrivateAttr(default=None)
@@ -72,6 +77,7 @@ class CDRNodePostprocessor(BaseNodePostprocessor):
     _windows: list[Any] = PrivateAttr(default_factory=list)
     _vectors: dict[str, Any] = PrivateAttr(default_factory=dict)  # text -> unit vector
     _lock: Any = PrivateAttr(default_factory=threading.Lock)
+    _cited: dict[str, Any] = PrivateAttr(default_factory=dict)  # node id -> cited node
 
     @classmethod
     def class_name(cls) -> str:
@@ -177,6 +183,9 @@ class CDRNodePostprocessor(BaseNodePostprocessor):
             raise InvalidInputError("no reranked nodes to record a window for: run a query "
                                     "through the postprocessor first")
         nodes, ranked, tokens = last
+        cited = self._cite(nodes, text)
+        if cited is not None:
+            text = cited.clean
         paragraphs = split_paragraphs(text)
         emb = (self._embedder.encode([p for _, p in paragraphs]) if paragraphs
                else np.zeros((0, session.dim), np.float32))
@@ -193,8 +202,7 @@ class CDRNodePostprocessor(BaseNodePostprocessor):
             "number": session.window_count,
             "envelope": [
                 {"fact_id": n.node.node_id,
-                 "source": str(n.node.metadata.get("file_name")
-                               or n.node.metadata.get("source") or n.node.node_id),
+                 "source": _node_source(n),
                  "section": str(n.node.metadata.get("section", "")),
                  **{k: n.node.metadata[f"cdr_{k}"] for k in SCORE_KEYS},
                  "score": round(float(n.score or 0.0), 4), "tokens": max(int(t), 1)}
@@ -212,8 +220,43 @@ class CDRNodePostprocessor(BaseNodePostprocessor):
             },
             "attribution": list(report.attribution),
         }
+        if cited is None:
+            self._windows.append(record)
+            return record
+        record["citations"] = cited.citations.to_dict()
         self._windows.append(record)
-        return record
+        return {**record, "text": cited.shown}
+
+    def _cite(self, nodes: list[NodeWithScore], text: str) -> CitedText | None:
+        """`text` cited against the window's nodes (F1… in their reranked order, as a prompt
+        that numbered them would cite them), numbered on from the session's sources."""
+        if self.citations == "off" or not nodes:
+            return None
+        if self.citations not in CITATION_STYLES:
+            raise InvalidInputError(f"citations must be one of {CITATION_STYLES}, got "
+                                    f"{self.citations!r}")
+        contents = [n.node.get_content(metadata_mode=MetadataMode.NONE) for n in nodes]
+        given = [GivenFact(f"F{j + 1}", n.node.node_id, _node_source(n),
+                           str(n.node.metadata.get("section", "")), c)
+                 for j, (n, c) in enumerate(zip(nodes, contents, strict=True))]
+        citer = Citer(given, self._embed(contents), self._embedder.encode)
+        cited = cite_text(self.session, citer, text, self.citations)
+        record_sources(self.session, cited)
+        for n in nodes:
+            if n.node.node_id in cited.citations.numbers:
+                self._cited.setdefault(n.node.node_id, n)
+        return cited
+
+    def source_nodes(self) -> list[NodeWithScore]:
+        """The nodes the recorded windows cite, in number order (the text's [n] is item
+        n-1), each with `cdr_citation` (its number) in its metadata."""
+        out = []
+        for entry in self.session.cited_sources:
+            node = self._cited.get(entry.fact_id)
+            if node is not None:
+                node.node.metadata["cdr_citation"] = entry.number
+                out.append(node)
+        return out
 
     async def arecord(self, text: str) -> dict[str, Any]:
         return await asyncio.to_thread(self.record, text)
@@ -225,4 +268,12 @@ class CDRNodePostprocessor(BaseNodePostprocessor):
         return {"task": s.task, "embedding_model": s.model_id, "ranking": s.ranking,
                 "sub_queries": [{"id": q.id, "text": q.text, "expected_words": q.expected_words}
                                 for q in s.sub_queries],
-                "windows": list(self._windows), "status": s.status}
+                "windows": list(self._windows), "status": s.status,
+                **({"sources": [e.to_dict() for e in s.cited_sources]}
+                   if s.cited_sources else {})}
+
+
+def _node_source(node: NodeWithScore) -> str:
+    """A node's source as a trace names it: its file, else its `source`, else its id."""
+    meta = node.node.metadata
+    return str(meta.get("file_name") or meta.get("source") or node.node.node_id)

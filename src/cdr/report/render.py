@@ -10,6 +10,7 @@ from html import escape
 from typing import Any
 
 from cdr.report.analysis import RunView, WindowView, explain_exit, length_sentence
+from cdr.report.citations import cited_text, sources_list
 from cdr.report.svg import Series, bar_chart, line_chart
 
 RUN_COLORS = ("#2563eb", "#ea580c", "#16a34a", "#9333ea")
@@ -195,7 +196,8 @@ def window_card(run: RunView, w: WindowView | None, index: int) -> str:
         f"to sort)</summary>{envelope_table(w)}</details>"
         f'<details open><summary>Written text (paragraph tags: the sub-query Stage 8 '
         f"credited; <mark>highlight</mark>: 6-grams already written)</summary>"
-        f'<div class="text">{window_text(run, w)}</div></details>{dropped_text(r)}</div>')
+        f'<div class="text">{window_text(run, w)}</div></details>'
+        f"{cited_text(run.trace, r, index)}{dropped_text(r)}</div>")
 
 
 # The documents a window card names by their share of the facts sent so far; the rest are
@@ -247,7 +249,8 @@ def render_body(runs: Sequence[RunView]) -> str:
                    for r in runs[1:] if r.trace["task"] != task)
     return (f'<header><h1>{e(task)}</h1>{also}<p class="muted">embedding model '
             f'{e(runs[0].trace.get("embedding_model", "?"))}</p></header>'
-            f"{summary(runs)}{HOW_TO_READ}{charts(runs)}{sub_query_table(runs)}{windows(runs)}")
+            f"{summary(runs)}{HOW_TO_READ}{charts(runs)}{sub_query_table(runs)}{windows(runs)}"
+            f"{sources_list([r.trace for r in runs], [r.label for r in runs])}")
 
 
 HOW_TO_READ = (

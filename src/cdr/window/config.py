@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from cdr.citations.support import SUPPORT_THRESHOLD
 from cdr.options import RunOptions
 from cdr.ranking import Ranking
 from cdr.retrieval.doc_support import POWER as SUPPORT_POWER
@@ -66,6 +67,8 @@ class Tunables:
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     residual_exit_depth: float = DEFAULT_RESIDUAL_EXIT_DEPTH
     attribution_threshold: float = DEFAULT_ATTRIBUTION_THRESHOLD
+    # `citations` on: the support a cited fact must give its sentence (`cdr.citations.support`)
+    citation_threshold: float = SUPPORT_THRESHOLD
     backward_summary: bool = False
     # A continued section's prompt line quotes where its text stopped (`SECTION_END_WORDS`
     # words); False gives the bare "continue it" line (the benchmark's before/after).

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from cdr.citations import Citer, WindowCitations
 from cdr.coverage import SubQuery
 from cdr.errors import CdrError, InvalidInputError, UpstreamError
 from cdr.old_paths import RenamedAttribute, renamed_keywords
@@ -52,6 +53,7 @@ from cdr.text.kept_stream import KeptStream
 from cdr.text.self_repeat import REPETITION
 from cdr.text.tokens import count_tokens
 from cdr.vectors import normalize
+from cdr.window.cite import CitedText, cite_text, record_sources, window_citer
 from cdr.window.config import GenerationConfig, Ranker, SafetyCheck
 from cdr.window.dpe import (
     DpeReport,
@@ -313,6 +315,10 @@ class WindowEvent:
     # `repeats: "drop"`: what `cdr.window.repeat_guard` took out of the writer's text (not in
     # `output`).
     dropped: list[str] = field(default_factory=list)
+    # `citations` on (`cdr.window.cite`): the facts each sentence of `output` rests on, and
+    # `output` as the reader sees it, with the document's citation numbers in it.
+    citations: WindowCitations | None = None
+    shown: str | None = None
 
     @property
     def done(self) -> bool:
@@ -733,7 +739,8 @@ class Generator:
         refs = [(f"F{i + 1}", fact_label(f), f.content) for i, f in enumerate(facts)]
         return build_user_prompt(session.task, anchor, plan, refs, summary,
                                  continued=self._continued(session, plan),
-                                 first_window=session.window_count == 0)
+                                 first_window=session.window_count == 0,
+                                 cite=session.options.citations != "off")
 
     def _continued(self, session: Session, plan: list[PlanSection]) -> dict[str, str]:
         """Planned sections an earlier window began, each with where its text stopped (when
@@ -967,6 +974,13 @@ class Generator:
                            self.embedder.encode, self.config.attribution_threshold,
                            session.blacklist.fresh_share)
 
+    def citer(self, session: Session, prepared: PreparedWindow) -> Citer | None:
+        """The window's citer (`citations` on, `cdr.window.cite`), else None."""
+        if session.options.citations == "off" or not len(prepared.envelope):
+            return None
+        return window_citer(self.index, self.embedder, prepared,
+                            self.config.citation_threshold)
+
     def repeat_guard(self, session: Session) -> RepeatGuard | None:
         """The session's output guard for its next window (`repeats: "drop"`), else None."""
         if session.options.repeats != "drop":
@@ -986,17 +1000,25 @@ class Generator:
         error: UpstreamError | None = None,
         seconds: float = 0.0,
         kept: GuardResult | None = None,
+        cited: CitedText | None = None,
     ) -> WindowEvent:
         """Verify the window's text, update the session (§7.2), apply the exits (§6).
 
         `text` is whatever was written: the writer's, the sidecar client's, or the part an
         upstream failure (`error`) left, which still counts (it may have been streamed out).
         With `repeats: "drop"` the repeat guard takes its repeats out first (`kept`: what it
-        already kept of `text` for a stream, so both cut the same and it runs once)."""
+        already kept of `text` for a stream, so both cut the same and it runs once). With
+        `citations` on, the writer's markers come out and the sentences are cited
+        (`cdr.window.cite`; `cited`: what a stream already cited of the kept text)."""
         if kept is None and (guard := self.repeat_guard(session)) is not None:
             kept = guard.filter(text)
         if kept is not None:
             text = kept.text
+        if cited is None and (citer := self.citer(session, prepared)) is not None:
+            cited = cite_text(session, citer, text)
+        if cited is not None:
+            text = cited.clean
+            record_sources(session, cited)
         report = self.verify(session, text)
         summary = " ".join(text.split()[:40])
         finished: list[str] = []
@@ -1033,6 +1055,8 @@ class Generator:
             result.finish_reason if result else "stop", dict(result.usage) if result else {},
             None if error is None else str(error), seconds, error,
             list(kept.dropped) if kept is not None else [],
+            cited.citations if cited is not None else None,
+            cited.shown if cited is not None else None,
         )
         # cdr.window.telemetry: an OpenTelemetry span where the extra is installed
         window_span(event)
@@ -1092,7 +1116,8 @@ class Generator:
         result: WriterResult | None = None
         error: UpstreamError | None = None
         guard = self.repeat_guard(session)
-        shape = (lambda t: guard.filter(t).text) if guard is not None else None
+        citer = self.citer(session, prepared)
+        shape = _stream_shape(session, guard, citer)
         held = KeptStream(on_delta, shape) if on_delta is not None else None
         try:
             result = self.write(prepared, held.feed if held is not None else None)
@@ -1101,10 +1126,12 @@ class Generator:
             error = exc
             text = getattr(exc, "partial_text", "") or ""
         kept = guard.filter(text) if guard is not None else None
+        final = kept.text if kept is not None else text
+        cited = cite_text(session, citer, final) if citer is not None else None
         if held is not None:
-            held.finish(kept.text if kept is not None else text)
+            held.finish(cited.shown if cited is not None else final)
         return self.complete(session, prepared, text, result=result, error=error,
-                             seconds=_since(started), kept=kept)
+                             seconds=_since(started), kept=kept, cited=cited)
 
     def step(self, session: Session,
              on_delta: Callable[[int, str], None] | None = None, *,
@@ -1162,6 +1189,21 @@ def written_whole(session: Session, plan: Sequence[PlanSection], report: DpeRepo
                 sq_id != cut or words >= p.target_words):
             out.append(sq_id)
     return out
+
+
+def _stream_shape(session: Session, guard: RepeatGuard | None, citer: Citer | None
+                  ) -> Callable[[str], str] | None:
+    """What a stream releases of the writer's complete blocks: the repeat guard's kept text,
+    cited (`cdr.window.cite`), as the window will keep and show it. Both keep a prefix's
+    blocks as they keep them in a longer text, so a released text stays a prefix."""
+    if guard is None and citer is None:
+        return None
+
+    def shape(text: str) -> str:
+        kept = guard.filter(text).text if guard is not None else text
+        return cite_text(session, citer, kept).shown if citer is not None else kept
+
+    return shape
 
 
 def _head(sel: Selection, limit: int) -> Selection:

@@ -20,6 +20,10 @@ from cdr.text.tokens import count_tokens, count_tokens_batch
 _PLAN_HEADER = "Plan for this part (write these sections in order, from the facts listed):"
 _FACTS_HEADER = "Facts:"
 _WRITE_HEADER = "Write this part now:"
+# The line a prompt of a citing session carries (`citations` on, `cdr.citations`): the writer
+# marks each sentence with the refs of the facts it states; the loop checks every mark.
+CITE_LINE = ("- After each sentence, cite the facts it states by their refs in square "
+             "brackets, such as [F2] or [F1, F3]. Cite only the facts above.")
 # Words a model writes per generated token in English prose (cl100k / Qwen tokenisers, ~0.75),
 # less a margin for headings and Markdown: what a window's token reserve can hold.
 WORDS_PER_TOKEN = 0.7
@@ -102,13 +106,14 @@ def build_user_prompt(
     continued: Mapping[str, str] | Sequence[str] = (),
     first_window: bool = True,
     instructions: bool = True,
+    cite: bool = False,
 ) -> str:
     """`facts` are (ref, section, content) in envelope layout order; only those the plan cites
     are listed (the rest would only lengthen the prompt). `continued` names planned sections
     an earlier window began, each with the last words written for it when known (a mapping
     title → text); `first_window` False says the document is already under way;
     `instructions` False leaves out the closing lines (the prompt before issue 9, kept so the
-    prompt benchmark can compare).
+    prompt benchmark can compare); `cite` asks the writer to cite the facts by their refs.
 
     The closing lines are what a small instruction model follows best (measured in docs/llm.md,
     "The window prompt"): the exact headings to write, a word count, and a plain
@@ -133,6 +138,7 @@ def build_user_prompt(
                   f"written exactly as given: {headings}. No other headings.",
                   f"- About {total} words in all, in full paragraphs that explain the facts in "
                   "your own words. Use only the facts above.",
+                  *([CITE_LINE] if cite else []),
                   "- No code unless a fact above shows code.",
                   "- Start directly with the first heading: no greeting, no introduction, no "
                   "conclusion, no summary."]
@@ -149,6 +155,11 @@ def build_user_prompt(
                 lines.append(f'- "{title}" was begun earlier: add new material to it, do not '
                              "introduce it again.")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def asks_citations(text: str) -> bool:
+    """Whether a prompt made by `build_user_prompt` asks its writer to cite (`cite`)."""
+    return CITE_LINE in text.splitlines()
 
 
 def parse_prompt(text: str) -> tuple[list[PlanSection], dict[str, str]]:

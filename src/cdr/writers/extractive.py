@@ -2,7 +2,8 @@
 
 It reads the same prompt an LLM gets (the loop's plan lines and numbered facts, see
 `cdr.window.prompt`) and, for each planned section in order, writes its facts as paragraphs under
-the section's heading until the section's word target or the window's token budget is reached.
+the section's heading until the section's word target or the window's token budget is reached;
+asked to cite, it marks each paragraph with the ref of the fact it pasted.
 What CDR put in the envelope is therefore exactly what the reader sees, which makes the
 ranking's effect visible without a model, a network or a key.
 """
@@ -12,8 +13,16 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from cdr.text.tokens import count_tokens
-from cdr.window.prompt import parse_prompt
+from cdr.window.prompt import asks_citations, parse_prompt
 from cdr.writers.base import WriterResult, check_request
+
+
+def _cited(fact: str, ref: str) -> str:
+    """A pasted fact with its ref after its last line, where the prompt asks to cite (a fact
+    that ends in code is left unmarked: the loop's attribution cites its prose exactly)."""
+    if fact.rstrip().endswith(("```", "~~~")):
+        return fact
+    return f"{fact.rstrip()} [{ref}]"
 
 
 class ExtractiveWriter:
@@ -36,11 +45,13 @@ class ExtractiveWriter:
         check_request(messages, max_tokens)
         user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
         plan, facts = parse_prompt(user)
+        cite = asks_citations(user)
         parts: list[str] = []
         used = 0
         finish = "stop"
         for section in plan:
-            paragraphs = [facts[f] for f in section.fact_refs if f in facts]
+            paragraphs = [_cited(facts[f], f) if cite else facts[f]
+                          for f in section.fact_refs if f in facts]
             if not paragraphs:
                 continue
             heading = f"## {section.title}"

@@ -1,0 +1,318 @@
+"""Which facts each sentence of a window rests on: the writer's citations, checked and repaired.
+
+A writer is asked to cite the facts it uses (`cdr.window.prompt`); the extractive writer cites
+the fact it pastes, a model cites what it remembers to, and a small model forgets or cites the
+wrong fact. So no citation is taken on trust: every factual sentence of the window's text is
+scored against the facts the window was given (`cdr.citations.support`), and
+
+- a writer's citation stands when its fact supports the sentence (``cited``); a sentence with no
+  marker of its own takes the next marker in its paragraph (models often cite once per
+  paragraph) on the same terms;
+- a sentence left with none gets the given fact that supports it best, when one does
+  (``repaired``);
+- a sentence no given fact supports is flagged (``unsupported``) and cites nothing.
+
+A citation therefore never names a fact the window was not given: refs outside the envelope
+are counted (`WindowCitations.invalid`) and dropped. The result is an overlay on the clean text
+(offsets of each sentence), so the text every other layer reads is the prose alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from cdr.citations.markers import (
+    WriterMarker,
+    marker_text,
+    render_markers,
+    take_writer_markers,
+)
+from cdr.citations.support import (
+    SUPPORT_THRESHOLD,
+    content_words,
+    lexical_support,
+    support_scores,
+)
+from cdr.text.markdown import parse_blocks
+from cdr.text.sentences import sentence_spans
+
+MIN_FACTUAL_WORDS = 4  # a shorter sentence ("See below.") states nothing to cite
+MAX_PER_SENTENCE = 3
+CITED, REPAIRED, UNSUPPORTED = "cited", "repaired", "unsupported"
+SENTENCE_STATUSES = (CITED, REPAIRED, UNSUPPORTED)
+_PROSE = ("paragraph", "quote", "list")
+
+Encode = Callable[[list[str]], np.ndarray]
+
+
+@dataclass(frozen=True, slots=True)
+class GivenFact:
+    """A fact the window's prompt listed: its ref there (F3) and what a source entry shows."""
+
+    ref: str
+    fact_id: str
+    source: str
+    section: str
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class SentenceCitation:
+    """One factual sentence of a window's clean text (`start`:`end`) and the facts it cites,
+    best supported first, with their support scores."""
+
+    start: int
+    end: int
+    facts: tuple[str, ...]
+    support: tuple[float, ...]
+    status: str
+    unit: int  # the paragraph or list item it is in: a marker closes a run within one
+
+    def to_dict(self, numbers: Mapping[str, int]) -> dict[str, Any]:
+        return {"start": self.start, "end": self.end, "facts": list(self.facts),
+                "numbers": [numbers[f] for f in self.facts if f in numbers],
+                "support": [round(s, 4) for s in self.support], "status": self.status,
+                "paragraph": self.unit}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SentenceCitation:
+        return cls(int(data["start"]), int(data["end"]), tuple(map(str, data["facts"])),
+                   tuple(float(s) for s in data["support"]), str(data["status"]),
+                   int(data.get("paragraph", 0)))
+
+
+@dataclass
+class WindowCitations:
+    """A window's citations: every factual sentence, and what was taken out of the writer's."""
+
+    sentences: list[SentenceCitation] = field(default_factory=list)
+    invalid: int = 0  # refs to facts the window was not given
+    dropped: int = 0  # the writer's refs to given facts that do not support their sentence
+    written: int = 0  # refs the writer wrote in all
+    numbers: dict[str, int] = field(default_factory=dict)  # each cited fact's in the document
+
+    @property
+    def factual(self) -> int:
+        return len(self.sentences)
+
+    @property
+    def cited(self) -> int:
+        return sum(1 for s in self.sentences if s.facts)
+
+    @property
+    def unsupported(self) -> list[SentenceCitation]:
+        return [s for s in self.sentences if s.status == UNSUPPORTED]
+
+    def fact_order(self) -> list[str]:
+        """The cited facts in order of first citation."""
+        return list(dict.fromkeys(f for s in self.sentences for f in s.facts))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "sentences": [s.to_dict(self.numbers) for s in self.sentences],
+            "factual": self.factual, "cited": self.cited,
+            "cited_share": round(self.cited / self.factual, 4) if self.factual else None,
+            "unsupported": len(self.unsupported), "invalid": self.invalid,
+            "dropped": self.dropped, "written": self.written,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> WindowCitations:
+        sentences = [SentenceCitation.from_dict(s) for s in data["sentences"]]
+        numbers = {f: n for s in data["sentences"]
+                   for f, n in zip(s["facts"], s.get("numbers", ()), strict=False)}
+        return cls(sentences, int(data.get("invalid", 0)), int(data.get("dropped", 0)),
+                   int(data.get("written", 0)), numbers)
+
+
+@dataclass(frozen=True, slots=True)
+class _Sentence:
+    start: int
+    end: int
+    unit: int
+
+
+def factual_sentences(text: str) -> list[_Sentence]:
+    """The sentences of `text`'s prose (paragraphs, quotes, list items; not headings or code)
+    that have words enough to state something, each with the paragraph or item it is in."""
+    line_starts = [0]
+    for line in text.splitlines(keepends=True):
+        line_starts.append(line_starts[-1] + len(line))
+    out: list[_Sentence] = []
+    unit = 0
+    for block in parse_blocks(text):
+        if block.kind not in _PROSE:
+            continue
+        first, last = block.start, min(block.end, len(line_starts) - 1)
+        ranges = ([(line_starts[i], line_starts[i + 1]) for i in range(first, last)]
+                  if block.kind == "list" else [(line_starts[first], line_starts[last])])
+        for a, b in ranges:
+            unit += 1
+            for s, e in sentence_spans(text[a:b]):
+                if len(text[a + s:a + e].split()) >= MIN_FACTUAL_WORDS:
+                    out.append(_Sentence(a + s, a + e, unit))
+    return out
+
+
+def _own_markers(sentences: Sequence[_Sentence], markers: Sequence[WriterMarker]
+                 ) -> list[list[str]]:
+    """The refs each sentence carries: a marker belongs to the last factual sentence of its
+    paragraph or item that starts at or before it (a marker after a code block or a heading
+    belongs to none)."""
+    own: list[list[str]] = [[] for _ in sentences]
+    for marker in markers:
+        best = -1
+        for i, s in enumerate(sentences):
+            if s.start > marker.offset:
+                break
+            best = i
+        if best < 0:
+            continue
+        s = sentences[best]
+        following = sentences[best + 1].start if best + 1 < len(sentences) else None
+        same_unit_end = max((t.end for t in sentences if t.unit == s.unit), default=s.end)
+        if marker.offset <= same_unit_end + 2 and (following is None or marker.offset
+                                                    <= following):
+            own[best].extend(marker.refs)
+    return own
+
+
+class Citer:
+    """Cites one window's text against the facts it was given.
+
+    Built once per window: a stream asks `cite` again on every longer prefix, and a sentence's
+    embedding is computed only the first time its text is seen."""
+
+    def __init__(self, given: Sequence[GivenFact], fact_vectors: np.ndarray, encode: Encode,
+                 threshold: float = SUPPORT_THRESHOLD) -> None:
+        self.given = list(given)
+        self.by_ref = {g.ref: j for j, g in enumerate(self.given)}
+        self.fact_vectors = np.asarray(fact_vectors, dtype=np.float32).reshape(
+            len(self.given), -1) if len(self.given) else np.zeros((0, 1), np.float32)
+        self.fact_words = [content_words(g.content) for g in self.given]
+        self.encode = encode
+        self.threshold = float(threshold)
+        self._vectors: dict[str, np.ndarray] = {}
+
+    def _sentence_vectors(self, texts: list[str]) -> np.ndarray:
+        missing = [t for t in dict.fromkeys(texts) if t not in self._vectors]
+        if missing:
+            vecs = np.asarray(self.encode(missing), dtype=np.float32)
+            self._vectors.update(zip(missing, vecs, strict=True))
+        dim = self.fact_vectors.shape[1]
+        return (np.stack([self._vectors[t] for t in texts]) if texts
+                else np.zeros((0, dim), np.float32))
+
+    def cite(self, text: str) -> tuple[str, WindowCitations]:
+        """`text` without the writer's markers, and its citations (`WindowCitations`)."""
+        clean, markers = take_writer_markers(text)
+        sentences = factual_sentences(clean)
+        result = WindowCitations(written=sum(len(m.refs) for m in markers))
+        given_refs = [[r for r in refs if r in self.by_ref]
+                      for refs in _own_markers(sentences, markers)]
+        result.invalid = sum(len(m.refs) for m in markers) - sum(
+            1 for m in markers for r in m.refs if r in self.by_ref)
+        if not sentences:
+            return clean, result
+        if not self.given:
+            result.sentences = [SentenceCitation(s.start, s.end, (), (), UNSUPPORTED, s.unit)
+                                for s in sentences]
+            return clean, result
+        texts = [clean[s.start:s.end] for s in sentences]
+        scores = support_scores(lexical_support([content_words(t) for t in texts],
+                                                self.fact_words),
+                                self._sentence_vectors(texts), self.fact_vectors)
+        inherited = _inherit(sentences, given_refs)
+        for i, s in enumerate(sentences):
+            wanted = [self.by_ref[r] for r in dict.fromkeys(inherited[i])]
+            kept = sorted((j for j in wanted if scores[i, j] >= self.threshold),
+                          key=lambda j: -scores[i, j])[:MAX_PER_SENTENCE]
+            own = {self.by_ref[r] for r in given_refs[i]}
+            result.dropped += len(own - set(kept))
+            status = CITED
+            if not kept:
+                best = int(np.argmax(scores[i]))
+                if scores[i, best] >= self.threshold:
+                    kept, status = [best], REPAIRED
+                else:
+                    status = UNSUPPORTED
+            result.sentences.append(SentenceCitation(
+                s.start, s.end, tuple(self.given[j].fact_id for j in kept),
+                tuple(float(scores[i, j]) for j in kept), status, s.unit))
+        return clean, result
+
+
+def _inherit(sentences: Sequence[_Sentence], own: list[list[str]]) -> list[list[str]]:
+    """Each sentence's refs: its own, else those of the next sentence of its paragraph that
+    has some (a paragraph cited once, at its end)."""
+    out = [list(refs) for refs in own]
+    following: list[str] = []
+    for i in range(len(sentences) - 1, -1, -1):
+        if i + 1 < len(sentences) and sentences[i + 1].unit != sentences[i].unit:
+            following = []
+        if out[i]:
+            following = out[i]
+        else:
+            out[i] = list(following)
+    return out
+
+
+def number_facts(numbers: Mapping[str, int], order: Sequence[str]) -> dict[str, int]:
+    """`numbers` (fact id → its number in the document) with each fact of `order` not yet
+    numbered given the next number, in order: numbering by first citation, stable for a
+    resumed session since the numbers so far are part of its state."""
+    out = dict(numbers)
+    for fact_id in order:
+        if fact_id not in out:
+            out[fact_id] = len(out) + 1
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class CitedSpan:
+    """A run of sentences of the shown text (`start`:`end`, its marker excluded) and the
+    numbers of the facts it rests on; the marker follows at `end`."""
+
+    start: int
+    end: int
+    numbers: tuple[int, ...]
+    facts: tuple[str, ...]
+
+
+def rendered_spans(clean: str, citations: WindowCitations, numbers: Mapping[str, int],
+                   style: str) -> tuple[str, list[CitedSpan]]:
+    """The window's text as the reader sees it — a marker of the facts' numbers after each run
+    of sentences of one paragraph or item that rest on the same facts — and where each run is
+    in it (the gateway's annotations)."""
+    runs: list[tuple[int, int, tuple[int, ...], tuple[str, ...]]] = []
+    sents = citations.sentences
+    run_start: int | None = None
+    for i, s in enumerate(sents):
+        if not s.facts:
+            run_start = None
+            continue
+        if run_start is None:
+            run_start = s.start
+        nxt = sents[i + 1] if i + 1 < len(sents) else None
+        if nxt is not None and nxt.unit == s.unit and set(nxt.facts) == set(s.facts):
+            continue
+        facts = tuple(sorted((f for f in s.facts if f in numbers), key=lambda f: numbers[f]))
+        runs.append((run_start, s.end, tuple(numbers[f] for f in facts), facts))
+        run_start = None
+    shown = render_markers(clean, [(end, nums) for _, end, nums, _ in runs], style)
+    spans: list[CitedSpan] = []
+    shift = 0
+    for start, end, nums, facts in sorted(runs, key=lambda r: r[1]):
+        spans.append(CitedSpan(start + shift, end + shift, nums, facts))
+        shift += len(marker_text(nums, style))
+    return shown, spans
+
+
+def rendered(clean: str, citations: WindowCitations, numbers: Mapping[str, int], style: str
+             ) -> str:
+    """The window's text as the reader sees it (`rendered_spans`)."""
+    return rendered_spans(clean, citations, numbers, style)[0]

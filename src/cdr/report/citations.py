@@ -1,0 +1,99 @@
+"""The report's view of a citing run: each window's text with its citation markers, the
+sentences no fact supports, and the run's sources.
+
+A marker is a link to its entry in the sources list and carries the cited fact's opening words
+as its title, so hovering shows the fact and clicking finds its source. Every piece of text
+comes from the trace (written text, fact excerpts, titles, paths) and is escaped; sources are
+shown by file name, never by a server's directory (`cdr.report.render.short_source`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+
+from cdr.citations import UNSUPPORTED, WindowCitations
+
+
+def _e(value: Any) -> str:
+    return escape(str(value), quote=True)
+
+
+def _short(source: str) -> str:
+    if "://" in source:
+        return source
+    return source.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1] or source
+
+
+def _entries(trace: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
+    return {int(s["number"]): s for s in trace.get("sources") or () if isinstance(s, Mapping)}
+
+
+def _marker(run: int, number: int, entry: Mapping[str, Any] | None) -> str:
+    title = str(entry.get("excerpt") or entry.get("title") or "") if entry else ""
+    return (f'<sup class="cite"><a href="#src-{run}-{number}" title="{_e(title)}">'
+            f"[{number}]</a></sup>")
+
+
+def cited_text(trace: Mapping[str, Any], record: Mapping[str, Any], run: int) -> str:
+    """The window's text with its markers and its unsupported sentences marked; "" when the
+    window carries no citations."""
+    data = record.get("citations")
+    if not isinstance(data, Mapping):
+        return ""
+    output = str(record.get("output", ""))
+    citations = WindowCitations.from_dict(data)
+    entries = _entries(trace)
+    sents = sorted(citations.sentences, key=lambda s: s.start)
+    out: list[str] = []
+    at = 0
+    for i, s in enumerate(sents):
+        out.append(_e(output[at:s.start]))
+        cls = "sent unsupported" if s.status == UNSUPPORTED else f"sent {s.status}"
+        hint = (' title="no fact given to this window supports this sentence"'
+                if s.status == UNSUPPORTED else "")
+        out.append(f'<span class="{cls}"{hint}>{_e(output[s.start:s.end])}</span>')
+        nxt = sents[i + 1] if i + 1 < len(sents) else None
+        if s.facts and not (nxt is not None and nxt.unit == s.unit
+                            and set(nxt.facts) == set(s.facts)):
+            numbers = sorted(citations.numbers[f] for f in s.facts if f in citations.numbers)
+            out.append("".join(_marker(run, n, entries.get(n)) for n in numbers))
+        at = s.end
+    out.append(_e(output[at:]))
+    flagged = [output[s.start:s.end] for s in citations.unsupported]
+    items = "".join(f"<li>{_e(t)}</li>" for t in flagged)
+    listing = (f'<details><summary>Unsupported sentences ({len(flagged)}: no fact given to '
+               f'this window supports them)</summary><ul class="unsupported">{items}</ul>'
+               "</details>" if flagged else "")
+    share = data.get("cited_share")
+    stats = (f'<p class="stats">{citations.cited}/{citations.factual} factual sentences cited'
+             f"{f' ({float(share):.0%})' if share is not None else ''} · "
+             f"{len(flagged)} unsupported · {citations.invalid} citations to facts outside "
+             f"the envelope dropped</p>")
+    return (f'<details open><summary>Cited text (hover a marker to see the fact, click it for '
+            f'its source)</summary>{stats}<div class="text cited"><pre class="prose">'
+            f'{"".join(out)}</pre></div>{listing}</details>')
+
+
+def _section_rest(section: str) -> str:
+    """The section path below the document's title (its first part), as ` › a › b`."""
+    rest = [p.strip() for p in section.split(" > ")[1:] if p.strip()]
+    return "".join(f" › {_e(p)}" for p in rest)
+
+
+def sources_list(traces: Sequence[Mapping[str, Any]], labels: Sequence[str]) -> str:
+    """Each citing run's sources, numbered as its markers, with the fact's opening words."""
+    parts = []
+    for run, (trace, label) in enumerate(zip(traces, labels, strict=True)):
+        entries = _entries(trace)
+        if not entries:
+            continue
+        rows = "".join(
+            f'<li id="src-{run}-{n}" value="{n}"><b>{_e(s.get("title", ""))}</b>'
+            f'{_section_rest(str(s.get("section", "")))} — '
+            f'{_e(_short(str(s.get("source", ""))))}'
+            f'{": “" + _e(s["excerpt"]) + "”" if s.get("excerpt") else ""}</li>'
+            for n, s in sorted(entries.items()))
+        parts.append(f"<h3>Sources — {_e(label)}</h3><ol class=\"sources\">{rows}</ol>")
+    return f'<section class="sources">{"".join(parts)}</section>' if parts else ""

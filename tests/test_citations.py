@@ -1,0 +1,227 @@
+"""Citations (cdr.citations): the writer's markers out, every factual sentence checked against
+the facts the window was given, the document's numbers in, and a sources list that renders
+what documents hold as text."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cdr.citations import (
+    CITED,
+    REPAIRED,
+    UNSUPPORTED,
+    Citer,
+    GivenFact,
+    SourceEntry,
+    number_facts,
+    rendered,
+    sources_markdown,
+    take_writer_markers,
+)
+from cdr.citations.attribute import factual_sentences, rendered_spans
+from cdr.citations.markers import marker_text
+from cdr.citations.sources import escape_markdown
+from cdr.retrieval.embed import default_embedder
+
+WORDS = st.sampled_from(["index", "table", "the", "rows", "vacuum", "query", "planner", "B-tree",
+                         "lock", "data"])
+SENTENCE = st.lists(WORDS, min_size=4, max_size=10).map(lambda w: " ".join(w).capitalize() + ".")
+PARAGRAPH = st.lists(SENTENCE, min_size=1, max_size=4)
+DOC = st.lists(PARAGRAPH, min_size=1, max_size=5)
+REF = st.integers(1, 40).map(lambda n: f"F{n}")
+MARKER = st.tuples(st.lists(REF, min_size=1, max_size=3),
+                   st.sampled_from(["[{}]", "({})", " [{}]", " ({})"]),
+                   st.sampled_from([", ", "; ", " and ", ","])).map(
+    lambda t: (tuple(t[0]), t[1].format(t[2].join(t[0]))))
+
+
+def bag_encode(texts: list[str]) -> np.ndarray:
+    """A deterministic bag-of-words encoder (a test double for the embedder in properties
+    that are about bookkeeping, not meaning): unit rows, equal for equal word sets."""
+    out = np.zeros((len(texts), 64), np.float32)
+    for i, t in enumerate(texts):
+        for w in re.findall(r"\w+", t.lower()):
+            out[i, int(hashlib.sha1(w.encode()).hexdigest(), 16) % 64] += 1.0
+        out[i] /= max(np.linalg.norm(out[i]), 1e-9)
+    return out
+
+
+# ----------------------------------------------------------------------------- markers
+
+@settings(max_examples=200, deadline=None)
+@given(DOC, st.data())
+def test_writer_markers_come_out_and_leave_the_text_as_it_was(doc, data):
+    clean_paragraphs, marked_paragraphs, expected = [], [], []
+    for para in doc:
+        clean_s, marked_s = [], []
+        for sentence in para:
+            clean_s.append(sentence)
+            if data.draw(st.booleans()):
+                refs, text = data.draw(MARKER)
+                before = data.draw(st.booleans())  # "x [F1]." or "x. [F1]"
+                marked_s.append(sentence[:-1] + text + "." if before else sentence + text)
+                expected.append(refs)
+            else:
+                marked_s.append(sentence)
+        clean_paragraphs.append(" ".join(clean_s))
+        marked_paragraphs.append(" ".join(marked_s))
+    clean, markers = take_writer_markers("\n\n".join(marked_paragraphs))
+    assert clean == "\n\n".join(clean_paragraphs)
+    assert [m.refs for m in markers] == expected
+
+
+def test_markers_inside_code_stay_and_other_brackets_stay():
+    text = ("Use a list [1, 2] or see [the docs](x). It holds rows [F2].\n\n"
+            "```python\nrows[F3] = 1  # [F4]\n```\n")
+    clean, markers = take_writer_markers(text)
+    assert [m.refs for m in markers] == [("F2",)]
+    assert "rows[F3] = 1  # [F4]" in clean and "[1, 2]" in clean and "[the docs](x)" in clean
+    assert "It holds rows." in clean
+
+
+@settings(max_examples=100, deadline=None)
+@given(DOC, st.sampled_from(["numbers", "footnotes"]), st.data())
+def test_shown_text_is_the_clean_text_with_markers_after_each_cited_run(doc, style, data):
+    clean = "\n\n".join(" ".join(p) for p in doc)
+    given_facts = [GivenFact(f"F{i}", f"fact-{i}", "s.md", "S", "x") for i in range(1, 4)]
+    citer = Citer(given_facts, bag_encode(["x"] * 3), bag_encode, threshold=0.0)
+    refs = data.draw(st.lists(st.sampled_from(["F1", "F2", "F3"]), min_size=1, max_size=3))
+    _, cit = citer.cite(clean.replace(".", f" [{refs[0]}].", 1))
+    numbers = number_facts({}, cit.fact_order())
+    shown, spans = rendered_spans(clean, cit, numbers, style)
+    assert shown == rendered(clean, cit, numbers, style)
+    # taking the inserted markers out gives back the clean text
+    pattern = r"\[\^\d+\]" if style == "footnotes" else r"\[\d+\]"
+    assert re.sub(pattern, "", shown) == clean
+    for span in spans:
+        assert shown[span.end:].startswith(marker_text(span.numbers, style))
+        assert shown[span.start:span.end].strip()
+
+
+# ----------------------------------------------------------------------------- attribution
+
+FACTS = ["PostgreSQL provides several index types: B-tree, Hash, GiST, SP-GiST, GIN and BRIN.",
+         "By default, the CREATE INDEX command creates B-tree indexes, which fit the most "
+         "common situations.",
+         "The write-ahead log ensures that changes to data files are logged before they are "
+         "written, so a crash can be recovered from."]
+
+
+@pytest.fixture(scope="module")
+def citer() -> Citer:
+    emb = default_embedder()
+    given_facts = [GivenFact(f"F{i + 1}", f"id{i + 1}", "/srv/docs/indexes.html",
+                             "Indexes > Types", c) for i, c in enumerate(FACTS)]
+    return Citer(given_facts, emb.encode(FACTS), emb.encode)
+
+
+def test_a_citation_to_a_fact_the_window_was_not_given_is_dropped_and_repaired(citer):
+    _, cit = citer.cite("The default index that CREATE INDEX builds is a B-tree, which suits "
+                        "most common situations [F9].")
+    (s,) = cit.sentences
+    assert cit.invalid == 1 and s.facts == ("id2",) and s.status == REPAIRED
+
+
+def test_a_citation_to_a_given_fact_that_does_not_support_the_sentence_is_replaced(citer):
+    _, cit = citer.cite("PostgreSQL offers the index types B-tree, Hash, GiST, SP-GiST, GIN "
+                        "and BRIN [F3].")
+    (s,) = cit.sentences
+    assert s.facts == ("id1",) and s.status == REPAIRED and cit.dropped == 1
+
+
+def test_a_supported_citation_stands_and_a_paragraph_cited_once_covers_its_sentences(citer):
+    _, cit = citer.cite("PostgreSQL has several index types, such as B-tree, GiST and BRIN. "
+                        "Changes are logged in the write-ahead log before data files are "
+                        "written [F1, F3].")
+    first, second = cit.sentences
+    assert first.facts == ("id1",) and first.status == CITED
+    assert second.facts == ("id3",) and second.status == CITED
+
+
+def test_a_sentence_no_given_fact_supports_is_flagged_and_cites_nothing(citer):
+    _, cit = citer.cite("Cats are wonderful pets that like to sleep all day [F1].")
+    (s,) = cit.sentences
+    assert s.status == UNSUPPORTED and s.facts == () and cit.unsupported == [s]
+
+
+def test_headings_code_and_short_sentences_are_not_factual():
+    text = ("## Index types\n\nSee below.\n\n```sql\nCREATE INDEX i ON t (a);\n```\n\n"
+            "- A B-tree index sorts its keys.\n")
+    spans = [text[s.start:s.end] for s in factual_sentences(text)]
+    assert spans == ["- A B-tree index sorts its keys."]
+
+
+@settings(max_examples=150, deadline=None)
+@given(DOC, st.lists(MARKER, max_size=8), st.integers(0, 4), st.data())
+def test_a_citation_never_names_a_fact_the_window_was_not_given(doc, markers, n_given, data):
+    texts = [" ".join(p) for p in doc]
+    given_facts = [GivenFact(f"F{i}", f"fact-{i}", "s.md", "S", data.draw(SENTENCE))
+                   for i in data.draw(st.lists(st.integers(1, 40), min_size=n_given,
+                                               max_size=n_given, unique=True))]
+    citer = Citer(given_facts, bag_encode([g.content for g in given_facts]), bag_encode,
+                  threshold=data.draw(st.floats(0, 1)))
+    marked = "\n\n".join(t + "".join(m[1] for m in markers[i::len(texts)])
+                         for i, t in enumerate(texts))
+    clean, cit = citer.cite(marked)
+    ids = {g.fact_id for g in given_facts}
+    written = sum(len(m[0]) for m in markers)
+    assert cit.written == written
+    assert cit.invalid == sum(1 for m in markers for r in m[0]
+                              if r not in {g.ref for g in given_facts})
+    for s in cit.sentences:
+        assert set(s.facts) <= ids and len(s.facts) <= 3
+        assert all(v >= citer.threshold for v in s.support)
+        assert (s.status == UNSUPPORTED) == (not s.facts)
+        assert clean[s.start:s.end].strip() == clean[s.start:s.end]
+
+
+# ----------------------------------------------------------------------------- numbering
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.sampled_from("abcdefghij"), max_size=6), max_size=6))
+def test_numbers_run_by_first_citation_and_never_change(windows):
+    numbers: dict[str, int] = {}
+    seen: list[str] = []
+    for order in windows:
+        before = dict(numbers)
+        numbers = number_facts(numbers, order)
+        assert {k: numbers[k] for k in before} == before
+        for f in order:
+            if f not in seen:
+                seen.append(f)
+    assert numbers == {f: i + 1 for i, f in enumerate(seen)}
+
+
+# ----------------------------------------------------------------------------- sources
+
+HOSTILE = "<script>alert(1)</script> [click](javascript:alert(1)) **bold** `code` # x"
+
+
+def test_sources_list_renders_what_documents_hold_as_text():
+    entries = [SourceEntry(1, "f1", "/docs/<b>x</b>.md", HOSTILE + " > Part", HOSTILE)]
+    for style in ("numbers", "footnotes"):
+        md = sources_markdown(entries, style)
+        # every markup character is escaped: none is left bare
+        assert not re.search(r"(?<!\\)(<script>|\]\(javascript|\*\*bold)", md)
+        assert escape_markdown(HOSTILE) in md
+    from markdown_it import MarkdownIt
+
+    html = MarkdownIt("commonmark").render(sources_markdown(entries, "numbers"))
+    assert "<script>" not in html and "<b>" not in html and 'href="javascript' not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def test_an_entry_without_title_or_path_is_still_readable():
+    bare = SourceEntry(1, "0123456789abcdef0123", "", "", "")
+    assert bare.title == "fact 0123456789ab"
+    assert sources_markdown([bare], "numbers") == "## Sources\n\n1. fact 0123456789ab\n"
+    named = SourceEntry(2, "f", "/a/b/notes.txt", "", "")
+    assert named.title == "notes.txt"
+    assert "- [2] notes.txt — /a/b/notes.txt" in sources_markdown([named], "numbers")
+    assert sources_markdown([], "numbers") == "" and sources_markdown([bare], "off") == ""
