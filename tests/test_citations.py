@@ -225,3 +225,34 @@ def test_an_entry_without_title_or_path_is_still_readable():
     assert named.title == "notes.txt"
     assert "- [2] notes.txt — /a/b/notes.txt" in sources_markdown([named], "numbers")
     assert sources_markdown([], "numbers") == "" and sources_markdown([bare], "off") == ""
+
+
+@settings(max_examples=120, deadline=None)
+@given(DOC, st.lists(MARKER, max_size=6), st.lists(st.integers(1, 9), min_size=1, max_size=300),
+       st.sampled_from(["numbers", "footnotes"]))
+def test_markers_survive_streaming_block_by_block(doc, markers, sizes, style):
+    """What a stream releases, cited as it goes (`cdr.window.loop._stream_shape`), is exactly
+    the window's shown text, however the writer's pieces cut its markers and blocks."""
+    from cdr.text.kept_stream import KeptStream
+
+    given_facts = [GivenFact(f"F{i}", f"fact-{i}", "s.md", "S", " ".join(p))
+                   for i, p in enumerate(doc, 1)]
+    citer = Citer(given_facts, bag_encode([g.content for g in given_facts]), bag_encode)
+    text = "\n\n".join(" ".join(p) + "".join(m[1] for m in markers[i::len(doc)])
+                       for i, p in enumerate(doc))
+
+    def shown(t: str) -> str:
+        clean, cit = citer.cite(t)
+        return rendered(clean, cit, number_facts({}, cit.fact_order()), style)
+
+    got: list[str] = []
+    held = KeptStream(got.append, shown)
+    at = 0
+    for size in sizes:
+        if at >= len(text):
+            break
+        held.feed(text[at:at + size])
+        at += size
+    held.feed(text[at:])
+    held.finish(shown(text))
+    assert "".join(got) == shown(text)

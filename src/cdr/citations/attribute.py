@@ -32,8 +32,10 @@ from cdr.citations.markers import (
     take_writer_markers,
 )
 from cdr.citations.support import (
+    LEXICAL_SURE,
     SUPPORT_THRESHOLD,
     content_words,
+    lexical_scores,
     lexical_support,
     support_scores,
 )
@@ -195,7 +197,7 @@ class Citer:
             len(self.given), -1) if len(self.given) else np.zeros((0, 1), np.float32)
         self.fact_words = [content_words(g.content) for g in self.given]
         self.encode = encode
-        self.threshold = float(threshold)
+        self.threshold = float(np.float32(threshold))  # as the float32 scores compare
         self._vectors: dict[str, np.ndarray] = {}
 
     def _sentence_vectors(self, texts: list[str]) -> np.ndarray:
@@ -223,12 +225,21 @@ class Citer:
                                 for s in sentences]
             return clean, result
         texts = [clean[s.start:s.end] for s in sentences]
-        scores = support_scores(lexical_support([content_words(t) for t in texts],
-                                                self.fact_words),
-                                self._sentence_vectors(texts), self.fact_vectors)
         inherited = _inherit(sentences, given_refs)
+        wanted_of = [[self.by_ref[r] for r in dict.fromkeys(refs)] for refs in inherited]
+        lexical = lexical_support([content_words(t) for t in texts], self.fact_words)
+        scores = lexical_scores(lexical)
+        # Embedded only where the words do not settle it: a sentence whose cited facts it all
+        # quotes, or that cites none and quotes one, is decided by its words alone.
+        sure = lexical >= LEXICAL_SURE
+        unsettled = [i for i, wanted in enumerate(wanted_of)
+                     if not (sure[i, wanted].all() if wanted else sure[i].any())]
+        if unsettled:
+            scores[unsettled] = support_scores(
+                lexical[unsettled], self._sentence_vectors([texts[i] for i in unsettled]),
+                self.fact_vectors)
         for i, s in enumerate(sentences):
-            wanted = [self.by_ref[r] for r in dict.fromkeys(inherited[i])]
+            wanted = wanted_of[i]
             kept = sorted((j for j in wanted if scores[i, j] >= self.threshold),
                           key=lambda j: -scores[i, j])[:MAX_PER_SENTENCE]
             own = {self.by_ref[r] for r in given_refs[i]}
