@@ -75,7 +75,7 @@ def replicas(shared: tuple[str, Path, Path]) -> Iterator[list[GatewayServer]]:
             s.stop()
 
 
-def run_session(calls: list[GatewayServer]) -> dict[str, Any]:
+def run_session(calls: list[GatewayServer], start: dict[str, Any] = START) -> dict[str, Any]:
     """Drive one session to its end; call k (create, envelope, window, envelope, ...) goes to
     `calls[k % len(calls)]`. Returns the etags, texts, statuses and final token."""
     clients = {id(s): httpx.Client(base_url=s.url, timeout=120) for s in calls}
@@ -88,7 +88,7 @@ def run_session(calls: list[GatewayServer]) -> dict[str, Any]:
         return c
 
     try:
-        r = nxt().post("/v1/sessions", json=START)
+        r = nxt().post("/v1/sessions", json=start)
         assert r.status_code == 201, r.text
         sid, token = r.json()["session_id"], r.json()["token"]
         etags, texts, done = [], [], False
@@ -121,6 +121,21 @@ def get_trace(server: GatewayServer, sid: str, token: str) -> dict[str, Any]:
 def comparable(trace: dict[str, Any]) -> list[tuple[Any, ...]]:
     """Per window: number, text, the envelope's facts with their scores, the CRP headers."""
     return [(w["number"], w["output"], w["envelope"], w["headers"]) for w in trace["windows"]]
+
+
+def test_citation_numbers_are_one_sessions_across_replicas(replicas):
+    """A citing session served alternately numbers its citations as one replica does: the
+    numbers so far travel with the session (`Session.cited_sources`)."""
+    a, b = replicas
+    citing = {**START, "profile": "focused"}
+    alone, alternating = run_session([a], citing), run_session([a, b], citing)
+    one = get_trace(a, alone["sid"], alone["token"])
+    two = get_trace(b, alternating["sid"], alternating["token"])
+    assert one["sources"] and one["sources"] == two["sources"]
+    assert [w["citations"] for w in one["windows"]] == [w["citations"] for w in two["windows"]]
+    numbers = [n for w in two["windows"] if "citations" in w
+               for s in w["citations"]["sentences"] for n in s["numbers"]]
+    assert sorted(set(numbers)) == [s["number"] for s in two["sources"]]
 
 
 def test_one_session_served_alternately_equals_one_replica_alone(replicas):
