@@ -20,7 +20,6 @@ from cdr.gateway.session_record import SessionRecord
 from cdr.gateway.session_store import MemorySessionStore, VersionConflictError
 from cdr.gateway.session_token import ExpiredTokenError, StaleTokenError, TokenModelMismatchError
 from cdr.gateway.settings import GatewaySettings
-from cdr.old_paths import REMOVED_IN
 from cdr.trace import window_record
 from cdr.window.loop import EmptyKnowledgeBaseError, GenerationConfig, Generator, PreparedWindow
 from cdr.writers import get_writer
@@ -153,26 +152,6 @@ def test_options_apply_defaults_and_the_window_cap(tmp_path, ckf):
         with pytest.raises(ApiError) as e:
             gw.options(GenerationOptions(max_windows=4))
         assert e.value.status == 422 and "cap of 3" in e.value.message
-    finally:
-        gw.close()
-
-
-def test_gateway_snapshot_is_the_old_name_of_index_and_warns_until_its_release(tmp_path, ckf):
-    """`Gateway.snapshot()` was renamed `index()` (one name for a fact index): the old method
-    and the old `generator(snapshot=...)` keyword still answer, each with a warning naming the
-    new name and the release they go away in."""
-    settings_ = GatewaySettings(_env_file=None, dev=True, session_db=tmp_path / "s.db")
-    gw = Gateway(settings_, ckf=ckf, store=MemorySessionStore())
-    try:
-        with pytest.warns(DeprecationWarning, match=rf"Gateway.snapshot is now Gateway.index; "
-                                                    rf"the old name stops working in cdr "
-                                                    rf"{REMOVED_IN}") as caught:
-            index = gw.snapshot(require_facts=False)
-        assert caught[0].filename == __file__  # points at the caller's line
-        assert index is gw.index(require_facts=False)
-        with pytest.warns(DeprecationWarning, match=r"generator\(snapshot=...\) is now index="):
-            gen = gw.generator(snapshot=index, options={})  # type: ignore[call-arg]
-        assert gen.index.index is index  # the selection cache's wrapper around it
     finally:
         gw.close()
 

@@ -18,8 +18,8 @@ from cdr.options import PROFILES, SessionOptions
 from cdr.session import TASK_COMPLETE, Session
 from cdr.text.self_repeat import REPETITION
 from cdr.window.dpe import DpeReport
+from cdr.window.fit import WORDS_PER_TOKEN
 from cdr.window.length import (
-    EXTRACTIVE_WORDS_PER_TOKEN,
     LLM_WORDS_PER_TOKEN,
     contract_met,
     section_shares,
@@ -86,7 +86,7 @@ def test_section_shares_sum_to_the_owed_words_in_proportion(remaining: list[int]
 
 
 def test_words_per_token_per_writer():
-    assert writer_words_per_token(get_writer("extractive")) == EXTRACTIVE_WORDS_PER_TOKEN
+    assert writer_words_per_token(get_writer("extractive")) == WORDS_PER_TOKEN
 
     class Prose:
         pass

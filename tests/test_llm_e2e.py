@@ -83,6 +83,18 @@ def test_cdr_generate_two_windows_with_the_local_writer(model_path, types_ckf_pa
         assert all(a["id"] in ids and 0 < a["depth"] <= 0.9 for a in w["addressed"])
     assert windows[0]["addressed"], "Stage 8 attributed nothing in Window 1"
     assert doc.read_text().strip()
+    # The default profile cites: whatever the model marked, every citation is to a fact its
+    # window was given, the model's own refs are gone, and cited facts are listed at the end.
+    for w in windows:
+        if w["output"].strip():
+            envelope = {f["fact_id"] for f in w["envelope"]}
+            assert all(set(s["facts"]) <= envelope for s in w["citations"]["sentences"])
+            assert "[F" not in w["output"]
+    numbers = {n for w in windows for s in w.get("citations", {}).get("sentences", ())
+               for n in s["numbers"]}
+    assert [s["number"] for s in trace.get("sources", [])] == sorted(numbers)
+    if numbers:
+        assert "\n## Sources\n" in doc.read_text()
 
 
 @pytest.fixture(scope="module")

@@ -75,7 +75,7 @@ CONTRACT = {"get", "create", "cas", "delete", "list_ids", "take_lease", "renew_l
 
 def test_the_contract_includes_the_leases_and_every_store_keeps_it(store: SessionStore) -> None:
     """One protocol, leases included, and each store (and the job store beside it) has every
-    method of it (the job leases' old protocol name, `JobLeases`, is tests/test_old_paths.py's)."""
+    method of it."""
     from cdr.gateway.job_store import job_store_for
 
     members = {n for n in vars(SessionStore) if not n.startswith("_")}

@@ -58,8 +58,7 @@ def test_a_base_url_comes_from_the_writer_class_not_its_name():
     import cdr.writers
 
     assert build_writer("openai", model="m").url.startswith("https://api.openai.com/v1")
-    with pytest.warns(DeprecationWarning, match="default_base_url"):
-        assert cdr.writers.OPENAI_BASE_URL == "https://api.openai.com/v1"
+    assert cdr.writers.OpenAIWriter.default_base_url == "https://api.openai.com/v1"
     assert build_writer("openai", model="m", base_url="http://127.0.0.1:9/v1").url.startswith(
         "http://127.0.0.1:9/v1")
 

@@ -3,15 +3,10 @@
 Public API: the ranking core, session state and exits; the CKF, loop, writers and gateway are
 imported lazily from their modules (`cdr.ckf`, `cdr.window.loop`, `cdr.writers`, `cdr.gateway`)
 so that `import cdr` stays cheap.
-
-Modules that moved into sub-packages (`cdr.loop` is now `cdr.window.loop`, …) still import by
-their old names, with a `DeprecationWarning`, for one release: `cdr.old_paths` maps each old name to
-the same module object (docs/design.md §7.1 "Modules").
 """
 
 from typing import TYPE_CHECKING
 
-from cdr import old_paths  # noqa: F401 - installs the finder for the old module paths
 from cdr.coverage import CoverageEntry, CoverageSet, ResidualSet, SubQuery
 from cdr.errors import (
     CdrError,

@@ -1,8 +1,8 @@
 """A row's largest dot product with a set of vectors, exact, without computing every product
-exactly (issue 42: residual pull at the memory limit).
+exactly: residual pull at the memory limit.
 
 Residual pull is max over the R residual sub-queries of `row · r_k`. Computing all R products
-per row with numpy's einsum (row-independent, so a fact scores the same on any shard, issue 12)
+per row with numpy's einsum (row-independent, so a fact scores the same on any shard)
 ran on one core at ~8 GFLOP/s and cost as much as a quarter of the whole scan at 1M facts.
 Only the largest product's value is used, so:
 

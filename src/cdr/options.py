@@ -9,7 +9,7 @@ wire names (`window_tokens` on the wire is `generation_tokens` here), and the li
 sets per run. `tests/test_run_options.py` checks that the CLI's, the schema's and the
 config's defaults are these (docs/design.md §7.5 "Seams").
 
-Opt-in session options beyond CRP-SPEC-024 (issue 13), and the presets that bundle them.
+Opt-in session options beyond CRP-SPEC-024, and the presets that bundle them.
 
 The spec's behaviour is the default and stays byte-for-byte what it was: a session with default
 options serialises exactly as before (no option keys), and a session stored before the options
@@ -204,16 +204,16 @@ PROFILES: dict[str, SessionOptions] = {
     # sub-queries lost to the spec's (bench/results/tune_focused_round1.md), anchoring the
     # subject added nothing once BM25 carries the subject's words (..._round2.md), and
     # document support lifted every measure on both corpora (..._round3.md).
-    # The length contract (issue 22) keeps a long run to the words asked: without it a run
+    # The length contract keeps a long run to the words asked: without it a run
     # goes on to its window limit or its stale stop (bench/results/long.md).
-    # Planning by the packed facts (issue 21): with the outline's leading sections, 6 of
+    # Planning by the packed facts: with the outline's leading sections, 6 of
     # focused's 10 windows on two Python-docs pages held at most one fact of the section they
     # were asked for, and the model wrote it from memory (docs/retrieval.md).
     # Not `resume: "prefill"`: chosen on the two largest TUNE pages (restating in windows 2+
     # 13.3% -> 4.5%, bench/results/long-tune.md), it did not hold on the report tasks (restating
     # 14.6% -> 14.3%, the reference model looping in 12 windows instead of 7;
     # bench/results/long.md), so it stays an opt-in (docs/length.md).
-    # The section pool (issue 37): chosen on the tuning tasks of `bench/shapes.py` (tasks whose
+    # The section pool: chosen on the tuning tasks of `bench/shapes.py` (tasks whose
     # material is 2-5 man pages): material sent 67% -> 93%, false exhaustions 4 -> 1 of 5,
     # single-page tasks unchanged (100% sent, no stale window); docs/retrieval.md.
     "focused": SessionOptions(memory="facts", lexical="bm25", stale="stop", length="contract",

@@ -18,7 +18,7 @@ cosine scan pays.
 Every per-fact product here is *row-independent* (`row_dots`): a fact's relevance, coverage
 and pull are computed from its own row alone, never by a BLAS product whose rounding depends
 on which other rows share the matrix. So a fact's score is bit-identical whether one CKF or
-any shard of a shard set ranks it, and near-tied facts keep one order (issue 12).
+any shard of a shard set ranks it, and near-tied facts keep one order.
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def cdr_components(
     use_pull = coverage_nonempty and residual.shape[0] > 0 and m > 0
     # Coverage is needed exactly for every row (novelty is continuous in it); of the residual
     # products only each row's largest is used, which `max_row_dots` finds exactly without
-    # computing all R of them exactly (issue 42). Both are einsum's bits, row by row.
+    # computing all R of them exactly. Both are einsum's bits, row by row.
     coverage = (row_dots(embeddings, np.asarray(centroid, dtype=dt)) if centroid is not None
                 else np.zeros(m, dtype=dt))
     pull = (max_row_dots(embeddings, np.asarray(residual, dtype=dt)) if use_pull

@@ -37,7 +37,6 @@ from cdr.ckf.records import (
     normalize_source_type,
 )
 from cdr.ckf.snapshot import CKFSnapshot
-from cdr.old_paths import renamed_getattr
 from cdr.text.sentences import split_sentences
 
 __all__ = [
@@ -75,5 +74,3 @@ __all__ = [
     "parse_text",
     "split_sentences",
 ]
-
-__getattr__ = renamed_getattr(__name__)  # CKFWriter, the old name (cdr.old_paths.RENAMED)

@@ -1,9 +1,7 @@
 """The CKF's committer: the admin side that writes — file lifecycle, locking and every SQL
 statement that changes the store.
 
-Named apart from `cdr.writers` (the language-model backends that write a document's windows):
-this module was `cdr.ckf.writer` and its class `CKFWriter`, and both old names keep working for
-one release (`cdr.old_paths`).
+Named apart from `cdr.writers` (the language-model backends that write a document's windows).
 
 Readers (`cdr.ckf.snapshot.CKFSnapshot`) never write; everything that does goes through a
 `CKFCommitter`: creating a store, the single-writer file lock, atomic write transactions (ingest
@@ -35,7 +33,6 @@ from cdr.ckf.schema import DB_NAME, DDL, LOCK_NAME, SCHEMA_VERSION, connect, now
 from cdr.ckf.state import CommittedState, Layout, read_layout, read_state
 from cdr.ckf.txn import WriteTxn, chunks
 from cdr.errors import CdrError, InvalidInputError
-from cdr.old_paths import renamed_getattr
 
 _LOCK_TIMEOUT = 60.0
 # SQLite page cache of the writer connection, KiB (negative = KiB in the pragma). The default
@@ -344,5 +341,3 @@ class CKFCommitter:
                 "ON d.doc_id = f.doc_id WHERE f.row >= ? AND f.row < ? ORDER BY f.row",
                 (lo, hi)).fetchall()
 
-
-__getattr__ = renamed_getattr(__name__)  # CKFWriter, the old name (cdr.old_paths.RENAMED)

@@ -24,7 +24,6 @@ from cdr.ckf.schema import DB_NAME
 from cdr.ckf.snapshot import CKFSnapshot
 from cdr.ckf.txn import WriteTxn
 from cdr.errors import InvalidInputError, NotFoundError
-from cdr.old_paths import RenamedAttribute
 from cdr.retrieval.fact_recipe import DEFAULT_RECIPE, base_model_id, check_recipe, identity
 
 if TYPE_CHECKING:
@@ -89,7 +88,6 @@ class CKF(CKFSnapshot):
             return self._committer
 
     # The committer's old name (`cdr.writers` are the language-model backends).
-    writer = RenamedAttribute("committer")
 
     def refresh(self) -> bool:
         """Pick up commits made by other processes; True if anything changed."""

@@ -18,7 +18,6 @@ from cdr.ckf.markdown_blocks import front_matter, parse_markdown
 from cdr.ckf.records import ParsedDocument
 from cdr.ckf.sections import Sections
 from cdr.errors import InvalidInputError
-from cdr.old_paths import renamed_getattr
 from cdr.text.blocks import Block
 from cdr.text.sentences import ends_sentence
 
@@ -182,5 +181,3 @@ def parse_pdf(data: bytes) -> ParsedDocument:
                 blocks.append(Block(body, section, f"page {p + 1}"))
     return ParsedDocument("pdf", blocks, title, {})
 
-
-__getattr__ = renamed_getattr(__name__)  # the kinds' names moved to cdr.ckf.kinds

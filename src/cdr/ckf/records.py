@@ -42,7 +42,7 @@ class FactStatus(IntEnum):
 
 SELECTABLE_STATUSES = (FactStatus.ACTIVE, FactStatus.STALE)
 
-# Importance weight by source type (issue 3). Aliases map the spellings people type.
+# Importance weight by source type. Aliases map the spellings people type.
 SOURCE_TYPE_IMPORTANCE: dict[str, float] = {
     "regulatory": 0.90,
     "official": 0.80,

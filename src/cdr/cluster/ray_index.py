@@ -1,4 +1,4 @@
-"""`RayShardedIndex`: a `FactIndex` whose shards are served by Ray actors (issue 12).
+"""`RayShardedIndex`: a `FactIndex` whose shards are served by Ray actors.
 
 One actor per shard of a shard set (`cdr.cluster.shardset`), each mapping its own CKF directory
 (`cdr.cluster.shard_server.ShardServer`). Global row numbers are the shards' rows laid end to end

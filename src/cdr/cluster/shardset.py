@@ -1,4 +1,4 @@
-"""A shard set: one knowledge base split into S ordinary CKF directories (issue 12).
+"""A shard set: one knowledge base split into S ordinary CKF directories.
 
 Layout of a shard set directory::
 

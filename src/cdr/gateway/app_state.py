@@ -28,7 +28,6 @@ from cdr.gateway.session_store import SessionStore, StoredSession
 from cdr.gateway.session_token import StaleTokenError, TokenPayload, TokenSigner
 from cdr.gateway.settings import DEFAULT_KB, GatewaySettings
 from cdr.gateway.shard_kb import ShardSetKnowledgeBase, index_root
-from cdr.old_paths import RenamedAttribute, renamed_keywords
 from cdr.options import DEFAULTS, FACE_DEFAULTS
 from cdr.retrieval.factindex import FactIndex
 from cdr.session import IN_PROGRESS, Session
@@ -181,7 +180,6 @@ class Gateway:
             raise empty_kb_error(index, self.kb.path)
         return index
 
-    snapshot = RenamedAttribute("index")  # the old name (docs/design.md §7.4 "One name per thing")
 
     def context_mode_headers(self) -> dict[str, str]:
         """Defaults for responses that say nothing more specific."""
@@ -210,7 +208,6 @@ class Gateway:
         return {"max_windows": windows, "ranking": given.pop("ranking", DEFAULTS.ranking),
                 **given, "profile": given.get("profile", FACE_DEFAULTS.profile)}
 
-    @renamed_keywords(snapshot="index")
     def generator(self, index: FactIndex, options: Mapping[str, Any]) -> Generator:
         cfg = GenerationConfig(min_relevance=self.settings.min_relevance, **options)
         return Generator(CachingIndex(index, self.selections), self.writer, cfg)

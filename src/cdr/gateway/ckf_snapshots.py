@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, TypeVar
 
 from cdr.errors import NotFoundError
 from cdr.gateway.knowledge_base import WATCH_SECONDS, WatchedKnowledgeBase, submit_then_reload
-from cdr.old_paths import renamed_getattr
 
 if TYPE_CHECKING:
     from cdr.ckf.handle import CKF
@@ -151,6 +150,3 @@ class LocalKnowledgeBase(WatchedKnowledgeBase):
         doc_id = str(index.document(doc)["doc_id"])
         return self.submit_write(lambda ckf: (doc_id, ckf.delete_document(doc_id)))
 
-
-# `KnowledgeBase`, this class's name until the protocol took it (cdr.old_paths.RENAMED)
-__getattr__ = renamed_getattr(__name__)

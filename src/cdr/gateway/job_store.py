@@ -37,7 +37,6 @@ from cdr.gateway.session_store import (
     SessionStore,
     SQLiteSessionStore,
 )
-from cdr.old_paths import renamed_getattr
 
 __all__ = ["LEASE_EXPIRED", "job_store_for", "jobs_path", "reap_job"]
 
@@ -45,9 +44,6 @@ LEASE_EXPIRED = "lease_expired"
 UNFINISHED = ("queued", "running")
 
 
-# A job store is a session store: the leases are part of the one store contract, whose old name
-# here (`JobLeases`) answers for one more release (cdr.old_paths.RENAMED).
-__getattr__ = renamed_getattr(__name__)
 
 
 def abandoned_error(until: float) -> str:

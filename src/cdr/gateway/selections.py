@@ -1,7 +1,7 @@
 """Phase 1 selections shared between requests: a session's query vector is fixed when it
 starts, so every envelope of it (each window, and every retry of one) selects the same rows
 from a given CKF snapshot. Scanning the whole CKF for each request was most of an envelope's
-CPU time (issue 15: ~14 of ~22 ms at 100k facts); the cache makes it a dictionary lookup.
+CPU time (~14 of ~22 ms at 100k facts); the cache makes it a dictionary lookup.
 
 Correctness rests on two facts: `select` is a pure function of (snapshot, query vector, gate,
 limit), and a snapshot never changes (an ingest publishes a new one). So entries are keyed on
@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from cdr.old_paths import RenamedAttribute
 from cdr.retrieval.factindex import Selection
 
 __all__ = ["CachingIndex", "SelectionCache"]
@@ -99,7 +98,6 @@ class CachingIndex:
     def index(self) -> Any:
         return self._index
 
-    snapshot = RenamedAttribute("index")  # the old name (docs/design.md §7.4 "One name per thing")
 
     def select(self, query_vector: Any, min_relevance: float,
                limit: int | None = None) -> Selection:

@@ -184,7 +184,7 @@ def hkdf_sha256(ikm: bytes, *, salt: bytes, info: bytes, length: int = 32) -> by
 @functools.lru_cache(maxsize=4096)
 def _session_key(master: bytes, session_id: str) -> bytes:
     """HKDF per (master secret, session), remembered: every request of a session verifies one
-    token and issues the next, so the same key was derived twice per request (issue 15). The
+    token and issues the next, so the same key was derived twice per request. The
     cache is keyed on the secret, so a rotated ring derives anew; it holds at most 4,096
     sessions' keys, so requests naming many sessions only churn it."""
     return hkdf_sha256(master, salt=_HKDF_SALT, info=session_id.encode("utf-8"))

@@ -13,16 +13,16 @@ from cdr.errors import InvalidInputError
 from cdr.ngrams import NGRAM_SIZE
 from cdr.ranking import DEFAULT_RANKING, RANKING_MODES
 from cdr.report.quality import cwr6, fact_reuse
+from cdr.session import COMPLETION_THRESHOLD, EXHAUSTION_RATIO, SAFETY_BUDGET_FLOOR
 from cdr.window.dpe import split_paragraphs
 from cdr.window.fit import MIN_SECTION_WORDS  # a thin window's end (`grounds_words`)
 from cdr.window.stale import STALE_SHARE  # the stale stop's end (`sent_before`)
 
 _WORD = re.compile(r"\w+")
-# The exits' thresholds as docs/design.md §3 "Answers to the spec's open questions" reads
-# the spec; used only to explain an exit.
-COMPLETENESS_EXIT = 0.92
-EXHAUSTION_RATIO = 0.15
-SAFETY_FLOOR = 0.10
+# The exits' thresholds (docs/design.md §3 "Answers to the spec's open questions"), used here
+# only to explain an exit.
+COMPLETENESS_EXIT = COMPLETION_THRESHOLD
+SAFETY_FLOOR = SAFETY_BUDGET_FLOOR
 
 
 @dataclass

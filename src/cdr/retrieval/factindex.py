@@ -2,7 +2,7 @@
 "Real parts, and how they start").
 
 The loop, the gateway and the benchmarks read facts through this protocol only, so a backend
-other than the local CKF directory (e.g. shards served by Ray actors, issue 12) slots in
+other than the local CKF directory (e.g. shards served by Ray actors) slots in
 without touching them. Everything here is per *row*: a row is an integer naming one fact in
 the index's current state, stable until the index says otherwise (its `generation` changes).
 

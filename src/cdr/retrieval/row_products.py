@@ -2,7 +2,7 @@
 
 Why not BLAS: a gemv/gemm kernel takes rows in groups and picks its kernel by matrix size, so
 a row's last bit depends on how many rows the matrix has and where the row sits; one CKF and
-the shard holding a fact then disagree on a score (issue 12). numpy's einsum computes each row
+the shard holding a fact then disagree on a score. numpy's einsum computes each row
 from that row and the vectors alone, but on one core, which left the array face ~1.9× a
 multi-threaded BLAS scan at 1M rows.
 

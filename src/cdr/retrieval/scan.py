@@ -24,7 +24,7 @@ conversion and the int8 copy is not used: results are the same, only slower.
 Exactness contract: the relevance of a row is computed from the row's own bytes by one
 row-independent routine per storage type — numpy's einsum for float32 (the full scan, the
 rescoring of int8 survivors and the tail past the copy alike), the `f16` kernel for float16 —
-so it is bit-identical whichever path, block or shard reached the row (issue 12: a shard and
+so it is bit-identical whichever path, block or shard reached the row (a shard and
 one CKF must rank near-ties alike). BLAS is not used: its rounding depends on the row count.
 
 The int8 copy lives beside the store's array files as ``quant.e{epoch}.i8`` (codes, n × d) and
@@ -367,7 +367,7 @@ def _blas_similarities(emb: np.ndarray, q: np.ndarray) -> np.ndarray:
     if emb.dtype == np.float32:
         # einsum, not BLAS gemv: gemv's rounding depends on the matrix's row count (kernels
         # take rows in groups), so a fact's relevance could differ in the last bit between
-        # one CKF and the shard holding it (issue 12); einsum's depends on the row alone, and
+        # one CKF and the shard holding it; einsum's depends on the row alone, and
         # it measured no slower here (memory-bound either way). Row blocks on all cores
         # (`cdr.retrieval.row_products`) change no row's value.
         return row_products(emb, q)

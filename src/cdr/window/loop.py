@@ -23,7 +23,6 @@ import numpy as np
 from cdr.citations import Citer, WindowCitations
 from cdr.coverage import SubQuery
 from cdr.errors import CdrError, InvalidInputError, UpstreamError
-from cdr.old_paths import RenamedAttribute, renamed_keywords
 from cdr.options import DEFAULTS, MAX_WINDOWS_LIMIT, SessionOptions
 from cdr.ranking import ONE_PASS_MODES, Ranking, rank
 from cdr.retrieval.doc_support import (
@@ -71,7 +70,7 @@ from cdr.window.envelope import (
     pack,
     residual_anchor,
 )
-from cdr.window.fit import MIN_SECTION_WORDS, fit_facts, planned_words
+from cdr.window.fit import MIN_SECTION_WORDS, WORDS_PER_TOKEN, fit_facts, planned_words
 from cdr.window.headers import SAFETY_ONLY_HEADERS, crp_headers
 from cdr.window.length import (
     envelope_words,
@@ -86,7 +85,6 @@ from cdr.window.length import (
 from cdr.window.memory import apply_memory, written_rows
 from cdr.window.plan import label_owners, owning_sections
 from cdr.window.prompt import (
-    WORDS_PER_TOKEN,
     PlanSection,
     build_user_prompt,
     fact_label,
@@ -329,7 +327,6 @@ class Generator:
     """Binds a fact index (a CKF, a shard set), its embedder, a writer and the settings; runs
     windows for a task."""
 
-    @renamed_keywords(ckf="index")
     def __init__(self, index: FactIndex, writer: Writer, config: GenerationConfig | None = None
                  ) -> None:
         self.index = index
@@ -347,7 +344,6 @@ class Generator:
             raise InvalidInputError(f"words must be positive, got {cfg.words}")
         self.options = cfg.session_options()
 
-    ckf = RenamedAttribute("index")  # the old name (docs/design.md §7.4 "One name per thing")
 
     @property
     def min_relevance(self) -> float:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from cdr.text.tokens import count_tokens, count_tokens_batch
+from cdr.window.fit import MIN_SECTION_WORDS
 
 _PLAN_HEADER = "Plan for this part (write these sections in order, from the facts listed):"
 _FACTS_HEADER = "Facts:"
@@ -24,10 +25,7 @@ _WRITE_HEADER = "Write this part now:"
 # marks each sentence with the refs of the facts it states; the loop checks every mark.
 CITE_LINE = ("- After each sentence, cite the facts it states by their refs in square "
              "brackets, such as [F2] or [F1, F3]. Cite only the facts above.")
-# Words a model writes per generated token in English prose (cl100k / Qwen tokenisers, ~0.75),
-# less a margin for headings and Markdown: what a window's token reserve can hold.
-WORDS_PER_TOKEN = 0.7
-TRIM_SLACK_WORDS = 40  # the loop's smallest section target (`cdr.window.fit.MIN_SECTION_WORDS`)
+TRIM_SLACK_WORDS = MIN_SECTION_WORDS  # the loop's smallest section target
 _PLAN_LINE = re.compile(r"^- (?P<title>.+) \(~(?P<words>\d+) words\): (?P<refs>F\d+(?:, F\d+)*)$")
 _FACT_LINE = re.compile(r"^\[(?P<ref>F\d+)\] \((?P<section>.*)\)$")
 # Facts are numbered F1, F2… in layout order, known only once the envelope is packed; a fact's
@@ -112,8 +110,9 @@ def build_user_prompt(
     are listed (the rest would only lengthen the prompt). `continued` names planned sections
     an earlier window began, each with the last words written for it when known (a mapping
     title → text); `first_window` False says the document is already under way;
-    `instructions` False leaves out the closing lines (the prompt before issue 9, kept so the
-    prompt benchmark can compare); `cite` asks the writer to cite the facts by their refs.
+    `instructions` False leaves out the closing lines (the prompt before they were added,
+    kept so the prompt benchmark can compare); `cite` asks the writer to cite the facts by
+    their refs.
 
     The closing lines are what a small instruction model follows best (measured in docs/llm.md,
     "The window prompt"): the exact headings to write, a word count, and a plain

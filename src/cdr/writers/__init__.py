@@ -13,7 +13,6 @@ import inspect
 from typing import Any, Literal
 
 from cdr.errors import InvalidInputError
-from cdr.old_paths import renamed_getattr
 from cdr.writers.base import StreamInterruptedError, Writer, WriterResult, pastes_facts
 
 __all__ = [
@@ -105,6 +104,5 @@ def _lazy(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-# The writer classes, and OPENAI_BASE_URL (now the OpenAI writer's own `default_base_url`,
-# cdr.old_paths.RENAMED) for one more release.
-__getattr__ = renamed_getattr(__name__, others=_lazy)
+# The writer classes, imported on first use.
+__getattr__ = _lazy
