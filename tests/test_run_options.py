@@ -23,6 +23,7 @@ from cdr.gateway.schemas import GenerationOptions
 from cdr.options import (
     DEFAULTS,
     FACE_DEFAULTS,
+    OPTION_NAMES,
     RUN_OPTION_NAMES,
     RunOptions,
     meaning,
@@ -132,7 +133,16 @@ def test_no_face_retypes_a_default_or_a_wire_name():
             continue
         assert ast.unparse(node) == f"D.{name}", (arg, ast.unparse(node))
         checked += 1
-    assert checked == len(RUN_OPTION_NAMES)
+    # the rules' flags are made from the option table (`with_rule_options`), none typed here
+    assert generate.args.kwarg is not None and generate.args.kwarg.arg == "rules"
+    assert "with_rule_options" in {ast.unparse(d) for d in generate.decorator_list}
+    assert checked + len(OPTION_NAMES) == len(RUN_OPTION_NAMES)
+    import inspect
+
+    from cdr.cli import generate as command
+
+    made = inspect.signature(command).parameters
+    assert all(made[n].default == getattr(FACE_DEFAULTS, n) for n in OPTION_NAMES)
 
     schemas = ast.parse((SRC / "gateway" / "schemas.py").read_text(encoding="utf-8"))
     body = _class(schemas, "GenerationOptions").body

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -16,7 +18,7 @@ from cdr.cli.keys import keygen_command
 from cdr.cli.models import models_app
 from cdr.errors import CdrError
 from cdr.options import FACE_DEFAULTS as D  # the library's defaults, profile FACES_PROFILE
-from cdr.options import MAX_WINDOWS_LIMIT, meaning
+from cdr.options import MAX_WINDOWS_LIMIT, OPTION_NAMES, meaning
 from cdr.ranking import RANKING_MODES
 from cdr.session import (
     CKF_EXHAUSTED,
@@ -78,7 +80,22 @@ def _writer(name: str, base_url: str | None, model: str | None) -> Writer:
                         base_url=base_url or settings.env("CDR_LLM_BASE_URL"))
 
 
+def with_rule_options(command: Callable[..., None]) -> Callable[..., None]:
+    """One `--<rule>` option per session rule of `cdr.options.OPTION_CHOICES`, with its help
+    and the faces' default, appended to `command`'s own (which takes them as `**rules`): a
+    rule added to the table is a flag of `cdr generate` with nothing retyped here."""
+    sig = inspect.signature(command, eval_str=True)  # the own options' Annotated, evaluated
+    own = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=getattr(D, name),
+                               annotation=Annotated[str | None, typer.Option(
+                                   help=meaning(name))])
+             for name in OPTION_NAMES]
+    command.__signature__ = sig.replace(parameters=own + added)  # type: ignore[attr-defined]
+    return command
+
+
 @app.command()
+@with_rule_options
 def generate(
     task: Annotated[str, typer.Argument(help="What to write, e.g. 'A guide to asyncio tasks'.")],
     ckf: Annotated[str, typer.Option(
@@ -108,23 +125,11 @@ def generate(
     llm_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible base URL.")] = None,
     llm_model: Annotated[str | None, typer.Option(help="Model name for LLM writers.")] = None,
     profile: Annotated[str | None, typer.Option(help=meaning("profile"))] = D.profile,
-    memory: Annotated[str | None, typer.Option(help=meaning("memory"))] = D.memory,
-    envelope: Annotated[str | None, typer.Option(help=meaning("envelope"))] = D.envelope,
-    queries: Annotated[str | None, typer.Option(help=meaning("queries"))] = D.queries,
-    repeats: Annotated[str | None, typer.Option(help=meaning("repeats"))] = D.repeats,
-    subject: Annotated[str | None, typer.Option(help=meaning("subject"))] = D.subject,
-    lexical: Annotated[str | None, typer.Option(help=meaning("lexical"))] = D.lexical,
-    stale: Annotated[str | None, typer.Option(help=meaning("stale"))] = D.stale,
-    length: Annotated[str | None, typer.Option(help=meaning("length"))] = D.length,
-    documents: Annotated[str | None, typer.Option(help=meaning("documents"))] = D.documents,
-    plan: Annotated[str | None, typer.Option(help=meaning("plan"))] = D.plan,
-    resume: Annotated[str | None, typer.Option(help=meaning("resume"))] = D.resume,
-    pool: Annotated[str | None, typer.Option(help=meaning("pool"))] = D.pool,
-    citations: Annotated[str | None, typer.Option(help=meaning("citations"))] = D.citations,
     trace: Annotated[Path | None, typer.Option(help="Write the trace JSON here.")] = None,
     report: Annotated[Path | None, typer.Option(help="Write an HTML run report here.")] = None,
     out_file: Annotated[Path | None, typer.Option("--out", help="Write the Markdown here "
                                                                 "(default: stdout).")] = None,
+    **rules: str | None,
 ) -> None:
     """Write a document over several windows from a CKF, with CDR ranking."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -151,14 +156,11 @@ def generate(
     from cdr.options import resolve_options
 
     try:
-        resolve_options(profile, memory=memory, envelope=envelope, queries=queries,
-                        repeats=repeats, subject=subject, lexical=lexical, stale=stale,
-                        length=length, documents=documents, plan=plan,
-                        resume=resume, pool=pool, citations=citations)
+        resolve_options(profile, **rules)
+        chosen: dict[str, Any] = dict(rules)  # each a str or None, as GenerationConfig takes
     except CdrError as exc:
-        raise fail(f"{exc} (--profile/--memory/--envelope/--queries/--repeats/--subject/"
-                   "--lexical/--stale/--length/--documents/--plan/--resume/--pool/"
-                   "--citations)", 2) from None
+        flags = "/".join(f"--{n}" for n in ("profile", *OPTION_NAMES))
+        raise fail(f"{exc} ({flags})", 2) from None
     outline_text = None
     if outline is not None:
         try:
@@ -186,10 +188,7 @@ def generate(
             config = GenerationConfig(
                 max_windows=windows, words=words, sub_queries=sub_queries, ranking=ranking,
                 min_relevance=min_relevance, mmr_lambda=mmr_lambda, context_tokens=context_tokens,
-                generation_tokens=generation_tokens, profile=profile, memory=memory,
-                envelope=envelope, queries=queries, repeats=repeats, subject=subject,
-                lexical=lexical, stale=stale, length=length, documents=documents, plan=plan,
-                resume=resume, pool=pool, citations=citations,
+                generation_tokens=generation_tokens, profile=profile, **chosen,
             )
             gen = Generator(store, _writer(writer, llm_base_url, llm_model), config)
             session = gen.start(task, outline_text)
