@@ -84,3 +84,14 @@ def test_the_sidecar_cites_what_the_clients_model_wrote(gateway):
     assert "[1]" in body["text"] and "F999" not in body["text"] and "[F1" not in body["text"]
     (src,) = [s for s in body["sources"] if s["number"] == 1]
     assert src["fact_id"] == first["fact_id"] and not src["source"].startswith("/")
+
+
+def test_the_session_trace_shows_sources_by_public_name(gateway, completion):
+    import httpx
+
+    crp = completion.model_extra["crp"]
+    trace = httpx.get(f"{gateway.url}/v1/sessions/{crp['session_id']}",
+                      headers={"Authorization": f"Bearer {crp['token']}"}, timeout=60).json()
+    assert trace["sources"] and [s["number"] for s in trace["sources"]] == [
+        s["number"] for s in crp["sources"]]
+    assert all(not s["source"].startswith("/") for s in trace["sources"])

@@ -198,3 +198,14 @@ def test_fact_text_with_html_or_markdown_renders_as_text(tmp_path):
     html = (tmp_path / "report.html").read_text(encoding="utf-8")
     assert "<script>alert" not in html and "<img src=x" not in html
     assert '<sup class="cite"><a href="#src-0-1"' in html and 'id="src-0-1"' in html
+
+
+def test_footnotes_mark_sentences_and_define_each_number_once(types_ckf):
+    session, events, streamed = _run(types_ckf, ChunkedExtractive(), citations="footnotes")
+    document = document_of(session, events, [sq.text for sq in session.sub_queries])
+    used = set(re.findall(r"\[\^(\d+)\](?!:)", document))
+    defined = re.findall(r"^\[\^(\d+)\]: ", document, re.MULTILINE)
+    assert used and sorted(used, key=int) == defined == [str(s.number) for s in
+                                                          session.cited_sources]
+    assert "## Sources" not in document
+    assert all(streamed[e.number] == e.shown for e in events if e.output.strip())

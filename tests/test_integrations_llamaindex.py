@@ -151,9 +151,10 @@ def test_record_cites_the_text_against_the_windows_nodes(retriever):
     assert [n.node.metadata["cdr_citation"] for n in cited] == list(range(1, len(cited) + 1))
     assert {n.node.node_id for n in cited} <= {n.node.node_id for n in first[:2]}
     assert [s["number"] for s in rerank.trace()["sources"]] == list(range(1, len(cited) + 1))
-    off = CDRNodePostprocessor.from_task(TASK, outline=OUTLINE, top_n=4, max_windows=3)
-    off.citations = "off"
+    off = CDRNodePostprocessor.from_task(TASK, outline=OUTLINE, top_n=4, max_windows=3,
+                                         citations="off")
     nodes = off.postprocess_nodes(retriever.retrieve("built-in types"),
                                   query_bundle=QueryBundle("built-in types"))
     plain = off.record("\n\n".join(n.node.get_content() for n in nodes))
     assert "citations" not in plain and "text" not in plain and off.source_nodes() == []
+    assert "cited_sources" not in off.session.to_dict() and "sources" not in off.trace()

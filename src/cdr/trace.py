@@ -136,7 +136,7 @@ _CITATIONS: dict[str, Any] = {
                             "items": {"type": "number", "minimum": 0, "maximum": 1}},
                 "status": {"enum": list(SENTENCE_STATUSES)}}}},
         "factual": _COUNT, "cited": _COUNT, "unsupported": _COUNT, "invalid": _COUNT,
-        "dropped": _COUNT, "written": _COUNT,
+        "dropped": _COUNT, "written": _COUNT, "unplaced": _COUNT, "beyond": _COUNT,
         "cited_share": {"type": ["number", "null"], "minimum": 0, "maximum": 1}}}
 TRACE_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",

@@ -19,34 +19,42 @@ are counted (`WindowCitations.invalid`) and dropped. The result is an overlay on
 
 from __future__ import annotations
 
+import bisect
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
 
 from cdr.citations.markers import (
     WriterMarker,
+    line_starts,
     marker_text,
     render_markers,
     take_writer_markers,
 )
 from cdr.citations.support import (
-    LEXICAL_SURE,
     SUPPORT_THRESHOLD,
     content_words,
     lexical_scores,
     lexical_support,
+    lexical_sure,
+    negations,
     support_scores,
 )
-from cdr.text.markdown import parse_blocks
 from cdr.text.sentences import sentence_spans
 
 MIN_FACTUAL_WORDS = 4  # a shorter sentence ("See below.") states nothing to cite
 MAX_PER_SENTENCE = 3
+# Factual sentences a window's citations cover: a window of 4,096 tokens holds about 150; a
+# text far longer (a sidecar client's 400,000 characters) is cited up to here, the rest counted.
+MAX_SENTENCES = 512
+_PARSER = MarkdownIt("commonmark")
 CITED, REPAIRED, UNSUPPORTED = "cited", "repaired", "unsupported"
 SENTENCE_STATUSES = (CITED, REPAIRED, UNSUPPORTED)
-_PROSE = ("paragraph", "quote", "list")
 
 Encode = Callable[[list[str]], np.ndarray]
 
@@ -95,6 +103,8 @@ class WindowCitations:
     invalid: int = 0  # refs to facts the window was not given
     dropped: int = 0  # the writer's refs to given facts that do not support their sentence
     written: int = 0  # refs the writer wrote in all
+    unplaced: int = 0  # refs by no factual sentence (after a heading, in a code block's place)
+    beyond: int = 0  # factual sentences past `MAX_SENTENCES`, left uncited
     numbers: dict[str, int] = field(default_factory=dict)  # each cited fact's in the document
 
     @property
@@ -120,15 +130,19 @@ class WindowCitations:
             "cited_share": round(self.cited / self.factual, 4) if self.factual else None,
             "unsupported": len(self.unsupported), "invalid": self.invalid,
             "dropped": self.dropped, "written": self.written,
+            **({"unplaced": self.unplaced} if self.unplaced else {}),
+            **({"beyond": self.beyond} if self.beyond else {}),
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> WindowCitations:
         sentences = [SentenceCitation.from_dict(s) for s in data["sentences"]]
-        numbers = {f: n for s in data["sentences"]
+        numbers = {str(f): int(n) for s in data["sentences"]
                    for f, n in zip(s["facts"], s.get("numbers", ()), strict=False)}
-        return cls(sentences, int(data.get("invalid", 0)), int(data.get("dropped", 0)),
-                   int(data.get("written", 0)), numbers)
+        return cls(sentences, invalid=int(data.get("invalid", 0)),
+                   dropped=int(data.get("dropped", 0)), written=int(data.get("written", 0)),
+                   unplaced=int(data.get("unplaced", 0)), beyond=int(data.get("beyond", 0)),
+                   numbers=numbers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,49 +152,80 @@ class _Sentence:
     unit: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Unit:
+    """A paragraph (of its own, in a list item or a quote): where it runs in the text, to the
+    end of its last line."""
+
+    start: int
+    end: int
+
+
+_ITEM_START = re.compile(r"^[ \t]*(?:>[ \t]?)*[ \t]*(?:(?:[-*+]|\d{1,9}[.)])(?:[ \t]+|$))?")
+_LINE_START = re.compile(r"^[ \t]*(?:>[ \t]?)*[ \t]*")
+
+
+def prose_units(text: str) -> tuple[list[_Unit], list[_Sentence]]:
+    """The paragraphs of `text`'s prose (CommonMark's, at any depth: list items and quotes
+    included; not headings, code or HTML) and their sentences that have words enough to state
+    something. A sentence's offsets leave out the list marker or quote marks before it."""
+    starts = line_starts(text)
+    units: list[_Unit] = []
+    sentences: list[_Sentence] = []
+    stack: list[Token] = []
+    for tok in _PARSER.parse(text):
+        if tok.nesting == 1:
+            stack.append(tok)
+        elif tok.nesting == -1 and stack:
+            stack.pop()
+        if tok.type != "paragraph_open" or tok.map is None:
+            continue
+        first, last = tok.map[0], min(tok.map[1], len(starts) - 1)
+        parent = stack[-2] if len(stack) > 1 else None
+        item_first = (parent is not None and parent.type == "list_item_open"
+                      and parent.map is not None and parent.map[0] == first)
+        masked = []
+        for k in range(first, last):
+            line = text[starts[k]:starts[k + 1]]
+            prefix = (_ITEM_START if k == first and item_first else _LINE_START).match(line)
+            cut = prefix.end() if prefix else 0
+            masked.append(" " * cut + line[cut:])
+        base = starts[first]
+        body = "".join(masked)
+        unit = len(units)
+        units.append(_Unit(base, base + len(body.rstrip("\n"))))
+        for s, e in sentence_spans(body):
+            if len(body[s:e].split()) >= MIN_FACTUAL_WORDS:
+                sentences.append(_Sentence(base + s, base + e, unit))
+    return units, sentences
+
+
 def factual_sentences(text: str) -> list[_Sentence]:
-    """The sentences of `text`'s prose (paragraphs, quotes, list items; not headings or code)
-    that have words enough to state something, each with the paragraph or item it is in."""
-    line_starts = [0]
-    for line in text.splitlines(keepends=True):
-        line_starts.append(line_starts[-1] + len(line))
-    out: list[_Sentence] = []
-    unit = 0
-    for block in parse_blocks(text):
-        if block.kind not in _PROSE:
-            continue
-        first, last = block.start, min(block.end, len(line_starts) - 1)
-        ranges = ([(line_starts[i], line_starts[i + 1]) for i in range(first, last)]
-                  if block.kind == "list" else [(line_starts[first], line_starts[last])])
-        for a, b in ranges:
-            unit += 1
-            for s, e in sentence_spans(text[a:b]):
-                if len(text[a + s:a + e].split()) >= MIN_FACTUAL_WORDS:
-                    out.append(_Sentence(a + s, a + e, unit))
-    return out
+    """The factual sentences of `text`'s prose (`prose_units`)."""
+    return prose_units(text)[1]
 
 
-def _own_markers(sentences: Sequence[_Sentence], markers: Sequence[WriterMarker]
-                 ) -> list[list[str]]:
-    """The refs each sentence carries: a marker belongs to the last factual sentence of its
-    paragraph or item that starts at or before it (a marker after a code block or a heading
-    belongs to none)."""
+def _own_markers(units: Sequence[_Unit], sentences: Sequence[_Sentence],
+                 markers: Sequence[WriterMarker]) -> tuple[list[list[str]], int]:
+    """The refs each sentence carries, and how many refs belong to none. A marker belongs to
+    its paragraph — the one it stands in, or ends the last line of, or stands alone on the
+    line after — and there to the last factual sentence that starts at or before it, else the
+    first (a marker that opens a paragraph). A marker by a heading or code belongs to none."""
     own: list[list[str]] = [[] for _ in sentences]
+    by_unit: dict[int, list[int]] = {}
+    for i, s in enumerate(sentences):
+        by_unit.setdefault(s.unit, []).append(i)
+    unit_starts = [u.start for u in units]
+    unplaced = 0
     for marker in markers:
-        best = -1
-        for i, s in enumerate(sentences):
-            if s.start > marker.offset:
-                break
-            best = i
-        if best < 0:
+        u = bisect.bisect_right(unit_starts, marker.offset) - 1
+        members = by_unit.get(u, []) if u >= 0 and marker.offset <= units[u].end + 1 else []
+        if not members:
+            unplaced += len(marker.refs)
             continue
-        s = sentences[best]
-        following = sentences[best + 1].start if best + 1 < len(sentences) else None
-        same_unit_end = max((t.end for t in sentences if t.unit == s.unit), default=s.end)
-        if marker.offset <= same_unit_end + 2 and (following is None or marker.offset
-                                                    <= following):
-            own[best].extend(marker.refs)
-    return own
+        at = bisect.bisect_right([sentences[i].start for i in members], marker.offset) - 1
+        own[members[max(at, 0)]].extend(marker.refs)
+    return own, unplaced
 
 
 class Citer:
@@ -196,6 +241,7 @@ class Citer:
         self.fact_vectors = np.asarray(fact_vectors, dtype=np.float32).reshape(
             len(self.given), -1) if len(self.given) else np.zeros((0, 1), np.float32)
         self.fact_words = [content_words(g.content) for g in self.given]
+        self.fact_negations = [negations(g.content) for g in self.given]
         self.encode = encode
         self.threshold = float(np.float32(threshold))  # as the float32 scores compare
         self._vectors: dict[str, np.ndarray] = {}
@@ -211,11 +257,13 @@ class Citer:
 
     def cite(self, text: str) -> tuple[str, WindowCitations]:
         """`text` without the writer's markers, and its citations (`WindowCitations`)."""
-        clean, markers = take_writer_markers(text)
-        sentences = factual_sentences(clean)
-        result = WindowCitations(written=sum(len(m.refs) for m in markers))
-        given_refs = [[r for r in refs if r in self.by_ref]
-                      for refs in _own_markers(sentences, markers)]
+        clean, markers = take_writer_markers(text, self.by_ref)
+        units, sentences = prose_units(clean)
+        result = WindowCitations(written=sum(len(m.refs) for m in markers),
+                                 beyond=max(len(sentences) - MAX_SENTENCES, 0))
+        sentences = sentences[:MAX_SENTENCES]
+        owned, result.unplaced = _own_markers(units, sentences, markers)
+        given_refs = [[r for r in refs if r in self.by_ref] for refs in owned]
         result.invalid = sum(len(m.refs) for m in markers) - sum(
             1 for m in markers for r in m.refs if r in self.by_ref)
         if not sentences:
@@ -227,17 +275,18 @@ class Citer:
         texts = [clean[s.start:s.end] for s in sentences]
         inherited = _inherit(sentences, given_refs)
         wanted_of = [[self.by_ref[r] for r in dict.fromkeys(refs)] for refs in inherited]
-        lexical = lexical_support([content_words(t) for t in texts], self.fact_words)
-        scores = lexical_scores(lexical)
-        # Embedded only where the words do not settle it: a sentence whose cited facts it all
-        # quotes, or that cites none and quotes one, is decided by its words alone.
-        sure = lexical >= LEXICAL_SURE
+        words = [content_words(t) for t in texts]
+        lexical = lexical_support(words, self.fact_words)
+        # Embedded only where the words do not settle it: a sentence that quotes every fact it
+        # cites, or cites none and quotes one, is decided by its words alone.
+        sure = lexical_sure(lexical, words, [negations(t) for t in texts], self.fact_negations)
+        scores = lexical_scores(lexical, sure)
         unsettled = [i for i, wanted in enumerate(wanted_of)
                      if not (sure[i, wanted].all() if wanted else sure[i].any())]
         if unsettled:
             scores[unsettled] = support_scores(
                 lexical[unsettled], self._sentence_vectors([texts[i] for i in unsettled]),
-                self.fact_vectors)
+                self.fact_vectors, sure[unsettled])
         for i, s in enumerate(sentences):
             wanted = wanted_of[i]
             kept = sorted((j for j in wanted if scores[i, j] >= self.threshold),

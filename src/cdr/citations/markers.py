@@ -12,20 +12,30 @@ the run chose: ``[n]`` after the sentence, or Markdown footnotes ``[^n]``.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+from markdown_it import MarkdownIt
 
 CitationStyle = Literal["off", "numbers", "footnotes"]
 CITATION_STYLES: tuple[str, ...] = ("off", "numbers", "footnotes")
 
-# [F3] [F3, F5] [F3; F5] [F3 and F5] (F3) (F3, F5) [F3][F5]; "Fact 3" and "F 3" as small models
-# sometimes write them. A bracketed run that is not all refs (a link, a list index) stays.
+# [F3] [F3, F5] [F3; F5] [F3 and F5] [F1-F3] [f2] [F1, F2, 3] (F3) (F3, F5) [F3][F5]; "Fact 3"
+# and "F 3" as small models sometimes write them. A bracketed run that is not all refs (a link,
+# a list index) stays; a parenthesised one is taken only when every ref in it was given (prose
+# says "the F1 key (F1)" more often than a bracket does).
 _REF = r"F(?:act)?\s?\d{1,4}"
+_ITEM = rf"{_REF}(?:\s*[-–]\s*{_REF})?"
+_NEXT = rf"(?:{_ITEM}|\d{{1,4}})"
 _SEP = r"\s*(?:,|;|and|&)\s*"
 WRITER_MARKER = re.compile(
-    rf"[ \t]*(?:\[(?P<b>{_REF}(?:{_SEP}{_REF})*)\]|\((?P<p>{_REF}(?:{_SEP}{_REF})*)\))")
-_REF_NUMBER = re.compile(r"\d{1,4}")
+    rf"[ \t]*(?:\[(?P<b>{_ITEM}(?:{_SEP}{_NEXT})*)\]|\((?P<p>{_ITEM}(?:{_SEP}{_NEXT})*)\))",
+    re.IGNORECASE)
+_REF_PART = re.compile(r"(?P<a>\d{1,4})(?:\s*[-–]\s*F(?:act)?\s?(?P<b>\d{1,4}))?", re.IGNORECASE)
+_INLINE_CODE = re.compile(r"(`+)(?:(?!\1).)+?\1", re.DOTALL)
+MAX_RANGE = 20  # [F1-F20] at most: a wider "range" is not a citation
+_PARSER = MarkdownIt("commonmark")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,45 +46,57 @@ class WriterMarker:
     refs: tuple[str, ...]
 
 
-def take_writer_markers(text: str) -> tuple[str, list[WriterMarker]]:
+def _refs(body: str) -> tuple[str, ...]:
+    out: list[str] = []
+    for m in _REF_PART.finditer(body):
+        a = int(m["a"])
+        b = int(m["b"]) if m["b"] else a
+        out += [f"F{n}" for n in range(a, b + 1)] if a <= b <= a + MAX_RANGE else [f"F{a}"]
+    return tuple(out)
+
+
+def take_writer_markers(text: str, given: Collection[str] | None = None
+                        ) -> tuple[str, list[WriterMarker]]:
     """`text` without its writer markers, and each marker's refs (``F3``…) with the offset in
-    the clean text where it stood. Text inside fenced or indented code keeps its brackets."""
+    the clean text where it stood. Code (fenced, indented, inline) keeps its brackets; a
+    parenthesised marker is taken only when all its refs are in `given` (when given). A marker
+    that opens a line takes the space after it too."""
     out: list[str] = []
     markers: list[WriterMarker] = []
     last = 0
     length = 0
-    fenced = _fenced_ranges(text)
+    code = _code_ranges(text)
     for m in WRITER_MARKER.finditer(text):
-        if any(a <= m.start() < b for a, b in fenced):
+        if any(a <= m.start() < b for a, b in code):
+            continue
+        refs = _refs(m.group("b") or m.group("p") or "")
+        if m.group("p") is not None and given is not None and not set(refs) <= set(given):
             continue
         piece = text[last:m.start()]
         out.append(piece)
         length += len(piece)
-        body = m.group("b") or m.group("p") or ""
-        refs = tuple(f"F{int(n)}" for n in _REF_NUMBER.findall(body))
         markers.append(WriterMarker(length, refs))
         last = m.end()
+        if (m.start() == 0 or text[m.start() - 1] == "\n") and text[last:last + 1] == " ":
+            last += 1
     out.append(text[last:])
     return "".join(out), markers
 
 
-def _fenced_ranges(text: str) -> list[tuple[int, int]]:
-    """Character ranges of fenced code blocks (``` or ~~~), an unclosed one to the end."""
-    ranges: list[tuple[int, int]] = []
-    start: int | None = None
-    fence = ""
-    pos = 0
-    for line in text.splitlines(keepends=True):
-        stripped = line.lstrip()
-        if start is None and stripped.startswith(("```", "~~~")):
-            start, fence = pos, stripped[:3]
-        elif start is not None and stripped.startswith(fence):
-            ranges.append((start, pos + len(line)))
-            start = None
-        pos += len(line)
-    if start is not None:
-        ranges.append((start, len(text)))
+def _code_ranges(text: str) -> list[tuple[int, int]]:
+    """Character ranges of code: fenced and indented blocks (CommonMark's), inline spans."""
+    starts = line_starts(text)
+    ranges = [(starts[tok.map[0]], starts[min(tok.map[1], len(starts) - 1)])
+              for tok in _PARSER.parse(text)
+              if tok.type in ("fence", "code_block") and tok.map is not None]
+    ranges += [(m.start(), m.end()) for m in _INLINE_CODE.finditer(text)]
     return ranges
+
+
+def line_starts(text: str) -> list[int]:
+    """Where each line of `text` starts (lines end at "\n" only, as CommonMark counts them),
+    then the text's length."""
+    return [0, *(m.end() for m in re.finditer("\n", text)), len(text)]
 
 
 def marker_text(numbers: Sequence[int], style: str) -> str:

@@ -445,6 +445,8 @@ class WindowCitationsOut(BaseModel):
     invalid: int = Field(description="Citations to facts the window was not given (dropped).")
     dropped: int
     written: int
+    unplaced: int = Field(0, description="Refs by no factual sentence (a heading, code).")
+    beyond: int = Field(0, description="Factual sentences past the 512 a window cites.")
 
 
 class WindowResult(BaseModel):

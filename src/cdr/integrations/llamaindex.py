@@ -31,10 +31,11 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 import numpy as np
 
-from cdr.citations import CITATION_STYLES, Citer, GivenFact
+from cdr.citations import Citer, GivenFact
 from cdr.coverage import SubQuery
 from cdr.errors import InvalidInputError
 from cdr.ngrams import ngram_hashes
+from cdr.options import SessionOptions
 from cdr.ranking import Ranking, rank
 from cdr.session import IN_PROGRESS, Session
 from cdr.text.tokens import count_tokens
@@ -67,9 +68,6 @@ class CDRNodePostprocessor(BaseNodePostprocessor):
     min_relevance: float | None = Field(
         default=None, description="Drop nodes below this relevance to the task; None keeps "
         "what the retriever returned (it already did Phase 1).")
-    citations: str = Field(
-        default="numbers", description="How `record` cites the text against the window's "
-        "nodes: numbers ([n]), footnotes ([^n]) or off (cdr.citations).")
 
     _session: Any = PrivateAttr(default=None)
     _embedder: Any = PrivateAttr(default=None)
@@ -87,10 +85,13 @@ class CDRNodePostprocessor(BaseNodePostprocessor):
     def from_task(cls, task: str, *, outline: str | Sequence[str] | None = None,
                   embedder: Any = None, words: int = 1800, max_windows: int = 5,
                   ranking: str = "cdr", top_n: int = 8,
-                  min_relevance: float | None = None) -> CDRNodePostprocessor:
+                  min_relevance: float | None = None, citations: str = "numbers"
+                  ) -> CDRNodePostprocessor:
         """A postprocessor with a fresh session for `task`. `outline`: one sub-query per
         line (or a list); without one, the task is its own single sub-query. `embedder`:
-        a cdr `Embedder` (default: cdr's offline model)."""
+        a cdr `Embedder` (default: cdr's offline model). `citations`: how `record` cites the
+        text against the window's nodes — numbers ([n]), footnotes ([^n]) or off — a session
+        option like the loop's (`cdr.citations`)."""
         if embedder is None:
             from cdr.retrieval.embed import default_embedder
 
@@ -105,7 +106,8 @@ class CDRNodePostprocessor(BaseNodePostprocessor):
         query = normalize(vecs[0] + normalize(vecs[1:].mean(axis=0), "centroid"), "query")
         session = Session.start(task, sqs, vecs[1:], query, embedder.model_id,
                                 max_windows=max_windows, ranking=ranking,
-                                min_relevance=-1.0 if min_relevance is None else min_relevance)
+                                min_relevance=-1.0 if min_relevance is None else min_relevance,
+                                options=SessionOptions(citations=citations))
         self = cls(top_n=top_n, min_relevance=min_relevance)
         self._session = session
         self._embedder = embedder
@@ -230,17 +232,15 @@ class CDRNodePostprocessor(BaseNodePostprocessor):
     def _cite(self, nodes: list[NodeWithScore], text: str) -> CitedText | None:
         """`text` cited against the window's nodes (F1… in their reranked order, as a prompt
         that numbered them would cite them), numbered on from the session's sources."""
-        if self.citations == "off" or not nodes:
+        style = self.session.options.citations
+        if style == "off" or not nodes:
             return None
-        if self.citations not in CITATION_STYLES:
-            raise InvalidInputError(f"citations must be one of {CITATION_STYLES}, got "
-                                    f"{self.citations!r}")
         contents = [n.node.get_content(metadata_mode=MetadataMode.NONE) for n in nodes]
         given = [GivenFact(f"F{j + 1}", n.node.node_id, _node_source(n),
                            str(n.node.metadata.get("section", "")), c)
                  for j, (n, c) in enumerate(zip(nodes, contents, strict=True))]
         citer = Citer(given, self._embed(contents), self._embedder.encode)
-        cited = cite_text(self.session, citer, text, self.citations)
+        cited = cite_text(self.session, citer, text)
         record_sources(self.session, cited)
         for n in nodes:
             if n.node.node_id in cited.citations.numbers:

@@ -27,13 +27,20 @@ def _short(source: str) -> str:
 
 
 def _entries(trace: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
-    return {int(s["number"]): s for s in trace.get("sources") or () if isinstance(s, Mapping)}
+    """The trace's sources by number; an entry without a whole number is left out."""
+    out: dict[int, Mapping[str, Any]] = {}
+    for s in trace.get("sources") or ():
+        number = s.get("number") if isinstance(s, Mapping) else None
+        if isinstance(number, int) and not isinstance(number, bool):
+            out[number] = s
+    return out
 
 
 def _marker(run: int, number: int, entry: Mapping[str, Any] | None) -> str:
     title = str(entry.get("excerpt") or entry.get("title") or "") if entry else ""
-    return (f'<sup class="cite"><a href="#src-{run}-{number}" title="{_e(title)}">'
-            f"[{number}]</a></sup>")
+    n = _e(int(number))
+    return (f'<sup class="cite"><a href="#src-{int(run)}-{n}" title="{_e(title)}">'
+            f"[{n}]</a></sup>")
 
 
 def cited_text(trace: Mapping[str, Any], record: Mapping[str, Any], run: int) -> str:
@@ -43,7 +50,10 @@ def cited_text(trace: Mapping[str, Any], record: Mapping[str, Any], run: int) ->
     if not isinstance(data, Mapping):
         return ""
     output = str(record.get("output", ""))
-    citations = WindowCitations.from_dict(data)
+    try:
+        citations = WindowCitations.from_dict(data)
+    except (KeyError, TypeError, ValueError):  # a damaged trace: its text shows without them
+        return ""
     entries = _entries(trace)
     sents = sorted(citations.sentences, key=lambda s: s.start)
     out: list[str] = []

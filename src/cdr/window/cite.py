@@ -39,15 +39,22 @@ class CitedText:
 def given_facts(index: FactIndex, prepared: PreparedWindow) -> list[GivenFact]:
     """The facts the window's prompt listed, by their refs there: those its plan names (the
     prompt lists no other), every packed fact when there is no plan. A window restored from
-    its stored form has no fact text: it is read back from the index."""
+    its stored form has no fact text: it is read back from the index, and a row that no longer
+    holds the fact the envelope named (the knowledge base changed since) is not given, so no
+    citation pairs one fact's id with another's source."""
     planned = {r for s in prepared.plan for r in s.fact_refs}
     keep = [i for i in range(len(prepared.facts)) if not planned or f"F{i + 1}" in planned]
+    ids = prepared.envelope.fact_ids
     facts = [prepared.facts[i] for i in keep]
     if any(not getattr(f, "content", "") for f in facts):
-        facts = list(index.facts(np.asarray([int(prepared.rows[i]) for i in keep], np.int64)))
-    ids = prepared.envelope.fact_ids
+        rows = np.asarray([int(prepared.rows[i]) for i in keep], np.int64)
+        now = index.fact_ids(rows) if len(rows) else []
+        pairs = [(i, f) for i, f, fid in zip(keep, index.facts(rows), now, strict=True)
+                 if fid == ids[i]]
+    else:
+        pairs = list(zip(keep, facts, strict=True))
     return [GivenFact(f"F{i + 1}", ids[i], str(f.source), str(f.section), str(f.content))
-            for i, f in zip(keep, facts, strict=True)]
+            for i, f in pairs]
 
 
 def window_citer(index: FactIndex, embedder: Embedder, prepared: PreparedWindow,
