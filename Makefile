@@ -91,6 +91,9 @@ bench-quality: $(STAMP)
 # so every finished run is checkpointed and `--resume` picks up where it stopped.
 bench-llm: llm
 	CDR_LOCAL_THREADS=$${CDR_LOCAL_THREADS:-1} $(BIN)/python bench/quality_llm.py --resume $(ARGS)
+	CDR_LOCAL_THREADS=$${CDR_LOCAL_THREADS:-2} $(BIN)/python bench/citations_llm.py --split tune --arms default
+	CDR_LOCAL_THREADS=$${CDR_LOCAL_THREADS:-2} $(BIN)/python bench/citations_llm.py --split report
+	$(BIN)/python bench/citations_llm.py --calibrate
 
 # Retrieval on knowledge bases of similar documents (issue 21): system-call man pages and the
 # Python docs, tune then report split; then task shapes (bench/shapes.py: tasks whose material

@@ -293,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arms", default=",".join(a.name for a in ARMS))
     ap.add_argument("--pairs", choices=("tune", "report"))
     ap.add_argument("--calibrate", action="store_true")
-    ap.add_argument("--out", type=Path, default=RESULTS / "citations.md")
+    ap.add_argument("--out", type=Path,
+                    default=RESULTS.parent.parent / "docs" / "results" / "citations.md")
     args = ap.parse_args(argv)
     if args.split:
         measure(args.split, args.arms.split(","))
