@@ -64,8 +64,9 @@ _BUILD_VERSION = 2
 
 
 def int8_missing_message() -> str:
-    return ("the int8 embedder needs onnx and onnxruntime: "
-            "pip install 'cdr-retrieval[int8]'")
+    return ("the onnxruntime embedders (the default MiniLM, minilm-int8) need onnx and "
+            "onnxruntime, dependencies of cdr-retrieval this install lacks: pip install "
+            "'cdr-retrieval[int8]' puts them back; --embedder minilm-numpy runs without them")
 
 
 def _import_runtime() -> tuple[Any, Any]:
