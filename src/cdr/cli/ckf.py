@@ -192,6 +192,8 @@ def _print_report(report: Any, ckf: Path) -> None:
     if report.stale:
         t.add_row("stale documents", str(len(report.stale)))
     t.add_row("time", f"{report.seconds:.1f} s")
+    if report.embedded and report.seconds > 0:
+        t.add_row("rate", f"{report.embedded / report.seconds:,.1f} texts embedded/s")
     out.print(t)
     if report.skipped:
         out.print(f"[bold]Skipped files[/bold] ({len(report.skipped)}):")
