@@ -29,8 +29,9 @@ CkfOption = Annotated[Path, typer.Option("--ckf", envvar="CDR_CKF", help="CKF di
                                          show_default=False)]
 EmbedderOption = Annotated[str | None, typer.Option(
     "--embedder", envvar="CDR_EMBEDDER",
-    help="Embedding model: 'minilm' (default, offline), 'minilm-int8' (the same model with "
-         "int8 weights on onnxruntime: faster, its own embedding identity; the `int8` extra) "
+    help="Embedding model: 'minilm' (default, offline, its float32 network on onnxruntime), "
+         "'minilm-numpy' (the same model on numpy: the same vectors, slower), 'minilm-int8' "
+         "(the same model with int8 weights on onnxruntime: its own embedding identity) "
          "or 'openai:<model>@<base_url>'.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 RecipeOption = Annotated[str | None, typer.Option(
