@@ -330,7 +330,15 @@ def test_the_float32_graph_is_cached_and_reused(model: MiniLMEmbedder, tmp_path:
     built = list((tmp_path / "cache" / "onnx").glob("minilm-fp32-*.onnx"))
     assert len(built) == 1
     stamp = built[0].stat().st_mtime_ns
-    again = MiniLMOnnxEmbedder()
+    assert len(list((tmp_path / "cache" / "onnx").glob("weights-*.digest"))) == 1
+
+    def no_hashing(_path: Path) -> str:
+        raise AssertionError("the weights were hashed again")
+
+    import cdr.retrieval.embed_onnx as embed_onnx
+
+    monkeypatch.setattr(embed_onnx, "_digest", no_hashing)
+    again = MiniLMOnnxEmbedder()  # the digest from its note, the graph from the cache
     assert built[0].stat().st_mtime_ns == stamp  # read, not built again
     text = ["a crowd at the final"]
     np.testing.assert_array_equal(fresh.encode(text), model.encode(text))

@@ -71,17 +71,39 @@ def _digest(path: Path) -> str:
     return h.hexdigest()[:16]
 
 
+def _weights_digest(path: Path, out_dir: Path) -> str:
+    """The weights file's digest, read back from a note the first load left (keyed by the
+    file's path, size and modification time) instead of hashing 90 MB on every load."""
+    st = path.stat()
+    key = hashlib.sha256(repr((str(path.resolve()), st.st_size, st.st_mtime_ns)).encode())
+    note = out_dir / f"weights-{key.hexdigest()[:16]}.digest"
+    try:
+        digest = note.read_text(encoding="ascii").strip()
+        if len(digest) == 16:
+            return digest
+    except OSError:
+        pass
+    digest = _digest(path)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    part = note.with_name(f"{note.name}.{os.getpid()}.part")
+    part.write_text(digest, encoding="ascii")
+    os.replace(part, note)
+    return digest
+
+
 def float32_model(root: Path, weights: dict[str, np.ndarray], cfg: dict[str, Any]) -> Path:
     """The float32 graph of the weights in `root`, built and cached on first use (atomically:
-    a reader never sees a half-written file, two builders race harmlessly)."""
+    a reader never sees a half-written file, two builders race harmlessly). onnx, slow to
+    import (2 s here), is imported only to build it."""
+    out_dir = settings.cache_dir() / "onnx"
+    build = hashlib.sha256(repr(("fp32", _BUILD_VERSION)).encode()).hexdigest()[:8]
+    digest = _weights_digest(root / "model.safetensors", out_dir)
+    out = out_dir / f"minilm-fp32-{digest}-{build}.onnx"
+    if out.exists():
+        return out
     from cdr.retrieval.embed_int8 import _import_runtime, build_graph
 
     onnx, _ = _import_runtime()
-    out_dir = settings.cache_dir() / "onnx"
-    build = hashlib.sha256(repr(("fp32", _BUILD_VERSION)).encode()).hexdigest()[:8]
-    out = out_dir / f"minilm-fp32-{_digest(root / 'model.safetensors')}-{build}.onnx"
-    if out.exists():
-        return out
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
         part = Path(tmp) / "fp32.onnx"
@@ -90,16 +112,25 @@ def float32_model(root: Path, weights: dict[str, np.ndarray], cfg: dict[str, Any
     return out
 
 
+def _runtime() -> Any:
+    try:
+        import onnxruntime
+    except ImportError:
+        from cdr.errors import InvalidInputError
+        from cdr.retrieval.embed_int8 import int8_missing_message
+
+        raise InvalidInputError(int8_missing_message()) from None
+    return onnxruntime
+
+
 def float32_session(root: Path, weights: dict[str, np.ndarray], cfg: dict[str, Any]) -> Any:
     """An onnxruntime session of the float32 graph, one thread per run: the encoder runs
     batches on its own threads (two workers each on one thread encoded 10-25% more texts/s
     than one run on two threads here, 2 cores), which also shares out the element-wise work."""
-    from cdr.retrieval.embed_int8 import _import_runtime
-
-    _, ort = _import_runtime()
+    ort = _runtime()
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
     opts.inter_op_num_threads = 1
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(str(float32_model(root, weights, cfg)), opts,
-                                providers=["CPUExecutionProvider"])
+    graph = float32_model(root, weights, cfg)
+    return ort.InferenceSession(str(graph), opts, providers=["CPUExecutionProvider"])
