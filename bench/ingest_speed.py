@@ -3,12 +3,15 @@ HTML manual (Debian `postgresql-doc-15`, `corpus.pg_docs_dir`).
 
 1. Whole ingest: the same pages (picked by sha1 of the name until they hold `--facts` facts)
    ingested into a fresh CKF with the numpy MiniLM (the default before) and with the default
-   (its float32 network on onnxruntime, texts of one length batched), alternating, which goes
-   first too; facts/s of the whole pipeline (parse, chunk, embed, commit) and of its embedding.
+   (its float32 network on onnxruntime, texts of one length batched), interleaved 10 pages at a
+   time (the order alternating), so that both see the same load; facts/s of the whole pipeline
+   (parse, chunk, embed, commit) and of its embedding.
 2. Embedding only, every candidate on the same fact texts (as ingest embeds them: recipe
-   `title-section-short`), interleaved in one run, the order rotated each repetition:
+   `title-section-short`), in one run:
    facts/s per repetition, the median, and the median of the per-repetition ratios to the
    numpy path measured in the same repetition; each candidate's cosine to the numpy vectors.
+   Each repetition is interleaved chunk by chunk (200 texts: every candidate runs a chunk
+   before the next chunk, the order rotated), so that all candidates see the same load.
    Candidates: `numpy` (one text a pass), `numpy-padded` (the numpy path cut by
    `_length_batches`, texts padded in batches of 32: its vectors depend on their neighbours,
    so it is a measure only), `onnx-alone` (onnxruntime, one text a run), `onnx` (the
@@ -66,6 +69,10 @@ from cdr.retrieval.fact_recipe import DEFAULT_RECIPE, fact_text
 OUT = Path(__file__).parent / "results" / "ingest_speed.md"
 CANDIDATES = ("numpy", "numpy-padded", "onnx-alone", "onnx", "onnx-intra2", "int8", "static")
 BASELINE = "numpy"
+# Texts each candidate encodes before the next one takes its turn (`embed_speed`).
+CHUNK = 200
+# Pages each path ingests before the other takes its turn (`whole_ingest`).
+GROUP_PAGES = 10
 
 
 def load() -> str:
@@ -119,32 +126,41 @@ class Timed:
         return np.asarray(out)
 
 
-def whole_ingest(pages: list[Path], work: Path, repeats: int) -> dict[str, Any]:
-    """The two paths' whole ingest of the same pages, alternating."""
-    staged = work / "pages"
-    staged.mkdir()
-    for p in pages:
-        shutil.copyfile(p, staged / p.name)
+def whole_ingest(pages: list[Path], work: Path, repeats: int,
+                 group: int = GROUP_PAGES) -> dict[str, Any]:
+    """The two paths' whole ingest of the same pages into a fresh CKF each, interleaved
+    `group` pages at a time (each path ingests a group, the order alternating, before the
+    next group), so that both see the same load."""
+    groups = []
+    for k in range(0, len(pages), group):
+        d = work / "pages" / f"{k // group:03d}"
+        d.mkdir(parents=True)
+        for p in pages[k:k + group]:
+            shutil.copyfile(p, d / p.name)
+        groups.append(d)
     models = {"numpy": numpy_embedder(), "onnx": default_embedder()}
     runs: dict[str, list[tuple[float, float, int]]] = {k: [] for k in models}
-    loads, texts = [], []
+    loads: list[str] = []
+    texts: list[str] = []
     for r in range(repeats):
-        order = list(models) if r % 2 == 0 else list(models)[::-1]
-        for name in order:
-            emb = Timed(models[name])
-            path = work / f"{name}-{r}.ckf"
-            t0 = time.perf_counter()
-            ckf = CKF.create(path, emb)
-            ingest(ckf, [staged], source_type="official")
-            total = time.perf_counter() - t0
-            runs[name].append((total, emb.seconds, ckf.n_rows))
+        timers = {n: Timed(m) for n, m in models.items()}
+        stores = {n: CKF.create(work / f"{n}-{r}.ckf", timers[n]) for n in models}
+        spent = dict.fromkeys(models, 0.0)
+        for g, d in enumerate(groups):
+            for name in (list(models) if (g + r) % 2 == 0 else list(models)[::-1]):
+                t0 = time.perf_counter()
+                ingest(stores[name], [d], source_type="official")
+                spent[name] += time.perf_counter() - t0
+        for name, ckf in stores.items():
+            runs[name].append((spent[name], timers[name].seconds, ckf.n_rows))
             if not texts:
                 rows = ckf.committer.fact_contexts(0, ckf.n_rows)
                 texts = [fact_text(DEFAULT_RECIPE, c, t, s) for c, t, s in rows]
             ckf.close()
-            shutil.rmtree(path)
-            print(f"ingest {r + 1} {name}: {ckf.n_rows / total:.1f} facts/s "
-                  f"(embedding {ckf.n_rows / emb.seconds:.1f}), load {load()}", flush=True)
+            shutil.rmtree(work / f"{name}-{r}.ckf")
+            total, emb, n = runs[name][-1]
+            print(f"ingest {r + 1} {name}: {n / total:.1f} facts/s (embedding {n / emb:.1f})",
+                  flush=True)
         loads.append(load())
     return {"runs": runs, "loads": loads, "texts": texts}
 
@@ -197,24 +213,36 @@ def candidates(names: Sequence[str]) -> dict[str, Callable[[list[str]], np.ndarr
 
 
 def embed_speed(texts: list[str], fns: dict[str, Callable[[list[str]], np.ndarray]],
-                repeats: int) -> dict[str, Any]:
-    """Every candidate on the same texts, interleaved, the order rotated each repetition:
-    seconds per candidate and repetition, the load after each, cosines to the baseline's."""
+                repeats: int, chunk: int = CHUNK) -> dict[str, Any]:
+    """Every candidate on the same texts, interleaved chunk by chunk (`chunk` texts: every
+    candidate runs a chunk, the order rotated, before the next chunk), so that all of them
+    see the same load on a shared machine; each repetition covers every text. Seconds per
+    candidate and repetition, the load after each, cosines to the baseline's vectors."""
     for fn in fns.values():
         fn(texts[:64])  # warm: graphs built, sessions loaded, pages touched
+    names = list(fns)
     seconds: dict[str, list[float]] = {n: [] for n in fns}
-    vecs: dict[str, np.ndarray] = {}
+    parts: dict[str, list[np.ndarray]] = {n: [] for n in fns}
     loads = []
+    turn = 0
     for r in range(repeats):
-        order = list(fns)[r % len(fns):] + list(fns)[:r % len(fns)]
-        for name in order:
-            t0 = time.perf_counter()
-            vecs[name] = np.asarray(fns[name](texts))
-            seconds[name].append(time.perf_counter() - t0)
+        spent = dict.fromkeys(names, 0.0)
+        for lo in range(0, len(texts), chunk):
+            part = texts[lo:lo + chunk]
+            for name in names[turn % len(names):] + names[:turn % len(names)]:
+                t0 = time.perf_counter()
+                vecs = np.asarray(fns[name](part))
+                spent[name] += time.perf_counter() - t0
+                if r == 0:
+                    parts[name].append(vecs)
+            turn += 1
+        for name in names:
+            seconds[name].append(spent[name])
         loads.append(load())
         print(f"repetition {r + 1}: " + ", ".join(
             f"{n} {len(texts) / seconds[n][-1]:.1f}" for n in fns) + f" facts/s; load {loads[-1]}",
             flush=True)
+    vecs = {n: np.concatenate(p) for n, p in parts.items() if p}
     base = vecs.get(BASELINE)
     cos = {n: (np.sum(v * base, axis=1) if base is not None else None) for n, v in vecs.items()}
     return {"seconds": seconds, "loads": loads, "cos": cos}
@@ -350,7 +378,8 @@ def markdown(args: argparse.Namespace, start_load: str, pages: int, ing: dict[st
         f"- Data: {pages} pages of the PostgreSQL 15 HTML manual (Debian postgresql-doc-15, "
         f"picked by sha1 of the name), {len(texts):,} facts, mean {words:.0f} words and "
         f"{pieces / len(texts):.0f} word pieces per fact text (recipe `{DEFAULT_RECIPE}`).", "",
-        "## Whole ingest (parse, chunk, embed, commit), the two paths alternating", "",
+        f"## Whole ingest (parse, chunk, embed, commit), the two paths interleaved {GROUP_PAGES} "
+        "pages at a time", "",
         "| run | path | facts/s | embedding facts/s | ratio to numpy (same repetition) |",
         "|---:|---|---:|---:|---:|",
     ]
@@ -367,7 +396,7 @@ def markdown(args: argparse.Namespace, start_load: str, pages: int, ing: dict[st
               f"ratio **{statistics.median(ratios):.2f}×**; load average after each "
               f"repetition: {'; '.join(ing['loads'])}.", "",
               f"## Embedding only, the same {len(texts):,} fact texts ({pieces:,} word pieces), "
-              f"interleaved, {args.repeats} repetitions", "",
+              f"interleaved {CHUNK} texts at a time, {args.repeats} repetitions", "",
               "| candidate | facts/s, each repetition | median facts/s | median ratio to numpy "
               "| cosine to numpy: min / mean |", "|---|---|---:|---:|---|"]
     secs = sp["seconds"]

@@ -49,28 +49,31 @@ def test_cpu_flags_names_only_the_simd_flags_it_looks_for() -> None:
     assert set(flags.split()) <= known or flags in ("unknown", "none of avx2/avx512/vnni")
 
 
-def test_the_timing_loop_interleaves_every_candidate_each_repetition() -> None:
-    calls: list[str] = []
+def test_the_timing_loop_interleaves_every_candidate_chunk_by_chunk() -> None:
+    calls: list[tuple[str, int]] = []
     rng = np.random.default_rng(0)
     base = rng.standard_normal((5, 4)).astype(np.float32)
     base /= np.linalg.norm(base, axis=1, keepdims=True)
+    texts = [f"t{i}" for i in range(5)]
 
     def fake(name: str, vecs: np.ndarray):  # type: ignore[no-untyped-def]
-        def encode(texts: list[str]) -> np.ndarray:
-            calls.append(name)
-            return vecs[: len(texts)]
+        def encode(part: list[str]) -> np.ndarray:
+            calls.append((name, len(part)))
+            return vecs[[texts.index(t) for t in part]]
         return encode
 
     fns = {"numpy": fake("numpy", base), "other": fake("other", -base),
            "third": fake("third", base)}
-    out = ingest_speed.embed_speed([f"t{i}" for i in range(5)], fns, 3)
-    timed = calls[3:]  # after one warm call each
-    assert calls[:3] == ["numpy", "other", "third"]
-    assert timed == ["numpy", "other", "third", "other", "third", "numpy",
-                     "third", "numpy", "other"]  # the order rotated each repetition
-    assert all(len(v) == 3 for v in out["seconds"].values()) and len(out["loads"]) == 3
+    out = ingest_speed.embed_speed(texts, fns, 2, chunk=2)
+    assert [n for n, _ in calls[:3]] == ["numpy", "other", "third"]  # one warm call each
+    timed = calls[3:]
+    assert [k for _, k in timed] == [2, 2, 2, 2, 2, 2, 1, 1, 1] * 2  # every text, each turn
+    assert [n for n, _ in timed[:9]] == ["numpy", "other", "third", "other", "third", "numpy",
+                                         "third", "numpy", "other"]  # rotated each chunk
+    assert all(len(v) == 2 for v in out["seconds"].values()) and len(out["loads"]) == 2
     np.testing.assert_allclose(out["cos"]["numpy"], 1.0, atol=1e-6)
     np.testing.assert_allclose(out["cos"]["other"], -1.0, atol=1e-6)
+    assert out["cos"]["third"].shape == (5,)
 
 
 @pytest.fixture(scope="module")
