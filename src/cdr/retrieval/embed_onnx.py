@@ -101,13 +101,15 @@ def float32_model(root: Path, weights: dict[str, np.ndarray], cfg: dict[str, Any
     out = out_dir / f"minilm-fp32-{digest}-{build}.onnx"
     if out.exists():
         return out
-    from cdr.retrieval.embed_int8 import _import_runtime, build_graph
+    from cdr.retrieval.embed_int8 import build_graph
 
-    onnx, _ = _import_runtime()
+    graph = build_graph(weights, cfg)  # imports onnx, or says how to install it
+    import onnx
+
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
         part = Path(tmp) / "fp32.onnx"
-        onnx.save(build_graph(weights, cfg), str(part))
+        onnx.save(graph, str(part))
         os.replace(part, out)
     return out
 
