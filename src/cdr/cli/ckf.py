@@ -29,8 +29,9 @@ CkfOption = Annotated[Path, typer.Option("--ckf", envvar="CDR_CKF", help="CKF di
                                          show_default=False)]
 EmbedderOption = Annotated[str | None, typer.Option(
     "--embedder", envvar="CDR_EMBEDDER",
-    help="Embedding model: 'minilm' (default, offline), 'minilm-int8' (the same model with "
-         "int8 weights on onnxruntime: faster, its own embedding identity; the `int8` extra) "
+    help="Embedding model: 'minilm' (default, offline, its float32 network on onnxruntime), "
+         "'minilm-numpy' (the same model on numpy: the same vectors, slower), 'minilm-int8' "
+         "(the same model with int8 weights on onnxruntime: its own embedding identity) "
          "or 'openai:<model>@<base_url>'.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 RecipeOption = Annotated[str | None, typer.Option(
@@ -192,6 +193,8 @@ def _print_report(report: Any, ckf: Path) -> None:
     if report.stale:
         t.add_row("stale documents", str(len(report.stale)))
     t.add_row("time", f"{report.seconds:.1f} s")
+    if report.embedded and report.seconds > 0:
+        t.add_row("rate", f"{report.embedded / report.seconds:,.1f} texts embedded/s")
     out.print(t)
     if report.skipped:
         out.print(f"[bold]Skipped files[/bold] ({len(report.skipped)}):")

@@ -1,5 +1,5 @@
 """Progress of long CKF work (ingest, re-embedding) on stderr: a bar on a terminal, plain
-lines otherwise.
+lines otherwise; both show the stage's rate (facts/s while embedding) and the time left.
 
 A rich bar on a console that is not a terminal (a CI log, `2> ingest.log`, a pipe into
 `tee`) draws nothing until it ends, so a 5-minute ingest looked hung. Off a terminal each
@@ -21,7 +21,6 @@ from rich.progress import (
     TaskID,
     TextColumn,
     TimeElapsedColumn,
-    TimeRemainingColumn,
 )
 
 LINE_SECONDS = 10.0
@@ -29,17 +28,26 @@ STAGE_LABELS = {"read": "reading documents", "embed": "embedding facts"}
 StageProgress = Callable[[str, int, int], None]
 
 
+def speed_text(done: int, total: int, seconds: float, unit: str) -> str:
+    """`58 facts/s, about 6 min left`: the mean rate since the stage started and the time the
+    rest takes at it ("" before anything is done, no time left once `total` is reached or
+    when it is unknown)."""
+    if seconds <= 0 or done <= 0:
+        return ""
+    rate = done / seconds
+    parts = [f"{rate:,.0f} {unit}/s" if rate >= 10 else f"{rate:,.1f} {unit}/s"]
+    if total > done:
+        left = (total - done) / rate
+        parts.append(f"about {left / 60:.0f} min left" if left >= 90
+                     else f"about {left:.0f} s left")
+    return ", ".join(parts)
+
+
 def rate_text(done: int, total: int, seconds: float, unit: str) -> str:
     """`1,200/23,000 (5%), 58 facts/s, about 6 min left` (parts left out when unknown)."""
-    parts = [f"{done:,}/{total:,} ({100 * done // total}%)" if total else f"{done:,}"]
-    if seconds > 0 and done > 0:
-        rate = done / seconds
-        parts.append(f"{rate:,.0f} {unit}/s" if rate >= 10 else f"{rate:,.1f} {unit}/s")
-        if total > done:
-            left = (total - done) / rate
-            parts.append(f"about {left / 60:.0f} min left" if left >= 90
-                         else f"about {left:.0f} s left")
-    return ", ".join(parts)
+    count = f"{done:,}/{total:,} ({100 * done // total}%)" if total else f"{done:,}"
+    speed = speed_text(done, total, seconds, unit)
+    return f"{count}, {speed}" if speed else count
 
 
 def _complete(done: int, total: int) -> bool:
@@ -52,20 +60,25 @@ def _unit(stage: str) -> str:
 
 
 class _Bar:
-    """Stage progress as rich bars, one per stage, with the stage's rate."""
+    """Stage progress as rich bars, one per stage, with the stage's rate and time left
+    (`speed_text`: from the stage's own estimate of its total, which ingest revises as it
+    reads documents; rich's own remaining-time column, from the last seconds' speed against
+    a total that moves, showed nothing or jumped)."""
 
-    def __init__(self, progress: Progress) -> None:
+    def __init__(self, progress: Progress, clock: Callable[[], float] = time.monotonic) -> None:
         self.progress = progress
+        self.clock = clock
         self.tasks: dict[str, tuple[TaskID, float]] = {}
 
     def __call__(self, stage: str, done: int, total: int) -> None:
+        now = self.clock()
         if stage not in self.tasks:
             task = self.progress.add_task(STAGE_LABELS.get(stage, stage), total=total or None,
                                           rate="")
-            self.tasks[stage] = (task, time.monotonic())
+            self.tasks[stage] = (task, now)
         task, started = self.tasks[stage]
-        seconds = time.monotonic() - started
-        rate = f"{done / seconds:,.0f} {_unit(stage)}/s" if seconds > 1 and done else ""
+        seconds = now - started
+        rate = speed_text(done, total, seconds, _unit(stage)) if seconds > 1 else ""
         self.progress.update(task, completed=done, total=total or None, rate=rate)
 
 
@@ -117,6 +130,6 @@ def stage_progress(console: Console, *, disable: bool = False) -> Iterator[Stage
         lines.finish()
         return
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                  TimeElapsedColumn(), TextColumn("{task.fields[rate]}"),
                   console=console, transient=True) as bar:
         yield _Bar(bar)

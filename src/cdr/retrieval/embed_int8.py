@@ -1,8 +1,10 @@
 """The opt-in fast embedding path: all-MiniLM-L6-v2 with int8 weights on onnxruntime.
 
-The default model (`cdr.retrieval.embed.MiniLMEmbedder`) runs float32 matrix products on numpy's
-BLAS, which already uses most of what fp32 gives on a small CPU (issue 26). This path builds an
-ONNX graph of the same network from the same shipped weights, quantises its matrix products to
+The default model runs float32 matrix products, on onnxruntime (`cdr.retrieval.embed_onnx`,
+which runs the graph `build_graph` makes unquantised) or numpy's BLAS
+(`cdr.retrieval.embed.MiniLMEmbedder`); either already uses most of what fp32 gives on a small
+CPU (issue 26). This path builds an ONNX graph of the same network from the same shipped
+weights, quantises its matrix products to
 int8 with onnxruntime's dynamic quantisation (weights int8 per output channel, activations
 quantised per batch at run time), and runs it on onnxruntime, whose int8 kernels use the CPU's
 VNNI instructions where it has them.
@@ -25,7 +27,8 @@ that built it, and every check that compares identities refuses to mix the two
 
 The quantised graph is built once per weights file and kept in the cache folder
 (`cdr.settings.cache_dir`), keyed by the weights' digest and the onnxruntime version, so a load
-after the first takes well under a second. onnx and onnxruntime are the `int8` extra.
+after the first takes well under a second. onnx and onnxruntime are base dependencies (the
+default embedder runs on onnxruntime too); the `int8` extra names them still.
 """
 
 from __future__ import annotations
@@ -64,8 +67,9 @@ _BUILD_VERSION = 2
 
 
 def int8_missing_message() -> str:
-    return ("the int8 embedder needs onnx and onnxruntime: "
-            "pip install 'cdr-retrieval[int8]'")
+    return ("the onnxruntime embedders (the default MiniLM, minilm-int8) need onnx and "
+            "onnxruntime, dependencies of cdr-retrieval this install lacks: pip install "
+            "'cdr-retrieval[int8]' puts them back; --embedder minilm-numpy runs without them")
 
 
 def _import_runtime() -> tuple[Any, Any]:

