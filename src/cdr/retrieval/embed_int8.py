@@ -3,7 +3,7 @@
 The default model runs float32 matrix products, on onnxruntime (`cdr.retrieval.embed_onnx`,
 which runs the graph `build_graph` makes unquantised) or numpy's BLAS
 (`cdr.retrieval.embed.MiniLMEmbedder`); either already uses most of what fp32 gives on a small
-CPU (issue 26). This path builds an ONNX graph of the same network from the same shipped
+CPU. This path builds an ONNX graph of the same network from the same shipped
 weights, quantises its matrix products to
 int8 with onnxruntime's dynamic quantisation (weights int8 per output channel, activations
 quantised per batch at run time), and runs it on onnxruntime, whose int8 kernels use the CPU's
