@@ -514,16 +514,22 @@ class MiniLMInt8Embedder(MiniLMEmbedder):
         return f"MiniLMInt8Embedder(model_id={self.model_id!r}, dim={self.dim})"
 
     def _forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        length = ids.shape[1]
-        bias = np.where(mask, np.float32(0.0), np.float32(-1e9))[:, None, None, :]
-        hidden = self._session.run(["hidden"], {
-            "input_ids": ids, "positions": np.arange(length, dtype=np.int64),
-            "key_bias": bias})[0]
-        m = mask.astype(np.float32)
-        pooled = np.einsum("bld,bl->bd", hidden, m)
-        pooled /= np.maximum(m.sum(axis=1), 1e-9)[:, None]
-        return unit_rows(pooled, lambda _row, n: InvalidInputError(
-            f"the int8 MiniLM model pooled {n} text(s) to a zero vector"))
+        return onnx_forward(self._session, ids, mask, "the int8 MiniLM model")
+
+
+def onnx_forward(session: Any, ids: np.ndarray, mask: np.ndarray, what: str) -> np.ndarray:
+    """The onnxruntime graph's (`cdr.retrieval.embed_int8.build_graph`) hidden states for a
+    batch, mean-pooled over its tokens and normalised: the int8 and float32 paths alike."""
+    length = ids.shape[1]
+    bias = np.where(mask, np.float32(0.0), np.float32(-1e9))[:, None, None, :]
+    hidden = session.run(["hidden"], {
+        "input_ids": ids, "positions": np.arange(length, dtype=np.int64),
+        "key_bias": bias})[0]
+    m = mask.astype(np.float32)
+    pooled = np.einsum("bld,bl->bd", hidden, m)
+    pooled /= np.maximum(m.sum(axis=1), 1e-9)[:, None]
+    return unit_rows(pooled, lambda _row, n: InvalidInputError(
+        f"{what} pooled {n} text(s) to a zero vector"))
 
 
 class MiniLMOnnxEmbedder(MiniLMEmbedder):
@@ -566,16 +572,7 @@ class MiniLMOnnxEmbedder(MiniLMEmbedder):
                             progress)
 
     def _forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        length = ids.shape[1]
-        bias = np.where(mask, np.float32(0.0), np.float32(-1e9))[:, None, None, :]
-        hidden = self._session.run(["hidden"], {
-            "input_ids": ids, "positions": np.arange(length, dtype=np.int64),
-            "key_bias": bias})[0]
-        m = mask.astype(np.float32)
-        pooled = np.einsum("bld,bl->bd", hidden, m)
-        pooled /= np.maximum(m.sum(axis=1), 1e-9)[:, None]
-        return unit_rows(pooled, lambda _row, n: InvalidInputError(
-            f"the MiniLM model pooled {n} text(s) to a zero vector"))
+        return onnx_forward(self._session, ids, mask, "the MiniLM model")
 
 
 _default: MiniLMEmbedder | None = None
