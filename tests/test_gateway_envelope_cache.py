@@ -117,11 +117,8 @@ def test_selection_cache_returns_the_ckf_selection(tiny_ckf_path: Path) -> None:
         # Another gate or limit is another selection; everything else is the CKF's own.
         assert len(index.select(q, 0.1, 3)) == 3 and len(cache) == 2
         assert index.n_rows == ckf.n_rows and index.index is ckf
-        # The old name of `index` answers for one release, warning; it is not forwarded to
-        # the CKF (which has no `snapshot`).
-        with pytest.warns(DeprecationWarning, match=r"CachingIndex.snapshot is now "
-                          r"CachingIndex.index; the old name stops working"):
-            assert index.snapshot is ckf
+        # The old name of `index` is gone, and is not forwarded to the CKF either.
+        assert not hasattr(index, "snapshot")
     with CKF.open(tiny_ckf_path) as again:  # a new snapshot: the old entries are dropped
         got = CachingIndex(again, cache).select(q, 0.1, 20)
         np.testing.assert_array_equal(got.indices, direct.indices)

@@ -35,13 +35,6 @@ def test_both_backends_implement_the_whole_protocol_on_one_shared_base():
         assert not {"current_is_empty", "warm", "start_watching", "submit"} & set(vars(cls))
 
 
-def test_the_old_class_name_still_works_with_a_warning():
-    import cdr.gateway.ckf_snapshots as module
-
-    with pytest.warns(DeprecationWarning, match="LocalKnowledgeBase"):
-        assert module.KnowledgeBase is LocalKnowledgeBase
-
-
 @pytest.fixture
 def ckf_copy(tiny_ckf_path: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(tiny_ckf_path, tmp_path / "ckf"))
