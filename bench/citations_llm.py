@@ -204,21 +204,23 @@ def pairs(split: str, per_run: int | None = None, seed: int = 7) -> list[dict[st
 
 
 def _best(sentence: str, given: list[dict[str, Any]]) -> str:
-    return max(given, key=lambda g: _score(sentence, g["content"]))["fact_id"]
+    return max(given, key=lambda g: _score(sentence, g["content"], g["fact_id"]))["fact_id"]
 
 
 _EMB: Any = None
 
 
-def _score(sentence: str, fact: str) -> float:
+def _score(sentence: str, fact: str, fact_id: str | None = None) -> float:
+    """The support `Citer` gives: the fact's vector is the knowledge base's own (embedded with
+    its title and section) when its id is known, as the loop reads it."""
     global _EMB
     if _EMB is None:
-        from cdr.retrieval.embed import default_embedder
-
-        _EMB = default_embedder()
-    vecs = _EMB.encode([sentence, fact])
+        _EMB = knowledge_base()[0]
+    vec = _EMB.embedder.encode([sentence])
+    fvec = (_EMB.vectors(_EMB.rows_for_ids([fact_id])) if fact_id
+            else _EMB.embedder.encode([fact]))
     lex = lexical_support([content_words(sentence)], [content_words(fact)])
-    return float(support_scores(lex, vecs[:1], vecs[1:])[0, 0])
+    return float(support_scores(lex, vec, fvec)[0, 0])
 
 
 def calibrate() -> str:
@@ -226,7 +228,7 @@ def calibrate() -> str:
     share of kept citations that support their sentence; then the report runs' measures."""
     labels = [json.loads(x) for x in LABELS.read_text().splitlines() if x.strip()]
     for item in labels:
-        item["score"] = _score(item["sentence"], item["fact"])
+        item["score"] = _score(item["sentence"], item["fact"], item["fact_id"])
     tune = [x for x in labels if x["task"] in TUNE]
     report = [x for x in labels if x["task"] in REPORT]
     grid = np.round(np.arange(0.30, 0.76, 0.02), 2)
