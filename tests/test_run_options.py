@@ -149,9 +149,18 @@ def test_no_face_retypes_a_default_or_a_wire_name():
     fields_ = {n.target.id: n.value for n in body
                if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
     for wire in wire_names():
+        if wire in OPTION_NAMES:  # the rules' fields are made from the table (_rule_fields)
+            assert wire not in fields_, wire
+            continue
         value = fields_[wire]
         assert isinstance(value, ast.Call) and ast.unparse(value.func) == "option_field", wire
         assert ast.literal_eval(value.args[0]) == wire
+    from cdr.gateway.schemas import GenerationOptions
+    from cdr.options import OPTION_CHOICES
+
+    for name, choices in OPTION_CHOICES.items():
+        prop = GenerationOptions.model_json_schema()["properties"][name]
+        assert prop["anyOf"][0]["enum"] == list(choices) and prop["description"] == meaning(name)
 
     config = ast.parse((SRC / "window" / "config.py").read_text(encoding="utf-8"))
     for cls in ("Tunables", "Hooks", "GenerationConfig"):

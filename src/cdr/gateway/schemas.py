@@ -8,27 +8,15 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from cdr.gateway.limits import check_text
 from cdr.options import (
     FACE_DEFAULTS,
     MAX_WINDOWS_LIMIT,
-    CitationsMode,
-    DocumentsMode,
-    EnvelopeMode,
-    LengthMode,
-    LexicalMode,
-    MemoryMode,
-    PlanMode,
-    PoolMode,
+    OPTION_CHOICES,
     ProfileName,
-    QueriesMode,
-    RepeatsMode,
-    ResumeMode,
-    StaleMode,
-    SubjectMode,
     meaning,
     wire_names,
 )
@@ -77,9 +65,21 @@ def option_field(wire: str, **bounds: Any) -> Any:
     return Field(None, description=meaning(name), json_schema_extra=extra, **bounds)
 
 
-class GenerationOptions(_Strict):
+def _rule_fields() -> dict[str, Any]:
+    """One optional field per session rule of `cdr.options.OPTION_CHOICES`: its choices as
+    the field's enum, its meaning and the faces' default from the table, so a rule added there
+    is a field of every request with nothing retyped here."""
+    return {name: (Literal[choices] | None, option_field(name))
+            for name, choices in OPTION_CHOICES.items()}
+
+
+_RuleOptions: type[_Strict] = create_model("_RuleOptions", __base__=_Strict, **_rule_fields())
+
+
+class GenerationOptions(_RuleOptions):  # type: ignore[misc,valid-type]
     """How to run the window loop; every field is optional (server defaults apply). The
-    fields are the run options a request may set (`cdr.options.wire_names`)."""
+    fields are the run options a request may set (`cdr.options.wire_names`); the session
+    rules come from the option table (`_RuleOptions`)."""
 
     outline: str | list[str] | None = Field(
         default=None, description="Sub-queries: a Markdown/plain outline (one per line) or a list. "
@@ -90,21 +90,9 @@ class GenerationOptions(_Strict):
     sub_queries: int | None = option_field("sub_queries", ge=1, le=MAX_SUB_QUERIES)
     window_tokens: int | None = option_field("window_tokens", ge=16, le=32_768)
     context_tokens: int | None = option_field("context_tokens", ge=256, le=2_000_000)
-    # Opt-in options beyond the spec (cdr.options), fixed into the session at its start.
+    # Opt-in options beyond the spec (cdr.options), fixed into the session at its start: the
+    # profile here, each rule from the option table (`_RuleOptions`).
     profile: ProfileName | None = option_field("profile")
-    memory: MemoryMode | None = option_field("memory")
-    envelope: EnvelopeMode | None = option_field("envelope")
-    queries: QueriesMode | None = option_field("queries")
-    repeats: RepeatsMode | None = option_field("repeats")
-    subject: SubjectMode | None = option_field("subject")
-    lexical: LexicalMode | None = option_field("lexical")
-    stale: StaleMode | None = option_field("stale")
-    length: LengthMode | None = option_field("length")
-    documents: DocumentsMode | None = option_field("documents")
-    plan: PlanMode | None = option_field("plan")
-    resume: ResumeMode | None = option_field("resume")
-    pool: PoolMode | None = option_field("pool")
-    citations: CitationsMode | None = option_field("citations")
 
     def run_options(self) -> dict[str, Any]:
         """The options this request set, by their `RunOptions` names (`window_tokens` is
