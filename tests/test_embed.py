@@ -337,7 +337,7 @@ def test_the_float32_graph_is_cached_and_reused(model: MiniLMEmbedder, tmp_path:
 
     import cdr.retrieval.embed_onnx as embed_onnx
 
-    monkeypatch.setattr(embed_onnx, "_digest", no_hashing)
+    monkeypatch.setattr(embed_onnx, "weights_digest", no_hashing)
     again = MiniLMOnnxEmbedder()  # the digest from its note, the graph from the cache
     assert built[0].stat().st_mtime_ns == stamp  # read, not built again
     text = ["a crowd at the final"]

@@ -44,6 +44,7 @@ import numpy as np
 
 from cdr import settings
 from cdr.errors import InvalidInputError
+from cdr.retrieval.models import sha256_file
 
 __all__ = ["FLOAT_NODES", "REDUCE_RANGE", "build_graph", "int8_missing_message", "int8_session",
            "quantised_model"]
@@ -172,12 +173,9 @@ def build_graph(weights: dict[str, np.ndarray], cfg: dict[str, Any]) -> Any:
     return model
 
 
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()[:16]
+def weights_digest(path: Path) -> str:
+    """The weights file's short identity in a cached graph's name (both onnxruntime paths)."""
+    return sha256_file(path)[:16]
 
 
 def quantised_model(root: Path, weights: dict[str, np.ndarray], cfg: dict[str, Any]) -> Path:
@@ -189,7 +187,7 @@ def quantised_model(root: Path, weights: dict[str, np.ndarray], cfg: dict[str, A
     out_dir = settings.cache_dir() / "onnx"
     build = hashlib.sha256(repr((_BUILD_VERSION, FLOAT_NODES, REDUCE_RANGE)).encode()
                            ).hexdigest()[:8]
-    out = out_dir / (f"minilm-int8-{_digest(root / 'model.safetensors')}-{build}"
+    out = out_dir / (f"minilm-int8-{weights_digest(root / 'model.safetensors')}-{build}"
                      f"-ort{ort.__version__}.onnx")
     if out.exists():
         return out

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from cdr import settings
+from cdr.retrieval.embed_int8 import weights_digest
 
 __all__ = ["MAX_BATCH_TOKENS", "exact_length_batches", "float32_model", "float32_session"]
 
@@ -63,14 +64,6 @@ def exact_length_batches(order: np.ndarray, sorted_lengths: np.ndarray,
     return batches
 
 
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()[:16]
-
-
 def _weights_digest(path: Path, out_dir: Path) -> str:
     """The weights file's digest, read back from a note the first load left (keyed by the
     file's path, size and modification time) instead of hashing 90 MB on every load."""
@@ -83,7 +76,7 @@ def _weights_digest(path: Path, out_dir: Path) -> str:
             return digest
     except OSError:
         pass
-    digest = _digest(path)
+    digest = weights_digest(path)
     out_dir.mkdir(parents=True, exist_ok=True)
     part = note.with_name(f"{note.name}.{os.getpid()}.part")
     part.write_text(digest, encoding="ascii")
