@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from cdr.cli.samples import cache_dir
@@ -79,3 +80,24 @@ def debian_html(package: str, subdir: Path,
 def _download(package: str, cwd: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["apt-get", "download", package], cwd=cwd,
                           capture_output=True, text=True, check=False, timeout=600)
+
+
+def pages_holding(pages: Iterable[Path], target_facts: int) -> tuple[list[Path], int]:
+    """`pages` in the order given until they hold about `target_facts` facts, and how many
+    they hold; a page that parses to no fact, or that the parser refuses, is passed over."""
+    from cdr.ckf import chunk_blocks
+    from cdr.ckf.sources import EmptyDocument, SkipDocument, parse_bytes
+
+    picked, total = [], 0
+    for p in pages:
+        try:
+            n = len(chunk_blocks(parse_bytes(p.read_bytes(), "html").blocks))
+        except (EmptyDocument, SkipDocument):
+            continue
+        if n == 0:
+            continue
+        picked.append(p)
+        total += n
+        if total >= target_facts:
+            break
+    return picked, total

@@ -36,10 +36,9 @@ import numpy as np
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent / "src"))
 
-from cdr.ckf import CKF, chunk_blocks, ingest  # noqa: E402
-from cdr.ckf.sources import parse_bytes  # noqa: E402
+from cdr.ckf import CKF, ingest  # noqa: E402
 from cdr.retrieval.embed import default_embedder  # noqa: E402
-from corpus import python_docs_dir  # noqa: E402  (bench/, the script's own directory)
+from corpus import pages_holding, python_docs_dir  # noqa: E402  (bench/, the script's own directory)
 
 RESULTS = BENCH / "results" / "ingest.md"
 
@@ -64,16 +63,7 @@ class TimedEmbedder:
 
 def pick_pages(root: Path, target_facts: int) -> tuple[list[Path], int]:
     """Library reference pages in name order until they hold about `target_facts` facts."""
-    pages, total = [], 0
-    for p in sorted((root / "library").glob("*.html")):
-        n = len(chunk_blocks(parse_bytes(p.read_bytes(), "html").blocks))
-        if n == 0:
-            continue
-        pages.append(p)
-        total += n
-        if total >= target_facts:
-            break
-    return pages, total
+    return pages_holding(sorted((root / "library").glob("*.html")), target_facts)
 
 
 def dir_sizes(path: Path) -> dict[str, int]:

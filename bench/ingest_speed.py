@@ -55,8 +55,7 @@ import numpy as np
 
 import _paths  # noqa: F401  (cdr importable from a checkout)
 from _machine import cpu_name
-from cdr.ckf import CKF, chunk_blocks, ingest
-from cdr.ckf.sources import EmptyDocument, SkipDocument, parse_bytes
+from cdr.ckf import CKF, ingest
 from cdr.retrieval.embed import (
     MiniLMEmbedder,
     MiniLMOnnxEmbedder,
@@ -65,6 +64,7 @@ from cdr.retrieval.embed import (
     numpy_embedder,
 )
 from cdr.retrieval.fact_recipe import DEFAULT_RECIPE, fact_text
+from corpus import pages_holding
 
 OUT = Path(__file__).parent / "results" / "ingest_speed.md"
 CANDIDATES = ("numpy", "numpy-padded", "onnx-alone", "onnx", "onnx-intra2", "int8", "static")
@@ -95,19 +95,8 @@ def cpu_flags() -> str:
 def pick_pages(root: Path, target_facts: int) -> tuple[list[Path], int]:
     """Manual pages in sha1 order of their names until they hold about `target_facts` facts
     (a spread over the manual, not its first chapters)."""
-    pages, total = [], 0
-    for p in sorted(root.glob("*.html"), key=lambda p: hashlib.sha1(p.name.encode()).digest()):
-        try:
-            n = len(chunk_blocks(parse_bytes(p.read_bytes(), "html").blocks))
-        except (EmptyDocument, SkipDocument):
-            continue
-        if n == 0:
-            continue
-        pages.append(p)
-        total += n
-        if total >= target_facts:
-            break
-    return pages, total
+    order = sorted(root.glob("*.html"), key=lambda p: hashlib.sha1(p.name.encode()).digest())
+    return pages_holding(order, target_facts)
 
 
 class Timed:
