@@ -4,26 +4,16 @@ sentences no fact supports, and the run's sources.
 A marker is a link to its entry in the sources list and carries the cited fact's opening words
 as its title, so hovering shows the fact and clicking finds its source. Every piece of text
 comes from the trace (written text, fact excerpts, titles, paths) and is escaped; sources are
-shown by file name, never by a server's directory (`cdr.report.render.short_source`).
+shown by file name, never by a server's directory (`cdr.report.html_text.short_source`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from html import escape
 from typing import Any
 
 from cdr.citations import UNSUPPORTED, WindowCitations
-
-
-def _e(value: Any) -> str:
-    return escape(str(value), quote=True)
-
-
-def _short(source: str) -> str:
-    if "://" in source:
-        return source
-    return source.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1] or source
+from cdr.report.html_text import e, short_source
 
 
 def _entries(trace: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
@@ -38,8 +28,8 @@ def _entries(trace: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
 
 def _marker(run: int, number: int, entry: Mapping[str, Any] | None) -> str:
     title = str(entry.get("excerpt") or entry.get("title") or "") if entry else ""
-    n = _e(int(number))
-    return (f'<sup class="cite"><a href="#src-{int(run)}-{n}" title="{_e(title)}">'
+    n = e(int(number))
+    return (f'<sup class="cite"><a href="#src-{int(run)}-{n}" title="{e(title)}">'
             f"[{n}]</a></sup>")
 
 
@@ -59,20 +49,20 @@ def cited_text(trace: Mapping[str, Any], record: Mapping[str, Any], run: int) ->
     out: list[str] = []
     at = 0
     for i, s in enumerate(sents):
-        out.append(_e(output[at:s.start]))
+        out.append(e(output[at:s.start]))
         cls = "sent unsupported" if s.status == UNSUPPORTED else f"sent {s.status}"
         hint = (' title="no fact given to this window supports this sentence"'
                 if s.status == UNSUPPORTED else "")
-        out.append(f'<span class="{cls}"{hint}>{_e(output[s.start:s.end])}</span>')
+        out.append(f'<span class="{cls}"{hint}>{e(output[s.start:s.end])}</span>')
         nxt = sents[i + 1] if i + 1 < len(sents) else None
         if s.facts and not (nxt is not None and nxt.unit == s.unit
                             and set(nxt.facts) == set(s.facts)):
             numbers = sorted(citations.numbers[f] for f in s.facts if f in citations.numbers)
             out.append("".join(_marker(run, n, entries.get(n)) for n in numbers))
         at = s.end
-    out.append(_e(output[at:]))
+    out.append(e(output[at:]))
     flagged = [output[s.start:s.end] for s in citations.unsupported]
-    items = "".join(f"<li>{_e(t)}</li>" for t in flagged)
+    items = "".join(f"<li>{e(t)}</li>" for t in flagged)
     listing = (f'<details><summary>Unsupported sentences ({len(flagged)}: no fact given to '
                f'this window supports them)</summary><ul class="unsupported">{items}</ul>'
                "</details>" if flagged else "")
@@ -89,7 +79,7 @@ def cited_text(trace: Mapping[str, Any], record: Mapping[str, Any], run: int) ->
 def _section_rest(section: str) -> str:
     """The section path below the document's title (its first part), as ` › a › b`."""
     rest = [p.strip() for p in section.split(" > ")[1:] if p.strip()]
-    return "".join(f" › {_e(p)}" for p in rest)
+    return "".join(f" › {e(p)}" for p in rest)
 
 
 def sources_list(traces: Sequence[Mapping[str, Any]], labels: Sequence[str]) -> str:
@@ -100,10 +90,10 @@ def sources_list(traces: Sequence[Mapping[str, Any]], labels: Sequence[str]) -> 
         if not entries:
             continue
         rows = "".join(
-            f'<li id="src-{run}-{n}" value="{n}"><b>{_e(s.get("title", ""))}</b>'
+            f'<li id="src-{run}-{n}" value="{n}"><b>{e(s.get("title", ""))}</b>'
             f'{_section_rest(str(s.get("section", "")))} — '
-            f'{_e(_short(str(s.get("source", ""))))}'
-            f'{": “" + _e(s["excerpt"]) + "”" if s.get("excerpt") else ""}</li>'
+            f'{e(short_source(str(s.get("source", ""))))}'
+            f'{": “" + e(s["excerpt"]) + "”" if s.get("excerpt") else ""}</li>'
             for n, s in sorted(entries.items()))
-        parts.append(f"<h3>Sources — {_e(label)}</h3><ol class=\"sources\">{rows}</ol>")
+        parts.append(f"<h3>Sources — {e(label)}</h3><ol class=\"sources\">{rows}</ol>")
     return f'<section class="sources">{"".join(parts)}</section>' if parts else ""

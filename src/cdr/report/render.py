@@ -6,11 +6,11 @@ report (`cdr report`) and the gateway's live inspector, which swaps it in as win
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from html import escape
 from typing import Any
 
 from cdr.report.analysis import RunView, WindowView, explain_exit, length_sentence
 from cdr.report.citations import cited_text, sources_list
+from cdr.report.html_text import e, short_source
 from cdr.report.svg import Series, bar_chart, line_chart
 
 RUN_COLORS = ("#2563eb", "#ea580c", "#16a34a", "#9333ea")
@@ -19,10 +19,6 @@ SQ_COLORS = ("#0ea5e9", "#f59e0b", "#10b981", "#ef4444", "#8b5cf6", "#ec4899", "
 _COLUMNS = (("#", "num"), ("source › section", "text"), ("relevance", "num"),
             ("novelty", "num"), ("residual pull", "num"), ("n-gram penalty", "num"),
             ("score", "num"), ("tokens", "num"))
-
-
-def e(value: Any) -> str:
-    return escape(str(value), quote=True)
 
 
 def _pct(x: float | None) -> str:
@@ -112,14 +108,6 @@ def sub_query_table(runs: Sequence[RunView]) -> str:
     return ('<section><h2>Sub-queries</h2><table class="kv"><thead><tr><th>id</th>'
             f"<th>sub-query</th><th>expected words</th>{head}</tr></thead>"
             f'<tbody>{"".join(rows)}</tbody></table></section>')
-
-
-def short_source(source: str) -> str:
-    """A URL as it is; a file path by its name. Reports are shared, and the gateway must not
-    show server paths: the directory a document was ingested from says nothing about it."""
-    if "://" in source:
-        return source
-    return source.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1] or source
 
 
 def envelope_table(w: WindowView) -> str:
