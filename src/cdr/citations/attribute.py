@@ -215,6 +215,7 @@ def _own_markers(units: Sequence[_Unit], sentences: Sequence[_Sentence],
     by_unit: dict[int, list[int]] = {}
     for i, s in enumerate(sentences):
         by_unit.setdefault(s.unit, []).append(i)
+    starts_in = {u: [sentences[i].start for i in members] for u, members in by_unit.items()}
     unit_starts = [u.start for u in units]
     unplaced = 0
     for marker in markers:
@@ -223,7 +224,7 @@ def _own_markers(units: Sequence[_Unit], sentences: Sequence[_Sentence],
         if not members:
             unplaced += len(marker.refs)
             continue
-        at = bisect.bisect_right([sentences[i].start for i in members], marker.offset) - 1
+        at = bisect.bisect_right(starts_in[u], marker.offset) - 1
         own[members[max(at, 0)]].extend(marker.refs)
     return own, unplaced
 
@@ -343,12 +344,11 @@ class CitedSpan:
     facts: tuple[str, ...]
 
 
-def rendered_spans(clean: str, citations: WindowCitations, numbers: Mapping[str, int],
-                   style: str) -> tuple[str, list[CitedSpan]]:
-    """The window's text as the reader sees it — a marker of the facts' numbers after each run
-    of sentences of one paragraph or item that rest on the same facts — and where each run is
-    in it (the gateway's annotations)."""
-    runs: list[tuple[int, int, tuple[int, ...], tuple[str, ...]]] = []
+def cited_runs(citations: WindowCitations, numbers: Mapping[str, int]) -> list[CitedSpan]:
+    """The runs of sentences of one paragraph or item that rest on the same facts, in the
+    clean text's offsets, each with its facts' numbers (ascending): a run's marker goes at its
+    end. The rule every face places markers by."""
+    runs: list[CitedSpan] = []
     sents = citations.sentences
     run_start: int | None = None
     for i, s in enumerate(sents):
@@ -361,14 +361,22 @@ def rendered_spans(clean: str, citations: WindowCitations, numbers: Mapping[str,
         if nxt is not None and nxt.unit == s.unit and set(nxt.facts) == set(s.facts):
             continue
         facts = tuple(sorted((f for f in s.facts if f in numbers), key=lambda f: numbers[f]))
-        runs.append((run_start, s.end, tuple(numbers[f] for f in facts), facts))
+        runs.append(CitedSpan(run_start, s.end, tuple(numbers[f] for f in facts), facts))
         run_start = None
-    shown = render_markers(clean, [(end, nums) for _, end, nums, _ in runs], style)
+    return runs
+
+
+def rendered_spans(clean: str, citations: WindowCitations, numbers: Mapping[str, int],
+                   style: str) -> tuple[str, list[CitedSpan]]:
+    """The window's text as the reader sees it — a marker of the facts' numbers after each
+    cited run (`cited_runs`) — and where each run is in it (the gateway's annotations)."""
+    runs = cited_runs(citations, numbers)
+    shown = render_markers(clean, [(r.end, r.numbers) for r in runs], style)
     spans: list[CitedSpan] = []
     shift = 0
-    for start, end, nums, facts in sorted(runs, key=lambda r: r[1]):
-        spans.append(CitedSpan(start + shift, end + shift, nums, facts))
-        shift += len(marker_text(nums, style))
+    for r in sorted(runs, key=lambda r: r.end):
+        spans.append(CitedSpan(r.start + shift, r.end + shift, r.numbers, r.facts))
+        shift += len(marker_text(r.numbers, style))
     return shown, spans
 
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cdr.citations import UNSUPPORTED, WindowCitations
+from cdr.citations.attribute import cited_runs
 from cdr.report.html_text import e, short_source
 
 
@@ -45,20 +46,16 @@ def cited_text(trace: Mapping[str, Any], record: Mapping[str, Any], run: int) ->
     except (KeyError, TypeError, ValueError):  # a damaged trace: its text shows without them
         return ""
     entries = _entries(trace)
-    sents = sorted(citations.sentences, key=lambda s: s.start)
+    markers = {r.end: r.numbers for r in cited_runs(citations, citations.numbers)}
     out: list[str] = []
     at = 0
-    for i, s in enumerate(sents):
+    for s in sorted(citations.sentences, key=lambda s: s.start):
         out.append(e(output[at:s.start]))
         cls = "sent unsupported" if s.status == UNSUPPORTED else f"sent {s.status}"
         hint = (' title="no fact given to this window supports this sentence"'
                 if s.status == UNSUPPORTED else "")
         out.append(f'<span class="{cls}"{hint}>{e(output[s.start:s.end])}</span>')
-        nxt = sents[i + 1] if i + 1 < len(sents) else None
-        if s.facts and not (nxt is not None and nxt.unit == s.unit
-                            and set(nxt.facts) == set(s.facts)):
-            numbers = sorted(citations.numbers[f] for f in s.facts if f in citations.numbers)
-            out.append("".join(_marker(run, n, entries.get(n)) for n in numbers))
+        out.append("".join(_marker(run, n, entries.get(n)) for n in markers.get(s.end, ())))
         at = s.end
     out.append(e(output[at:]))
     flagged = [output[s.start:s.end] for s in citations.unsupported]

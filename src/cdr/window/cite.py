@@ -114,11 +114,7 @@ def stored_citations(window: Mapping[str, Any]) -> WindowCitations | None:
 def shown_from_record(window: Mapping[str, Any], style: str) -> str:
     """A stored window's text as the reader saw it: its output with its markers put back,
     exactly as `cite_text` showed it when the window was written."""
-    output = str(window.get("output", ""))
-    citations = stored_citations(window)
-    if citations is None or style == "off":
-        return output
-    return rendered(output, citations, citations.numbers, style)
+    return window_spans(str(window.get("output", "")), stored_citations(window), style)[0]
 
 
 def window_spans(output: str, citations: WindowCitations | None, style: str
