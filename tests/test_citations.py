@@ -330,3 +330,25 @@ def test_a_damaged_trace_renders_no_live_markup_in_the_report():
                             "factual": 1, "cited": 1, "unsupported": 0, "invalid": 0}}
     html = cited_text({"sources": [{"number": '1"><img>'}]}, record, 0)
     assert "<img" not in html
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.one_of(SENTENCE, st.sampled_from(["", "- item", "> quote",
+                                                               "0", "## Head"])),
+                          st.sampled_from(["\n", "\r\n", "\r", "\u2028", "\x0c", "\x85"])),
+                max_size=12),
+       st.sampled_from(["numbers", "footnotes"]))
+def test_any_line_endings_are_cited_within_the_text(lines, style):
+    """A writer's text with any line endings (a window of "\\r\\r0" once failed): every
+    sentence the citer reads lies inside the text, and the shown text is the clean text with
+    markers inserted."""
+    clean = "".join(line + end for line, end in lines)
+    given_facts = [GivenFact(f"F{i}", f"fact-{i}", "s.md", "S", "x") for i in range(1, 3)]
+    citer = Citer(given_facts, bag_encode(["x"] * 2), bag_encode, threshold=0.0)
+    out, cit = citer.cite(clean)
+    assert out == clean
+    for s in cit.sentences:
+        assert 0 <= s.start < s.end <= len(clean) and clean[s.start:s.end].strip()
+    shown = rendered(clean, cit, number_facts({}, cit.fact_order()), style)
+    pattern = r"\[\^\d+\]" if style == "footnotes" else r"\[\d+\]"
+    assert re.sub(pattern, "", shown) == clean

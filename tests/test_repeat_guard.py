@@ -23,7 +23,7 @@ from cdr.ngrams import ngram_hashes
 from cdr.retrieval.embed import default_embedder
 from cdr.session import Session
 from cdr.text.kept_stream import KeptStream
-from cdr.text.markdown import parse_blocks
+from cdr.text.markdown import complete_blocks_end, line_starts, parse_blocks
 from cdr.trace import TRACE_SCHEMA, build_trace
 from cdr.window.loop import GenerationConfig, Generator
 from cdr.window.repeat_guard import (
@@ -272,3 +272,20 @@ def test_cli_repeats_drop_reaches_the_trace(types_ckf_path: Path, tmp_path: Path
     doc = json.loads(trace.read_text(encoding="utf-8"))
     jsonschema.validate(doc, TRACE_SCHEMA)
     assert doc["options"] == {"repeats": "drop"}
+
+
+# Line endings a model's text can hold: CommonMark ends lines at the first three only, and
+# `str.splitlines` at all of them, so offsets taken from the one and the parser's line
+# numbers from the other used to drift apart (a window of "\r\r0" failed with an error).
+LINE_END = st.sampled_from(["\n", "\r\n", "\r", "\u2028", "\x0c", "\x85", "\x1c", "\n\n",
+                            "\r\r", "\r\n\r\n"])
+LINE = st.sampled_from(["## Frozen instances", NEW, "- one item here and now", "```python",
+                        "x = 1", "```", "   ", "0", "Setting order makes comparisons work."])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(LINE, LINE_END), max_size=14, unique_by=lambda t: t[0]))
+def test_any_line_endings_come_back_byte_for_byte_and_cut_at_a_line(lines):
+    text = "".join(line + end for line, end in lines)
+    assert guard_after(EARLIER).filter(text).text == text
+    assert complete_blocks_end(text) in line_starts(text)

@@ -31,7 +31,6 @@ from markdown_it.token import Token
 
 from cdr.citations.markers import (
     WriterMarker,
-    line_starts,
     marker_text,
     render_markers,
     take_writer_markers,
@@ -45,6 +44,7 @@ from cdr.citations.support import (
     negations,
     support_scores,
 )
+from cdr.text.markdown import line_starts
 from cdr.text.sentences import sentence_spans
 
 MIN_FACTUAL_WORDS = 4  # a shorter sentence ("See below.") states nothing to cite
@@ -193,7 +193,7 @@ def prose_units(text: str) -> tuple[list[_Unit], list[_Sentence]]:
         base = starts[first]
         body = "".join(masked)
         unit = len(units)
-        units.append(_Unit(base, base + len(body.rstrip("\n"))))
+        units.append(_Unit(base, base + len(body.rstrip("\r\n"))))
         for s, e in sentence_spans(body):
             if len(body[s:e].split()) >= MIN_FACTUAL_WORDS:
                 sentences.append(_Sentence(base + s, base + e, unit))

@@ -18,6 +18,8 @@ from typing import Literal
 
 from markdown_it import MarkdownIt
 
+from cdr.text.markdown import line_starts
+
 CitationStyle = Literal["off", "numbers", "footnotes"]
 CITATION_STYLES: tuple[str, ...] = ("off", "numbers", "footnotes")
 
@@ -77,7 +79,7 @@ def take_writer_markers(text: str, given: Collection[str] | None = None
         length += len(piece)
         markers.append(WriterMarker(length, refs))
         last = m.end()
-        if (m.start() == 0 or text[m.start() - 1] == "\n") and text[last:last + 1] == " ":
+        if (m.start() == 0 or text[m.start() - 1] in "\r\n") and text[last:last + 1] == " ":
             last += 1
     out.append(text[last:])
     return "".join(out), markers
@@ -91,12 +93,6 @@ def _code_ranges(text: str) -> list[tuple[int, int]]:
               if tok.type in ("fence", "code_block") and tok.map is not None]
     ranges += [(m.start(), m.end()) for m in _INLINE_CODE.finditer(text)]
     return ranges
-
-
-def line_starts(text: str) -> list[int]:
-    """Where each line of `text` starts (lines end at "\n" only, as CommonMark counts them),
-    then the text's length."""
-    return [0, *(m.end() for m in re.finditer("\n", text)), len(text)]
 
 
 def marker_text(numbers: Sequence[int], style: str) -> str:

@@ -24,6 +24,23 @@ _PARSER = MarkdownIt("commonmark")
 _BOLD_LINE = re.compile(r"^\s*(?:\*\*|__)(?P<t>[^*_\n]{1,80})(?:\*\*|__)\s*:?\s*$")
 
 
+# The line endings CommonMark knows (markdown-it-py normalises each to "\n" before it counts
+# lines). `str.splitlines` also ends a line at U+2028, form feeds, "\x1c" and more, so its line
+# numbers drift from the parser's token maps on text a model wrote.
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+def line_starts(text: str) -> list[int]:
+    """Where each line of `text` starts, as CommonMark counts lines, then the text's length:
+    line k of a token map runs from `starts[k]` to `starts[k + 1]`."""
+    return [0, *(m.end() for m in _LINE_END.finditer(text)), len(text)]
+
+
+def source_lines(text: str) -> list[str]:
+    """`text`'s lines as CommonMark counts them, each without its line ending."""
+    return _LINE_END.split(text)
+
+
 def _inline_text(tokens: list[Token], i: int) -> str:
     tok = tokens[i]
     return tok.content if tok.type == "inline" else ""
@@ -32,7 +49,7 @@ def _inline_text(tokens: list[Token], i: int) -> str:
 def parse_blocks(text: str) -> list[Block]:
     """Top-level blocks of `text` in order, each with its heading path."""
     tokens = _PARSER.parse(text)
-    lines = text.splitlines()
+    lines = source_lines(text)
     blocks: list[Block] = []
     path: list[tuple[int, str]] = []
     i = 0
@@ -135,17 +152,17 @@ def complete_blocks_end(text: str) -> int:
     cannot undo any of that, which is what lets a stream release a block (or a list item) as
     soon as the next one starts (`cdr.text.kept_stream`)."""
     blocks = parse_blocks(text)
-    lines = text.splitlines(keepends=True)
+    starts = line_starts(text)
     if blocks and blocks[-1].kind == "list":
         done = _finished_items_end(text, blocks[-1].start)
         if done:
-            return sum(len(line) for line in lines[:done])
+            return starts[min(done, len(starts) - 1)]
     keep = blocks[:-1] if blocks else []
     while keep and keep[-1].kind == "heading":
         keep.pop()
     if not keep:
         return 0
-    return sum(len(line) for line in lines[: keep[-1].end])
+    return starts[min(keep[-1].end, len(starts) - 1)]
 
 
 def _finished_items_end(text: str, list_start: int) -> int:
@@ -158,4 +175,4 @@ def _finished_items_end(text: str, list_start: int) -> int:
 
 
 def _open_fence(text: str) -> bool:
-    return sum(1 for line in text.splitlines() if line.lstrip().startswith("```")) % 2 == 1
+    return sum(1 for line in source_lines(text) if line.lstrip().startswith("```")) % 2 == 1

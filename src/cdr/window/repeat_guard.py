@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from cdr.ngrams import ngram_hashes
-from cdr.text.markdown import parse_blocks
+from cdr.text.markdown import line_starts, parse_blocks
 from cdr.text.sentences import split_sentences
 
 # Half of a unit's 6-grams already written: the unit is mostly a copy. Sentences of new
@@ -142,7 +142,7 @@ class RepeatGuard:
         blocks = parse_blocks(text)
         if not blocks:
             return GuardResult(text, [], self._stack([]))
-        starts = _line_starts(text)
+        starts = line_starts(text)
         out: list[str] = []
         # Headings waiting for kept content under them: [level, source, emptied] — emptied
         # once a unit after it was dropped. A heading the guard emptied goes; one the model
@@ -215,9 +215,3 @@ def _join(kind: str, kept: list[_Unit]) -> str:
     return "\n".join(u.source for u in kept).rstrip("\n")
 
 
-def _line_starts(text: str) -> list[int]:
-    """Character offset of each line's start, plus the text's end."""
-    starts = [0]
-    for line in text.splitlines(keepends=True):
-        starts.append(starts[-1] + len(line))
-    return starts
