@@ -164,13 +164,13 @@ def _atomic_write(path: Any, data: dict[str, Any]) -> None:
 
 def run_windows(ckf: Any, writer: Any, task: Any, arm: LlmArm, words: int, key: str,
                 context: int, generation: int, partial_dir: Any = None,
-                max_new_windows: int | None = None, stop_at: str | None = None
-                ) -> tuple[Session, list[dict[str, Any]]]:
+                max_new_windows: int | None = None, stop_at: str | None = None,
+                max_windows: int = MAX_WINDOWS) -> tuple[Session, list[dict[str, Any]]]:
     """Windows to the run's own exit (or `max_new_windows` more, or until `stop_at`, HH:MM
     UTC, when no window starts), each checkpointed in `partial_dir`; resumes from the
     checkpoint. A writer without reuse counting (the
     extractive one, in tests) records no timing."""
-    cfg = GenerationConfig(max_windows=MAX_WINDOWS, words=words, context_tokens=context,
+    cfg = GenerationConfig(max_windows=max_windows, words=words, context_tokens=context,
                            generation_tokens=generation, **arm.config)
     gen = Generator(ckf, writer, cfg)
     partial = (partial_dir or PARTIAL) / f"{key}.json"
@@ -749,14 +749,15 @@ def _whole_matrix(tasks: Sequence[tuple[Any, set[int], Any]], context: int, gene
 
 def run_and_record(ckf: Any, own: set[int], task: Any, arm: LlmArm, words: int, key: str,
                    writer: Any, context: int, generation: int, runs: Any, partial_dir: Any,
-                   stop_at: str | None) -> dict[str, Any] | None:
+                   stop_at: str | None, max_windows: int = MAX_WINDOWS) -> dict[str, Any] | None:
     """One run to its exit (resumed from its checkpoint in `partial_dir`), recorded in `runs`
     with its commit, options, seconds and load; None when `stop_at` stopped it first."""
     from retrieval import append_run, library_commit
 
     started = time.perf_counter()
     session, windows = run_windows(ckf, writer, task, arm, words, key, context, generation,
-                                   partial_dir=partial_dir, stop_at=stop_at)
+                                   partial_dir=partial_dir, stop_at=stop_at,
+                                   max_windows=max_windows)
     if session.status == IN_PROGRESS:  # stopped at `stop_at`: the checkpoint resumes it
         print(f"stop-at {stop_at}: {task.name} {arm.name} {words} checkpointed after "
               f"{len(windows)} windows", flush=True)

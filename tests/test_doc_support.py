@@ -18,6 +18,7 @@ from cdr.retrieval.doc_support import (
     document_support,
     home_document,
     support_weights,
+    supported_documents,
     supported_select,
 )
 from cdr.retrieval.gates import MINILM, SPEC_GATE, calibrated_gate
@@ -67,6 +68,33 @@ def test_a_page_of_many_matching_facts_is_home_over_a_page_of_one():
     assert home_document(docs, rel, top_n=1) == 7
     assert home_document(np.array([4, 2]), np.array([0.5, 0.5])) == 2  # a tie: lowest code
     assert home_document(np.zeros(0, np.int64), np.zeros(0)) is None
+
+
+def test_every_page_at_the_gate_is_a_sections_page():
+    docs = np.array([7, 3, 3, 3, 5, 5, 5])
+    rel = np.array([0.9, 0.7, 0.65, 0.6, 0.62, 0.61, 0.6])
+    # supports: 7 → 0.3, 3 → 0.65, 5 → 0.61
+    np.testing.assert_array_equal(supported_documents(docs, rel, 0.6), [3, 5])
+    np.testing.assert_array_equal(supported_documents(docs, rel, 0.65), [3])
+    np.testing.assert_array_equal(supported_documents(docs, rel, 0.3), [3, 5, 7])
+    assert supported_documents(docs, rel, 0.66).size == 0
+    assert supported_documents(np.zeros(0, np.int64), np.zeros(0), 0.5).size == 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.floats(0, 1)), min_size=1, max_size=30),
+       st.floats(0, 1))
+def test_supported_documents_equal_a_brute_force(pairs, gate):
+    docs = np.array([d for d, _ in pairs])
+    rel = np.array([r for _, r in pairs])
+    want = sorted(d for d in set(docs.tolist())
+                  if sum(sorted(rel[docs == d].tolist(), reverse=True)[:3]) / 3 >= gate)
+    got = supported_documents(docs, rel, gate).tolist()
+    # the sum's order may differ from the kernel's by an ulp at the gate itself
+    near = {d for d in set(docs.tolist())
+            if abs(sum(sorted(rel[docs == d].tolist(), reverse=True)[:3]) / 3 - gate) < 1e-12}
+    assert set(got) - near == set(want) - near
+    assert got == sorted(got)
 
 
 @settings(max_examples=100, deadline=None)

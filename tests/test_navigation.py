@@ -1,4 +1,4 @@
-"""Navigation pages (`cdr.retrieval.navigation`): the listing rule on exact cases, and a
+"""Navigation pages (`cdr.retrieval.navigation`): the entry-line rule on exact cases, and a
 knowledge base whose back-of-book index matches every query: under the default profile it
 sends none of the index's facts and reaches the content pages, where the task's pool alone
 sends the index."""
@@ -11,22 +11,61 @@ import numpy as np
 import pytest
 
 from cdr.ckf import CKF, DocumentInput, ingest_texts
-from cdr.retrieval.navigation import MIN_FACTS, is_listing, navigation_rows
+from cdr.retrieval.navigation import (
+    ENTRY_SHARE,
+    MIN_FACTS,
+    MIN_LINES,
+    entry_lines,
+    navigation_rows,
+)
 from cdr.window.loop import GenerationConfig, Generator
 from cdr.writers import get_writer
 
 
-def test_the_listing_rule() -> None:
-    assert is_listing("B-tree, Index Types\nBRIN, Index Types\nGIN, GIN Indexes\nGiST, GiST")
-    assert is_listing("Table of Contents\n1. What Is PostgreSQL?\n2. A Brief History\n3. Bugs")
+def test_entry_lines_are_counted_exactly() -> None:
+    index = "B-tree, Index Types\nBRIN, Index Types\nGIN, GIN Indexes\nGiST, GiST"
+    assert entry_lines(index) == (4, 4)
+    toc = "Table of Contents\n1. What Is PostgreSQL?\n2. A Brief History\n3. Bugs"
+    assert entry_lines(toc) == (3, 4)  # a question ends like a sentence
+    assert entry_lines("ABORT — abort the current transaction\n- ALTER TABLE — change a table\n"
+                       "\n* $libdir, Dynamic Loading") == (3, 3)
     prose = ("An index lets the server find rows fast.\nIt costs writes.\nUse it on columns "
              "you filter by.")
-    assert not is_listing(prose)
-    assert not is_listing("CREATE INDEX i ON t (a)\nSELECT a\nFROM t\nWHERE a = 1", is_code=True)
-    assert not is_listing("one line, short\nanother")  # under MIN_LINES
-    long_items = "\n".join(f"item {i} with a description long enough to be a sentence of its own"
-                           for i in range(5))
-    assert not is_listing(long_items)
+    assert entry_lines(prose) == (0, 3)
+    assert entry_lines("CREATE INDEX i ON t (a)\nSELECT a\nFROM t", is_code=True) == (0, 3)
+    # a table's rows and the continuation lines of its cells are not entries
+    assert entry_lines("Name | Indexable Operators\nbox_ops | << (box, box)\nanyrange)") == (0, 3)
+    assert entry_lines("&& (circle, circle)\n<@ (circle, circle)") == (0, 2)
+    long_item = "item with a description long enough to be a sentence of its own here"
+    assert entry_lines(long_item) == (0, 1)
+
+
+def _doc(n_lines: int, entry_every: int) -> list[DocumentInput]:
+    """A page of `n_lines` lines, one in `entry_every` a short name, the rest sentences."""
+    lines = [f"Entry {i}, Section {i}" if i % entry_every == 0 else
+             f"Line {i} is a sentence about the planner and its statistics."
+             for i in range(n_lines)]
+    return [DocumentInput("page.md", "# Page\n\n" + "\n\n".join(lines) + "\n")]
+
+
+@pytest.mark.parametrize(("n_lines", "entry_every", "navigation"), [
+    (40, 1, True),     # every line an entry
+    (40, 2, False),    # half
+    (12, 1, False),    # too few lines to judge
+])
+def test_a_document_is_navigation_by_its_share_of_entry_lines(tmp_path: Path, n_lines: int,
+                                                              entry_every: int,
+                                                              navigation: bool) -> None:
+    with CKF.create(tmp_path / "kb.ckf") as ckf:
+        ingest_texts(ckf, _doc(n_lines, entry_every))
+    ckf = CKF.open(tmp_path / "kb.ckf")
+    facts = ckf.facts(np.arange(ckf.n_rows))
+    entries = sum(entry_lines(f.content)[0] for f in facts)
+    lines = sum(entry_lines(f.content)[1] for f in facts)
+    assert lines == n_lines
+    judged = len(facts) >= MIN_FACTS and lines >= MIN_LINES
+    assert (judged and entries >= ENTRY_SHARE * lines) == navigation
+    assert bool(navigation_rows(ckf).all()) == navigation
 
 
 TOPICS = {

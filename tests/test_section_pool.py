@@ -23,8 +23,10 @@ from cdr.retrieval.factindex import Selection
 from cdr.retrieval.navigation import navigation_rows
 from cdr.vectors import normalize
 from cdr.window.loop import (
+    DRAWN_WHOLE,
     MAX_SECTION_QUERIES,
     PHASE1_LIMIT,
+    SECTION_DOC_GATE,
     GenerationConfig,
     Generator,
     union_selection,
@@ -98,10 +100,12 @@ def test_the_pool_is_each_querys_candidates_at_their_best(types_ckf: CKF) -> Non
         parts.append(gen.phase1_index(opts, session.task, [sq]).select(
             normalize(session.query_vector + vec, "q"), session.min_relevance, PHASE1_LIMIT))
     codes = document_codes(types_ckf)
-    # each section's home by meaning: among content facts at the cosine gate, the document
-    # whose best three cosines (a missing one counting 0) sum highest; its facts at cosine
+    # each section's pages by meaning: among content facts at the cosine gate, the document
+    # whose best three cosines (a missing one counting 0) sum highest, and every document whose
+    # best three average at least SECTION_DOC_GATE; their facts at cosine
     content = ~navigation_rows(types_ckf) & np.asarray(types_ckf.active, bool)
     homes = []
+    section_pages: list[set[int]] = []
     for vec in session.sub_query_embeddings:
         q = normalize(session.query_vector + vec, "q")
         cos = np.asarray(types_ckf.embeddings, np.float32) @ q
@@ -110,11 +114,15 @@ def test_the_pool_is_each_querys_candidates_at_their_best(types_ckf: CKF) -> Non
         for r in near:
             by_doc.setdefault(int(codes[r]), []).append(float(cos[r]))
         if by_doc:
-            home = min(by_doc, key=lambda d: (-sum(sorted(by_doc[d], reverse=True)[:3]), d))
-            homes.append({int(r): float(cos[r]) for r in near if codes[r] == home})
+            top3 = {d: sum(sorted(v, reverse=True)[:3]) / 3 for d, v in by_doc.items()}
+            home = min(by_doc, key=lambda d: (-top3[d], d))
+            # and every page as well supported by meaning as SECTION_DOC_GATE asks
+            pages = {home} | {d for d, t in top3.items() if t >= SECTION_DOC_GATE - 1e-12}
+            homes.append({int(r): float(cos[r]) for r in near if codes[r] in pages})
+            section_pages.append(pages)
     reached = {int(codes[r]) for r in parts[0].indices}
-    reached |= {int(codes[p.indices[0]]) for p in parts[1:] if len(p)}  # the sections' homes
-    reached |= {int(codes[next(iter(h))]) for h in homes}
+    reached |= {int(codes[p.indices[0]]) for p in parts[1:] if len(p)}  # the sections' best
+    reached |= set().union(*section_pages)
     best: dict[int, float] = {}
     for i, p in enumerate(parts):
         for r, v in zip(p.indices.tolist(), p.relevances.tolist(), strict=True):
@@ -273,12 +281,14 @@ def test_the_pool_is_bounded_like_the_tasks_own_phase1(types_ckf: CKF,
                                           strict=True))
 
 
-def test_documents_the_run_draws_on_widen_the_pool(types_ckf: CKF) -> None:
+@pytest.mark.parametrize("every", [2, 6])
+def test_documents_the_run_draws_on_widen_the_pool(types_ckf: CKF, every: int) -> None:
     """The unsent facts of each document the run draws on (at least a quarter of its content
     facts sent, and two) join the pool at their best cosine to the task's or a section's
-    query, when it passes the cosine gate; a document with one fact sent adds nothing. Here
-    the pool is the section pool less the unsent half of its largest document, as a pool the
-    fused gate left partly out of a page, and that half's other facts count as sent."""
+    query, when it passes the cosine gate, and all of them when at least DRAWN_WHOLE of its
+    content facts were sent; a document with one fact sent adds nothing. Here the pool is the
+    section pool less one in `every` facts of its largest document, as a pool the fused gate
+    left partly out of a page, and that document's other facts in the pool count as sent."""
     gen = _generator(types_ckf, "sections")
     session = gen.start(BUILTIN_TYPES_TASK, BUILTIN_TYPES_OUTLINE)
     full = gen.candidates(session)
@@ -287,17 +297,22 @@ def test_documents_the_run_draws_on_widen_the_pool(types_ckf: CKF) -> None:
     in_pool = codes[full.indices]
     top, lone = (int(d) for d in np.argsort(-np.bincount(in_pool), kind="stable")[:2])
     top_rows = full.indices[in_pool == top].tolist()
-    sent_rows = top_rows[::2] + full.indices[in_pool == lone].tolist()[:1]
+    left_out = top_rows[every - 1::every]
+    sent_rows = [r for r in top_rows if r not in left_out]
+    sent_rows += full.indices[in_pool == lone].tolist()[:1]
     session.fact_memory.shown.update({ids[r]: 1 for r in sent_rows})
     shown = session.fact_memory.shown
-    base = full.where(~np.isin(full.indices, top_rows[1::2]))
+    base = full.where(~np.isin(full.indices, left_out))
     widened = gen._drawn_on(session, base)
     content = ~navigation_rows(types_ckf) & np.asarray(types_ckf.active, bool)
     sent = [r for r in base.indices.tolist() if ids[r] in shown]
     drawn = {d for d in set(codes[sent].tolist())
              if (n := sum(1 for r in sent if codes[r] == d)) >= 2
              and n >= 0.25 * int(np.count_nonzero(content & (codes == d)))}
+    whole = {d for d in drawn if sum(1 for r in sent if codes[r] == d)
+             >= DRAWN_WHOLE * int(np.count_nonzero(content & (codes == d)))}
     assert top in drawn and lone not in drawn
+    assert (top in whole) == (every == 6)
     queries = [session.query_vector] + [normalize(session.query_vector + v, "q")
                                         for v in session.sub_query_embeddings]
     emb = np.asarray(types_ckf.embeddings, np.float32)
@@ -305,9 +320,11 @@ def test_documents_the_run_draws_on_widen_the_pool(types_ckf: CKF) -> None:
     for r in np.flatnonzero(content).tolist():
         if int(codes[r]) in drawn and r not in want and ids[r] not in shown:
             rel = max(float(emb[r] @ q) for q in queries)
-            if rel >= gen.cosine_gate():
+            if rel >= gen.cosine_gate() or int(codes[r]) in whole:
                 want[r] = rel
     got = dict(zip(widened.indices.tolist(), widened.relevances.tolist(), strict=True))
     assert got.keys() == want.keys()
     np.testing.assert_allclose([got[r] for r in want], list(want.values()), atol=1e-6)
-    assert set(top_rows[1::2]) & set(got)  # facts of the page the pool had left out are back
+    assert set(left_out) & set(got)  # facts of the page the pool had left out are back
+    if every == 6:  # the whole page: facts under the cosine gate join too
+        assert any(got[r] < gen.cosine_gate() for r in set(got) - set(base.indices.tolist()))

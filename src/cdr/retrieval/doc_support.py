@@ -96,6 +96,19 @@ def home_document(docs: np.ndarray, relevances: np.ndarray, top_n: int = TOP_N) 
     return int(uniq[int(np.argmax(support))])
 
 
+def supported_documents(docs: np.ndarray, relevances: np.ndarray, gate: float,
+                        top_n: int = TOP_N) -> np.ndarray:
+    """The documents (codes, ascending) among candidates of documents `docs` with these
+    relevances whose support reaches `gate`: every page a section lives in, where
+    `home_document` names the best one."""
+    if not len(docs):
+        return np.zeros(0, np.int64)
+    uniq, inv = np.unique(np.asarray(docs, np.int64), return_inverse=True)
+    support = document_support(inv, np.asarray(relevances, np.float64), len(uniq), top_n)
+    out: np.ndarray = uniq[support >= gate]
+    return out
+
+
 def support_weights(rows: np.ndarray, relevances: np.ndarray, codes: np.ndarray,
                     power: float = POWER, top_n: int = TOP_N) -> np.ndarray:
     """float32 multiplier per candidate: (its document's support among the candidates / the

@@ -30,6 +30,7 @@ from cdr.retrieval.doc_support import (
     content_sizes,
     document_codes,
     home_document,
+    supported_documents,
 )
 from cdr.retrieval.expansion import (
     expand_sub_queries,
@@ -112,6 +113,14 @@ MAX_SECTION_QUERIES = 64
 # its content facts sent, and at least this many.
 DRAWN_ON_SHARE = 0.25
 DRAWN_ON_MIN = 2
+# ... and a document at least this share of whose content facts were sent is the task's as a
+# whole: its other facts join the pool whatever their cosine (chosen on the tuning tasks of
+# bench/shapes.py: surveys 73% -> 78% of their material sent, on-topic unchanged).
+DRAWN_WHOLE = 2 / 3
+# `pool: "sections"`: a document whose support by meaning for a section (the mean cosine of
+# its 3 facts nearest the section's query, cdr.retrieval.doc_support) reaches this is one of
+# the section's pages, as its home page is (chosen on the tuning tasks of bench/shapes.py).
+SECTION_DOC_GATE = 0.6
 SHARD_TOP_K = 64  # candidates a ranking index ships per window before packing settles
 # A window whose plan came out shorter than the prompt T was counted with by at least this
 # many tokens (about a small fact) is packed once more with T counted on the plan it got.
@@ -477,8 +486,11 @@ class Generator:
         DRAWN_ON_MIN) were sent is one of the task's documents, found by the run itself;
         its facts not yet sent join the pool when their meaning serves the task or one of
         its sections (cosine to the task's query or a section's query at the cosine gate),
-        so a run does not stop `ckf-exhausted` on the part of a page the fused gate missed.
-        A sibling page that gave a fact or two stays out."""
+        so a run does not stop `ckf-exhausted` on the part of a page the fused gate missed;
+        of a document at least DRAWN_WHOLE of whose content facts were sent, every other
+        fact joins (the page is the task's; "Isolation level and access mode" is half a
+        page of SET TRANSACTION whose last facts name neither). A sibling page that gave a
+        fact or two stays out."""
         shown = session.fact_memory.shown
         if not shown or not len(pool):
             return pool
@@ -510,6 +522,7 @@ class Generator:
         # its shards hold these rows in other orders)
         rel = np.einsum("ij,kj->ik", emb, queries).max(axis=1).astype(np.float32)
         keep = rel >= np.float32(self.cosine_gate())
+        keep |= np.isin(codes[rows], np.flatnonzero(n_sent >= DRAWN_WHOLE * size))
         if not keep.any():
             return pool
         extra = Selection(rows[keep].astype(np.int64), rel[keep], emb[keep])
@@ -536,6 +549,7 @@ class Generator:
         by_meaning = ContentIndex(self.index, navigation_rows(self.index))
         cos_gate = self.cosine_gate()
         home_parts: list[Selection] = []
+        pages: list[np.ndarray] = []  # each section's pages by meaning
         # At most MAX_SECTION_QUERIES scans, whatever the outline's length: past it, runs of
         # neighbouring sections query together (their mean vector, their lines' words).
         for group in np.array_split(np.arange(len(sqs)), min(len(sqs), MAX_SECTION_QUERIES)):
@@ -544,19 +558,26 @@ class Generator:
             group_sqs = [sqs[i] for i in group]
             index = self.phase1_index(session.options, session.task, group_sqs)
             parts.append(index.select(query, gate, PHASE1_LIMIT))
-            # The section's home document by meaning (cdr.retrieval.doc_support.home_document:
+            # The section's pages by meaning: its home document (doc_support.home_document:
             # the page many of whose facts sit near the section, not the page of one fact that
-            # names its words); chosen at the document level, its facts are judged by their
-            # meaning alone, at the cosine gate, not weighed against another page's best fact.
+            # names its words) and every page as well supported by meaning (SECTION_DOC_GATE:
+            # "WAL Configuration" lives on a page whose best fact ranks below another page's,
+            # "Changing and removing roles" on two small pages). Chosen at the document level,
+            # their facts are judged by their meaning alone, at the cosine gate, not weighed
+            # against another page's best fact.
             near = by_meaning.select(query, cos_gate, None)
             home = home_document(codes[near.indices], near.relevances)
             if home is not None:
-                home_parts.append(_head(near.where(codes[near.indices] == home), PHASE1_LIMIT))
+                section_pages = np.union1d([home], supported_documents(
+                    codes[near.indices], near.relevances, SECTION_DOC_GATE))
+                home_parts.append(_head(near.where(np.isin(codes[near.indices], section_pages)),
+                                        PHASE1_LIMIT))
+                pages.append(section_pages)
         # A section adds facts of the task's documents, not others: on a single-page task a
         # section query ("Errors") also meets sibling pages' sections. The task's documents
-        # are those its own query reached and each section's best match (its home page).
-        homes = [p.indices[:1] for p in parts[1:] + home_parts]
-        reached = np.unique(codes[np.concatenate([parts[0].indices, *homes])])
+        # are those its own query reached, each section's best match and its pages by meaning.
+        reached = np.unique(np.concatenate([codes[parts[0].indices],
+                                            *(codes[p.indices[:1]] for p in parts[1:]), *pages]))
         parts[1:] = [p.where(np.isin(codes[p.indices], reached)) for p in parts[1:]]
         parts += home_parts
         # The best PHASE1_LIMIT of the union, as the task's own Phase 1 is bounded: the work
