@@ -48,6 +48,7 @@ PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
 test: $(STAMP)
 	$(BIN)/python -m ruff check src tests bench examples docs
+	$(BIN)/lint-imports
 	$(PYTEST) -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not llm and not serial"
 	$(PYTEST) -q -m "serial and not llm" || [ $$? -eq 5 ]
 
@@ -75,6 +76,7 @@ docs: $(DOCS_STAMP)
 
 lint: $(STAMP)
 	$(BIN)/python -m ruff check src tests bench examples docs
+	$(BIN)/lint-imports
 
 bench-ranking: $(STAMP)
 	$(BIN)/python bench/ranking.py

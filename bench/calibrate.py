@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from cdr.ckf import CKF
+from cdr.retrieval.subject import task_topic
 from cdr.vectors import normalize
-from cdr.window.dpe import task_topic
 
 GATES = (0.25, 0.30, 0.35, 0.40, 0.45, 0.50, 0.55)
 THRESHOLDS = (0.15, 0.20, 0.25, 0.30, 0.35, 0.40)

@@ -44,7 +44,7 @@ import numpy as np
 from _paths import BENCH  # first: makes `cdr` importable
 from cdr.retrieval.fact_recipe import TITLE_SECTION_SHORT
 from cdr.session import IN_PROGRESS
-from cdr.window.length import LLM_WORDS_PER_TOKEN
+from cdr.text.tokens import LLM_WORDS_PER_TOKEN
 from cdr.window.loop import GenerationConfig, Generator
 from cdr.window.plan import heading_key
 from cdr.writers import get_writer

@@ -98,8 +98,8 @@ def token_counts(texts_words: list[np.ndarray], vocab: np.ndarray) -> np.ndarray
 def build_ckf(path: Path, n: int, seed: int = 0) -> Path:
     from cdr.ckf.handle import CKF
     from cdr.retrieval.embed import default_embedder
+    from cdr.retrieval.subject import task_topic
     from cdr.vectors import normalize
-    from cdr.window.dpe import task_topic
 
     marker = path / "bench.json"
     spec = {"facts": n, "seed": seed, "task": TASK, "outline": OUTLINE,

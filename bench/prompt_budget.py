@@ -27,7 +27,7 @@ from typing import Any
 
 from _paths import ROOT  # noqa: F401  (cdr importable from a checkout)
 from cdr.session import IN_PROGRESS
-from cdr.text.tokens import count_tokens
+from cdr.text.tokens import LLM_WORDS_PER_TOKEN, count_tokens
 from cdr.window.loop import GenerationConfig, Generator
 from cdr.writers import get_writer
 from cdr.writers.base import WriterResult, estimate_prompt_tokens
@@ -36,7 +36,6 @@ from long_llm import ARMS, CONTEXT_TOKENS, GENERATION_TOKENS, load_fixed_tasks
 
 WINDOWS = 12
 WORDS = 5000
-LLM_WORDS_PER_TOKEN = 0.577  # docs/length.md, "Why runs came out short"
 _LABEL = re.compile(r"^\[F\d+\] \(.*\)$", re.M)
 
 

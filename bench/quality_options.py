@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cdr.fact_memory import MemoryRule
 from cdr.retrieval.expansion import EXPANSION_WIDENED_POWER
 from cdr.window.fit import FIT_FACTS_PER_WORD, FIT_MARGIN, WORDS_PER_TOKEN, WORDS_PER_WRITTEN_FACT
-from cdr.window.memory import MemoryRule
 from quality_lexical import Bm25Fused
 
 PRESET = "cdr fresh"

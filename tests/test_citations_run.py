@@ -15,10 +15,10 @@ from cdr.citations import UNSUPPORTED
 from cdr.ckf import CKF, ingest
 from cdr.report import write_report
 from cdr.session import Session
+from cdr.text.prompt_format import CITE_LINE, parse_prompt
 from cdr.trace import TRACE_SCHEMA, build_trace
 from cdr.window.cite import document_of
 from cdr.window.loop import GenerationConfig, Generator
-from cdr.window.prompt import CITE_LINE, parse_prompt
 from cdr.writers.base import WriterResult
 from cdr.writers.extractive import ExtractiveWriter
 from tests.conftest import BUILTIN_TYPES_OUTLINE, BUILTIN_TYPES_TASK

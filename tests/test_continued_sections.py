@@ -14,9 +14,10 @@ from cdr.ckf import CKF
 from cdr.coverage import SubQuery
 from cdr.errors import InvalidInputError
 from cdr.session import Session
+from cdr.text.prompt_format import PlanSection
 from cdr.window.dpe import DpeReport, tail_words
 from cdr.window.loop import SECTION_END_WORDS, GenerationConfig, Generator
-from cdr.window.prompt import PlanSection, build_user_prompt
+from cdr.window.prompt import build_user_prompt
 from cdr.writers import get_writer
 
 WORD = st.text(alphabet="abcdefgh", min_size=1, max_size=6)

@@ -7,12 +7,12 @@ import pytest
 
 from cdr.coverage import SubQuery
 from cdr.errors import InvalidInputError
+from cdr.retrieval.subject import task_topic
 from cdr.window.dpe import (
     decompose_from_facts,
     parse_outline,
     split_paragraphs,
     split_words,
-    task_topic,
     verify_window,
     word_count,
 )

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from cdr.coverage import SubQuery
 from cdr.errors import InvalidInputError
 from cdr.ranking import rank
+from cdr.text.prompt_format import PlanSection, parse_prompt
 from cdr.text.tokens import count_tokens
 from cdr.window.envelope import (
     FACT_FRAMING_TOKENS,
@@ -20,7 +21,7 @@ from cdr.window.envelope import (
     pack,
     residual_anchor,
 )
-from cdr.window.prompt import PlanSection, build_user_prompt, parse_prompt
+from cdr.window.prompt import build_user_prompt
 from cdr.writers.extractive import ExtractiveWriter
 
 

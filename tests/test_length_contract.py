@@ -16,11 +16,12 @@ from cdr.coverage import SubQuery
 from cdr.errors import InvalidInputError
 from cdr.options import PROFILES, SessionOptions
 from cdr.session import TASK_COMPLETE, Session
+from cdr.text.prompt_format import PlanSection
 from cdr.text.self_repeat import REPETITION
+from cdr.text.tokens import LLM_WORDS_PER_TOKEN
 from cdr.window.dpe import DpeReport
 from cdr.window.fit import WORDS_PER_TOKEN
 from cdr.window.length import (
-    LLM_WORDS_PER_TOKEN,
     contract_met,
     section_shares,
     window_budget,
@@ -28,7 +29,7 @@ from cdr.window.length import (
     writer_words_per_token,
 )
 from cdr.window.loop import written_whole
-from cdr.window.prompt import PlanSection, fit_plan
+from cdr.window.prompt import fit_plan
 from cdr.writers import get_writer
 
 

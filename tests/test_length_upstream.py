@@ -74,7 +74,7 @@ def test_the_length_contract_delivers_the_words_and_writes_each_section_once(
     """`--length contract`: windows are planned for the owed words at the budget the writer
     carries, a section written whole is not planned again, and the run stops on the band
     (task-complete) well before the 20-window limit."""
-    from cdr.window.prompt import parse_prompt
+    from cdr.text.prompt_format import parse_prompt
 
     server.reset()
     run = _generate(server, types_ckf_path, tmp_path, "--windows", "20", "--length",

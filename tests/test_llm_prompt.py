@@ -8,8 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cdr.ckf import CKF
+from cdr.text.prompt_format import PlanSection, parse_prompt
 from cdr.window.loop import GenerationConfig, Generator, stale_envelope
-from cdr.window.prompt import PlanSection, build_user_prompt, fit_plan, parse_prompt
+from cdr.window.prompt import build_user_prompt, fit_plan
 from cdr.writers import get_writer
 
 PLAN = [PlanSection("Creating indexes", 300, ("F1", "F3")),

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdr import max_dots
-from cdr.max_dots import max_row_dots
+from cdr.retrieval import max_dots
 from cdr.ranking import cdr_components, cdr_scores
+from cdr.retrieval.max_dots import max_row_dots
 
 
 def _rows(rng: np.random.Generator, n: int, d: int, dtype: type) -> np.ndarray:

@@ -20,6 +20,7 @@ from cdr.ckf import CKF
 from cdr.cli import app
 from cdr.coverage import SubQuery
 from cdr.errors import InvalidInputError
+from cdr.fact_memory import FactMemory, MemoryRule, apply_memory, written_rows
 from cdr.gateway.schemas import GenerationOptions
 from cdr.gateway.session_record import SessionRecord
 from cdr.ngrams import NgramIndex
@@ -30,7 +31,6 @@ from cdr.session import Session
 from cdr.trace import TRACE_SCHEMA, build_trace
 from cdr.window.fit import FIT_MIN_FACTS, fit_facts, planned_words
 from cdr.window.loop import GenerationConfig, Generator
-from cdr.window.memory import FactMemory, MemoryRule, apply_memory, written_rows
 from cdr.writers import get_writer
 from tests.conftest import BUILTIN_TYPES_OUTLINE, BUILTIN_TYPES_TASK
 from tests.gateway_server import CRP, TASK

@@ -18,9 +18,9 @@ from cdr.ckf import CKF
 from cdr.errors import InvalidInputError
 from cdr.options import PROFILES, SessionOptions, resolve_options
 from cdr.session import IN_PROGRESS
+from cdr.text.prompt_format import parse_prompt
 from cdr.window.loop import GenerationConfig, Generator
 from cdr.window.plan import PLAN_MIN_FACTS, heading_key, label_owners, owning_sections
-from cdr.window.prompt import parse_prompt
 from tests.conftest import BUILTIN_TYPES_OUTLINE, BUILTIN_TYPES_TASK
 from tests.prose_writer import ProseWriter
 

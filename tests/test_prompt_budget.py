@@ -31,9 +31,10 @@ from typer.testing import CliRunner
 from cdr.ckf import CKF, ingest
 from cdr.cli import app
 from cdr.session import IN_PROGRESS
+from cdr.text.prompt_format import parse_prompt
 from cdr.text.tokens import count_tokens
 from cdr.window.loop import GenerationConfig, Generator, WindowEvent
-from cdr.window.prompt import fact_label, fact_lines, parse_prompt
+from cdr.window.prompt import fact_label, fact_lines
 from cdr.writers import get_writer
 from cdr.writers.base import estimate_prompt_tokens
 from cdr.writers.local import reference_vocabulary

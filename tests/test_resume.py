@@ -14,9 +14,9 @@ from cdr.ckf import CKF
 from cdr.errors import InvalidInputError
 from cdr.options import SessionOptions
 from cdr.text.kept_stream import KeptStream
+from cdr.text.prompt_format import PlanSection
 from cdr.trace import window_record
 from cdr.window.loop import GenerationConfig, Generator
-from cdr.window.prompt import PlanSection
 from cdr.window.resume import (
     Resume,
     can_resume,

@@ -29,7 +29,7 @@ from cdr.cluster.shardset import (
 )
 from cdr.errors import EmbeddingModelMismatchError, InvalidInputError, NotFoundError
 from cdr.gateway.errors import from_cdr_error
-from cdr.retrieval.index_open import open_fact_index
+from cdr.knowledge_base import open_fact_index
 from tests.conftest import write_docs
 
 DATA = Path(__file__).parent / "data" / "ckf"

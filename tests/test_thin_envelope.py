@@ -18,11 +18,12 @@ from cdr.ckf import CKF
 from cdr.errors import InvalidInputError
 from cdr.report import build_run, explain_exit
 from cdr.session import CKF_EXHAUSTED
+from cdr.text.prompt_format import PlanSection
+from cdr.text.tokens import LLM_WORDS_PER_TOKEN
 from cdr.trace import TRACE_SCHEMA, build_trace
 from cdr.window.fit import MIN_SECTION_WORDS
 from cdr.window.length import (
     GROUNDED_WORDS_PER_FACT_WORD,
-    LLM_WORDS_PER_TOKEN,
     envelope_words,
     grounded_budget,
     grounded_words,
@@ -31,7 +32,7 @@ from cdr.window.length import (
     window_budget,
 )
 from cdr.window.loop import GenerationConfig, Generator, PreparedWindow
-from cdr.window.prompt import PlanSection, fit_plan
+from cdr.window.prompt import fit_plan
 from cdr.writers import get_writer
 from tests.conftest import BUILTIN_TYPES_OUTLINE, BUILTIN_TYPES_TASK
 from tests.prose_writer import ProseWriter

@@ -15,7 +15,7 @@ The spec's behaviour is the default and stays byte-for-byte what it was: a sessi
 options serialises exactly as before (no option keys), and a session stored before the options
 existed loads with the defaults. Each option is a rule in its own module:
 
-- `memory`: ``"off"`` (spec: novelty is per topic) or ``"facts"`` (`cdr.window.memory`: facts
+- `memory`: ``"off"`` (spec: novelty is per topic) or ``"facts"`` (`cdr.fact_memory`: facts
   already shown, and more strongly facts already written, lose score in later windows);
 - `envelope`: ``"budget"`` (spec: fill the envelope budget E) or ``"fit"`` (`cdr.window.fit`: pack
   about as many facts as the window's planned words can use);

@@ -11,7 +11,7 @@ All three modes share Phase 1's minimum-relevance gate (§2.6) and work on array
   windows; the sections' lists are merged in turns so every planned section gets its best facts.
 
 The CDR terms for M gated candidates cost the (M, d) candidate block's product with the
-centroid and each row's largest product with ``r₁ … r_R`` (`cdr.max_dots`: a BLAS estimate
+centroid and each row's largest product with ``r₁ … r_R`` (`cdr.retrieval.max_dots`: a BLAS estimate
 picks the few products computed exactly); the gate itself costs the one (N, d) mat-vec a plain
 cosine scan pays.
 
@@ -31,8 +31,8 @@ import numpy as np
 
 from cdr.coverage import CoverageSet, ResidualSet, weighted_centroid
 from cdr.errors import InvalidInputError
-from cdr.max_dots import max_row_dots
 from cdr.ngrams import ngram_penalty as _ngram_penalty
+from cdr.retrieval.max_dots import max_row_dots
 from cdr.retrieval.row_products import row_products
 from cdr.vectors import (
     as_fact_matrix,
@@ -75,7 +75,7 @@ class Ranking:
     n_candidates: int = 0
     ngram_activations: int = 0
     extra: dict[str, float] = field(default_factory=dict)
-    # Fact memory's multiplier per candidate (`cdr.window.memory`, an opt-in session option, not the
+    # Fact memory's multiplier per candidate (`cdr.fact_memory`, an opt-in session option, not the
     # spec); None when the session runs without it.
     memory: np.ndarray | None = None
 

@@ -27,11 +27,11 @@ import numpy as np
 from cdr.citations.sources import SourceEntry
 from cdr.coverage import CoverageSet, ResidualSet, SubQuery, check_depth
 from cdr.errors import EmbeddingModelMismatchError, InvalidInputError, parse_json_object
+from cdr.fact_memory import FactMemory
 from cdr.ngrams import NgramBlacklist, NgramIndex
 from cdr.options import DEFAULTS, MAX_WINDOWS_LIMIT, SessionOptions
 from cdr.ranking import CDR_MIN_RELEVANCE, DEFAULT_RANKING, check_mode
 from cdr.vectors import from_b64, to_b64, unit_matrix, unit_vector
-from cdr.window.memory import FactMemory
 
 COMPLETION_THRESHOLD = 0.92
 THOROUGH_DEPTH = 0.90
@@ -346,7 +346,7 @@ class Session:
 
     @property
     def remembers_facts(self) -> bool:
-        """Whether the session keeps which facts it sent (`cdr.window.memory`): for fact memory's
+        """Whether the session keeps which facts it sent (`cdr.fact_memory`): for fact memory's
         weights, or for the stop on stale envelopes (`cdr.window.stale`)."""
         return self.options.memory == "facts" or self.options.stale == "stop"
 

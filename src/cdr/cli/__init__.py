@@ -167,7 +167,7 @@ def generate(
             outline_text = outline.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise fail(f"cannot read outline {outline}: {exc}", 2) from None
-    from cdr.retrieval.index_open import check_index_address
+    from cdr.knowledge_base import check_index_address
 
     try:
         check_index_address(ckf)
@@ -175,7 +175,7 @@ def generate(
         sys.stderr.write(f"error: {' '.join(str(exc).split())}\n")
         raise typer.Exit(2) from None
     try:
-        from cdr.retrieval.index_open import open_fact_index
+        from cdr.knowledge_base import open_fact_index
 
         store = open_fact_index(ckf)
     except CdrError as exc:

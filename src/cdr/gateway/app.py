@@ -65,7 +65,7 @@ from cdr.gateway.settings import (
     parse_kb_specs,
 )
 from cdr.gateway.shard_kb import index_root
-from cdr.window.telemetry import TracingMiddleware
+from cdr.gateway.tracing import TracingMiddleware
 from cdr.window.telemetry import available as telemetry_available
 from cdr.writers import Writer
 
@@ -79,7 +79,7 @@ def open_ray_index(settings: GatewaySettings) -> Any:
     for a local CKF directory."""
     if settings.ray_address is None:
         return None
-    from cdr.retrieval.index_open import open_fact_index
+    from cdr.knowledge_base import open_fact_index
 
     return open_fact_index(settings.ray_address, retry_seconds=settings.ray_retry_seconds)
 
@@ -108,7 +108,7 @@ def create_app(
         specs[DEFAULT_KB] = ckf
     for name, spec in specs.items():
         if isinstance(spec, str) and is_ray_address(spec):
-            from cdr.retrieval.index_open import open_fact_index
+            from cdr.knowledge_base import open_fact_index
 
             specs[name] = open_fact_index(spec, retry_seconds=settings.ray_retry_seconds)
     for where in (settings.ckf, settings.session_db, Path.cwd(), tempfile.gettempdir(),
@@ -227,7 +227,7 @@ def mounted(template: APIRouter, prefix: str, dependencies: list[Any]) -> APIRou
 
 def _no_fastapi_tracing() -> dict[str, Any]:
     """FastAPI's own OpenTelemetry spans (recent versions) record the query string, where a
-    client may have put a key; `cdr.window.telemetry` makes the request span instead, without it."""
+    client may have put a key; `cdr.gateway.tracing` makes the request span instead, without it."""
     import inspect
 
     if "telemetry" in inspect.signature(FastAPI.__init__).parameters:

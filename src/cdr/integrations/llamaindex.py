@@ -37,6 +37,7 @@ from cdr.errors import InvalidInputError
 from cdr.ngrams import ngram_hashes
 from cdr.options import SessionOptions
 from cdr.ranking import Ranking, rank
+from cdr.retrieval.subject import task_topic
 from cdr.session import IN_PROGRESS, Session
 from cdr.text.tokens import count_tokens
 from cdr.vectors import normalize
@@ -45,7 +46,6 @@ from cdr.window.dpe import (
     DEFAULT_ATTRIBUTION_THRESHOLD,
     parse_outline,
     split_paragraphs,
-    task_topic,
     verify_window,
 )
 from cdr.window.headers import decimal2

@@ -7,7 +7,7 @@ Stage 8 all follow a generic topic. Anchored, the line is embedded as
 
     <subject> — <line>
 
-where the subject is the task without its instruction words (`cdr.window.dpe.task_topic`, bounded to
+where the subject is the task without its instruction words (`task_topic`, bounded to
 `SUBJECT_WORDS`). That is the shape the `title-section` fact recipe gives the facts
 (`cdr.retrieval.fact_recipe`), so a section line meets its own document's section. Only the vectors
 change: the sub-query's text, which the window writes under and the trace shows, stays the
@@ -21,7 +21,6 @@ from collections.abc import Sequence
 
 from cdr.coverage import SubQuery
 from cdr.retrieval.fact_recipe import TITLE_WORDS, clean_context
-from cdr.window.dpe import task_topic
 
 # About a title's length: enough to name a subject, too short to drown the line.
 SUBJECT_WORDS = TITLE_WORDS + 2
@@ -32,6 +31,23 @@ _DOCUMENT_KIND = re.compile(
     r"|article|document|documentation|chapter|tutorial|introduction|summary|manual|entry"
     r"|essay|review|audit|handbook)\s+(?:to|on|about|of|for|covering)\s+(?:the\s+)?",
     re.IGNORECASE)
+# A task's instruction words ("Write a comprehensive guide to"), which `task_topic` drops.
+_INSTRUCTION = re.compile(
+    r"^\s*(?:please\s+)?(?:write|draft|produce|create|compose|prepare|generate|give|explain)"
+    r"(?:\s+(?:me|us))?\s+(?:(?:a|an|the)\s+)?(?:(?:comprehensive|complete|detailed|long|short"
+    r"|full|thorough|practical|concise|in-depth)\s+)*(?:(?:guide|report|overview|document"
+    r"|article|essay|introduction|tutorial|summary|chapter|explanation|audit|review)\s+)?"
+    r"(?:(?:to|on|about|of|for|covering)\s+(?:the\s+)?)?",
+    re.IGNORECASE,
+)
+
+
+def task_topic(task: str) -> str:
+    """The task without its instruction words ("Write a comprehensive guide to X" → "X"),
+    which embeds closer to the material than the instruction does (docs/design.md §3.11
+    "The query and the gate")."""
+    topic = _INSTRUCTION.sub("", task.strip(), count=1).strip(" .:")
+    return topic or task.strip()
 
 
 def subject_of(task: str) -> str:

@@ -22,6 +22,12 @@ TOKENIZER_NAME = "cl100k_base"
 # chat prompt costs beyond its messages' text.
 TOKENS_PER_MESSAGE = 3
 TOKENS_REPLY_PRIMING = 3
+# Words per completion token the reference model wrote on the quality benchmark: 31,628 words
+# over 54,777 completion tokens in its 180 windows (bench/results/quality-llm-runs, Markdown
+# and code included). The planner's own figure is 0.70 (`cdr.window.fit.WORDS_PER_TOKEN`,
+# measured on extractive prose); the length contract's capacity uses the lower, so that it does
+# not promise too much, and a local model's writer declares it.
+LLM_WORDS_PER_TOKEN = 0.577
 
 
 # What bpe-openai's own wrapper (`Encoding.encode_ordinary`) refuses, kept by `_count`.

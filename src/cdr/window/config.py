@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from cdr.citations.support import SUPPORT_THRESHOLD
+from cdr.fact_memory import DEFAULT_MEMORY_RULE, MemoryRule
 from cdr.options import RunOptions
 from cdr.ranking import Ranking
 from cdr.retrieval.doc_support import POWER as SUPPORT_POWER
@@ -37,7 +38,6 @@ from cdr.session import DEFAULT_RESIDUAL_EXIT_DEPTH, Session
 from cdr.window.dpe import DEFAULT_ATTRIBUTION_THRESHOLD
 from cdr.window.envelope import DEFAULT_SYSTEM_PROMPT
 from cdr.window.fit import FIT_FACTS_PER_WORD
-from cdr.window.memory import DEFAULT_MEMORY_RULE, MemoryRule
 from cdr.window.plan import PLAN_MIN_FACTS
 
 

@@ -30,26 +30,10 @@ DEFAULT_TOTAL_WORDS = DEFAULTS.words  # the user's option (cdr.options.RunOption
 _LIST_MARK = re.compile(r"^\s*(?:[-*+#>]+|\(?\d+[.):]|[ivxIVX]+[.)]|[a-zA-Z][.)])\s*")
 _WORD = re.compile(r"\w+")
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
-_INSTRUCTION = re.compile(
-    r"^\s*(?:please\s+)?(?:write|draft|produce|create|compose|prepare|generate|give|explain)"
-    r"(?:\s+(?:me|us))?\s+(?:(?:a|an|the)\s+)?(?:(?:comprehensive|complete|detailed|long|short"
-    r"|full|thorough|practical|concise|in-depth)\s+)*(?:(?:guide|report|overview|document"
-    r"|article|essay|introduction|tutorial|summary|chapter|explanation|audit|review)\s+)?"
-    r"(?:(?:to|on|about|of|for|covering)\s+(?:the\s+)?)?",
-    re.IGNORECASE,
-)
 
 
 def word_count(text: str) -> int:
     return len(_WORD.findall(text))
-
-
-def task_topic(task: str) -> str:
-    """The task without its instruction words ("Write a comprehensive guide to X" → "X"),
-    which embeds closer to the material than the instruction does (docs/design.md §3.11
-    "The query and the gate")."""
-    topic = _INSTRUCTION.sub("", task.strip(), count=1).strip(" .:")
-    return topic or task.strip()
 
 
 def split_words(total_words: int, n: int) -> list[int]:

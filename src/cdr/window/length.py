@@ -32,13 +32,8 @@ from cdr.errors import InvalidInputError
 from cdr.options import MAX_WINDOWS_LIMIT
 from cdr.session import LENGTH_TOLERANCE
 from cdr.session import contract_met as contract_met
+from cdr.text.tokens import LLM_WORDS_PER_TOKEN
 from cdr.window.fit import MIN_SECTION_WORDS, WORDS_PER_TOKEN
-
-# Words per completion token the reference model wrote on the quality benchmark: 31,628 words
-# over 54,777 completion tokens in its 180 windows (bench/results/quality-llm-runs, Markdown
-# and code included). The planner's own figure is 0.70 (`cdr.window.fit.WORDS_PER_TOKEN`, measured
-# on extractive prose); capacity uses the lower, so that it does not promise too much.
-LLM_WORDS_PER_TOKEN = 0.577
 
 
 def writer_words_per_token(writer: Any) -> float:

@@ -23,6 +23,7 @@ import numpy as np
 from cdr.citations import Citer, WindowCitations
 from cdr.coverage import SubQuery
 from cdr.errors import CdrError, InvalidInputError, UpstreamError
+from cdr.fact_memory import apply_memory, written_rows
 from cdr.options import DEFAULTS, MAX_WINDOWS_LIMIT, SessionOptions
 from cdr.ranking import ONE_PASS_MODES, Ranking, rank
 from cdr.retrieval.doc_support import (
@@ -41,7 +42,7 @@ from cdr.retrieval.factindex import FactIndex, RankingIndex, Selection, WindowQu
 from cdr.retrieval.gates import calibrated_gate
 from cdr.retrieval.lexical import FusedIndex, lexical_index, session_terms
 from cdr.retrieval.navigation import ContentIndex, content_rows, navigation_rows
-from cdr.retrieval.subject import sub_query_texts, subject_of
+from cdr.retrieval.subject import sub_query_texts, subject_of, task_topic
 from cdr.session import (
     CKF_EXHAUSTED,
     EXHAUSTION_RATIO,
@@ -50,6 +51,7 @@ from cdr.session import (
     Session,
 )
 from cdr.text.kept_stream import KeptStream
+from cdr.text.prompt_format import PlanSection
 from cdr.text.self_repeat import REPETITION
 from cdr.text.tokens import count_tokens
 from cdr.vectors import normalize
@@ -60,7 +62,6 @@ from cdr.window.dpe import (
     decompose_from_facts,
     llm_outline_prompt,
     parse_outline,
-    task_topic,
     verify_text,
 )
 from cdr.window.envelope import (
@@ -83,15 +84,8 @@ from cdr.window.length import (
     words_owed,
     writer_words_per_token,
 )
-from cdr.window.memory import apply_memory, written_rows
 from cdr.window.plan import label_owners, owning_sections
-from cdr.window.prompt import (
-    PlanSection,
-    build_user_prompt,
-    fact_label,
-    fact_prompt_tokens,
-    fit_plan,
-)
+from cdr.window.prompt import build_user_prompt, fact_label, fact_prompt_tokens, fit_plan
 from cdr.window.repeat_guard import GuardResult, RepeatGuard
 from cdr.window.resume import Resume, can_resume, resume_for, write_resumed
 from cdr.window.stale import is_stale
@@ -853,7 +847,7 @@ class Generator:
                                     cfg.expansion_widened_power)
                 ranking.score = (ranking.score * w).astype(np.float32)
                 ranking = ranking.take(np.argsort(-ranking.score, kind="stable"))
-        if session.options.memory == "facts":  # cdr.window.memory
+        if session.options.memory == "facts":  # cdr.fact_memory
             ranking = apply_memory(ranking, session.fact_memory, session.window_count + 1,
                                    self.index.fact_ids, cfg.memory_rule)
         envelope = pack(ranking, self.index.fact_ids, self.index.token_counts[ranking.indices],
@@ -1048,7 +1042,7 @@ class Generator:
                                     finished=finished)
         if kept is not None:
             session.remember_written(kept.vectors)
-        if session.remembers_facts:  # cdr.window.memory: what was shown, what was written
+        if session.remembers_facts:  # cdr.fact_memory: what was shown, what was written
             written = written_rows(prepared.rows, text, session.blacklist.index,
                                    self.config.memory_rule.written_share)
             session.fact_memory.migrate(self.index.fact_ids)

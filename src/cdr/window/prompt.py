@@ -2,45 +2,31 @@
 
 One format serves every writer. An LLM reads the plan as guidance (which facts suit which
 remaining section, and about how many words each needs); the extractive writer parses it back
-(`parse_prompt`) and writes from it, so both see the same envelope.
+(`cdr.text.prompt_format.parse_prompt`) and writes from it, so both see the same envelope.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
+from cdr.text.prompt_format import (
+    CITE_LINE,
+    FACTS_HEADER,
+    PLAN_HEADER,
+    WRITE_HEADER,
+    PlanSection,
+)
 from cdr.text.tokens import count_tokens, count_tokens_batch
 from cdr.window.fit import MIN_SECTION_WORDS
 
-_PLAN_HEADER = "Plan for this part (write these sections in order, from the facts listed):"
-_FACTS_HEADER = "Facts:"
-_WRITE_HEADER = "Write this part now:"
-# The line a prompt of a citing session carries (`citations` on, `cdr.citations`): the writer
-# marks each sentence with the refs of the facts it states; the loop checks every mark.
-CITE_LINE = ("- After each sentence, cite the facts it states by their refs in square "
-             "brackets, such as [F2] or [F1, F3]. Cite only the facts above.")
 TRIM_SLACK_WORDS = MIN_SECTION_WORDS  # the loop's smallest section target
-_PLAN_LINE = re.compile(r"^- (?P<title>.+) \(~(?P<words>\d+) words\): (?P<refs>F\d+(?:, F\d+)*)$")
-_FACT_LINE = re.compile(r"^\[(?P<ref>F\d+)\] \((?P<section>.*)\)$")
 # Facts are numbered F1, F2… in layout order, known only once the envelope is packed; a fact's
 # cost is counted with its ref at this width (cl100k reads up to 3 digits as one token).
 WIDEST_FACT_REF = "F999"
-
-
-@dataclass(frozen=True)
-class PlanSection:
-    title: str
-    target_words: int
-    fact_refs: tuple[str, ...]
-    # False when `fit_plan` trimmed the section to the window's budget: the window writes
-    # part of it and the next one continues it (the length contract's "written whole").
-    whole: bool = True
 
 
 def fit_plan(plan: Sequence[PlanSection], word_budget: int) -> list[PlanSection]:
@@ -122,17 +108,17 @@ def build_user_prompt(
     lines = [f"Task: {task}", anchor]
     if backward_summary:
         lines.append(f"Previously covered (for reference only): {backward_summary}")
-    lines += ["", _PLAN_HEADER]
+    lines += ["", PLAN_HEADER]
     for s in plan:
         lines.append(f"- {s.title} (~{s.target_words} words): {', '.join(s.fact_refs)}")
-    lines += ["", _FACTS_HEADER]
+    lines += ["", FACTS_HEADER]
     for ref, section, content in facts:
         if not cited or ref in cited:
             lines += fact_lines(ref, section, content)
     if plan and instructions:
         headings = ", ".join(f'"## {s.title}"' for s in plan)
         total = sum(s.target_words for s in plan)
-        lines += ["", _WRITE_HEADER,
+        lines += ["", WRITE_HEADER,
                   f"- Write exactly these sections, in this order, each under its heading "
                   f"written exactly as given: {headings}. No other headings.",
                   f"- About {total} words in all, in full paragraphs that explain the facts in "
@@ -154,35 +140,3 @@ def build_user_prompt(
                 lines.append(f'- "{title}" was begun earlier: add new material to it, do not '
                              "introduce it again.")
     return "\n".join(lines).rstrip() + "\n"
-
-
-def asks_citations(text: str) -> bool:
-    """Whether a prompt made by `build_user_prompt` asks its writer to cite (`cite`)."""
-    return CITE_LINE in text.splitlines()
-
-
-def parse_prompt(text: str) -> tuple[list[PlanSection], dict[str, str]]:
-    """The plan sections and the facts by ref, from a prompt made by `build_user_prompt`."""
-    plan: list[PlanSection] = []
-    facts: dict[str, list[str]] = {}
-    state, current = "head", ""
-    for line in text.splitlines():
-        if state == "head" and line == _PLAN_HEADER:
-            state = "plan"
-        elif state in ("head", "plan") and line == _FACTS_HEADER:
-            state = "facts"
-        elif state == "facts" and line == _WRITE_HEADER:
-            state = "end"
-        elif state == "plan":
-            m = _PLAN_LINE.match(line)
-            if m:
-                plan.append(PlanSection(m["title"], int(m["words"]),
-                                        tuple(m["refs"].split(", "))))
-        elif state == "facts":
-            m = _FACT_LINE.match(line)
-            if m:
-                current = m["ref"]
-                facts[current] = []
-            elif current:
-                facts[current].append(line)
-    return plan, {ref: "\n".join(body).strip() for ref, body in facts.items()}

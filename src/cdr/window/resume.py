@@ -29,8 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cdr.text.prompt_format import PlanSection
 from cdr.window.plan import heading_key
-from cdr.window.prompt import PlanSection
 from cdr.writers.base import DeltaCallback, StreamInterruptedError, WriterResult, sum_usage
 
 

@@ -8,7 +8,7 @@ spec-exact loop writes window after window from an envelope earlier windows alre
 (docs/retrieval.md, "Relevance means the task's own material"). The trace shows it for every run
 as each window's `sent_before` share.
 
-With `stale: "stop"` the session remembers which facts it sent (by fact id, `cdr.window.memory`) and
+With `stale: "stop"` the session remembers which facts it sent (by fact id, `cdr.fact_memory`) and
 a window whose envelope is at least `STALE_SHARE` facts sent before ends the run unwritten with
 `ckf-exhausted` and its onboarding hint: the task's own material has run out, and writing on
 would only repeat it.

@@ -1,8 +1,9 @@
-"""OpenTelemetry spans, when the optional `otel` extra is installed (`cdr-retrieval[otel]`).
+"""OpenTelemetry spans of the loop, when the optional `otel` extra is installed
+(`cdr-retrieval[otel]`).
 
-Two kinds: one span per HTTP request of the gateway (`TracingMiddleware`: method, route path,
-status, request id) and one per window of the loop (`window_span`, from `Generator.complete`,
-the one place every window ends: written, unwritten or submitted by a sidecar client), whose
+One span per window (`window_span`, from `Generator.complete`, the one place every window
+ends: written, unwritten or submitted by a sidecar client; the gateway's request spans are
+`cdr.gateway.tracing`), whose
 attributes are the window's CRP headers (`crp.context.window`, `crp.context.coverage.score`,
 ...) with its status, finish reason and duration. cdr only creates spans through the
 OpenTelemetry API; where they go (OTLP, console, a test's in-memory exporter) is the
@@ -15,15 +16,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
 try:
     from opentelemetry import trace
-    from opentelemetry.trace import SpanKind, Status, StatusCode
+    from opentelemetry.trace import Status, StatusCode
 except ImportError:  # the extra is not installed: every hook below is a no-op
     trace = None  # type: ignore[assignment]
 
-__all__ = ["TracingMiddleware", "available", "crp_attributes", "window_span"]
+__all__ = ["available", "crp_attributes", "window_span"]
 
 TRACER = "cdr"
 
@@ -58,39 +57,3 @@ def window_span(event: Any) -> None:
     if event.error is not None:
         span.set_status(Status(StatusCode.ERROR, "upstream error"))
     span.end(end_time=end)
-
-
-class TracingMiddleware:
-    """A server span per HTTP request: `HTTP <method> <path>`, with status and request id.
-    The path is the route's, without the query (where keys could travel)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if trace is None or scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        method, path = scope.get("method", ""), scope.get("path", "")
-        tracer = trace.get_tracer(TRACER)
-        with tracer.start_as_current_span(f"HTTP {method} {path}", kind=SpanKind.SERVER,
-                                          record_exception=False) as span:
-            span.set_attributes({"http.request.method": method, "url.path": path})
-
-            async def send_status(message: Message) -> None:
-                if message["type"] == "http.response.start":
-                    status = int(message["status"])
-                    span.set_attribute("http.response.status_code", status)
-                    headers = dict(message.get("headers") or [])
-                    rid = scope.get("state", {}).get("request_id")  # cdr.gateway.ops
-                    if rid:
-                        span.set_attribute("cdr.request_id", rid)
-                    for key, value in headers.items():
-                        if key.startswith(b"crp-") and key != b"crp-set-session":
-                            span.set_attribute(key.decode().replace("-", "."),
-                                               value.decode("latin-1"))
-                    if status >= 500:
-                        span.set_status(Status(StatusCode.ERROR))
-                await send(message)
-
-            await self.app(scope, receive, send_status)

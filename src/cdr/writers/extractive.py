@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from cdr.text.prompt_format import asks_citations, parse_prompt
 from cdr.text.tokens import count_tokens
-from cdr.window.prompt import asks_citations, parse_prompt
 from cdr.writers.base import WriterResult, check_request
 
 

@@ -24,7 +24,7 @@ from typing import Any
 from cdr import settings
 from cdr.errors import InvalidInputError, UpstreamError
 from cdr.text.self_repeat import REPETITION
-from cdr.window.length import LLM_WORDS_PER_TOKEN
+from cdr.text.tokens import LLM_WORDS_PER_TOKEN
 from cdr.writers.base import (
     DeltaCallback,
     Pieces,
