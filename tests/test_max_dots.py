@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdr.retrieval import max_dots
 from cdr.ranking import cdr_components, cdr_scores
+from cdr.retrieval import max_dots
 from cdr.retrieval.max_dots import max_row_dots
 
 
