@@ -17,7 +17,8 @@ from typing import Any
 
 DOCS = Path(__file__).resolve().parent
 PAGES = {"cli": DOCS / "reference" / "cli.md", "http": DOCS / "reference" / "http.md",
-         "settings": DOCS / "reference" / "settings.md"}
+         "settings": DOCS / "reference" / "settings.md",
+         "rules": DOCS / "reference" / "rules.md"}
 
 SETTINGS_INTRO = """\
 # Settings
@@ -130,9 +131,32 @@ def settings_page() -> str:
     return "\n".join(lines) + "\n"
 
 
+def rules_page() -> str:
+    """The rules beyond the spec, one row each, from their registry (`cdr.rules`)."""
+    from cdr.rules import RULES
+
+    out = ["# Rules beyond the spec", "",
+           "Every opt-in rule of a session, from its module in `cdr.rules` (one module a rule). "
+           "The first choice is the spec's; each rule is set by `--NAME` on `cdr generate`, the "
+           "field `NAME` of a request to the gateway, or `GenerationConfig(NAME=...)`, and the "
+           "profiles set several at once. *Shards rank* lists the choices under which a "
+           "sharded knowledge base ranks a window on its shards (under any other, the window is "
+           "ranked where the loop runs, with the same result).", "",
+           "Generated from `cdr.rules` by `docs/gen_reference.py`; do not edit by hand.", "",
+           "| rule | choices | the opt-in | module | profiles | shards rank | why |",
+           "|---|---|---|---|---|---|---|"]
+    for r in RULES:
+        profiles = ", ".join(f"{p}: `{c}`" for p, c in r.profiles.items()) or "—"
+        shards = ", ".join(f"`{c}`" for c in r.choices if c in r.ranked_on_shards)
+        out.append(f"| `{r.name}` | {', '.join(f'`{c}`' for c in r.choices)} | "
+                   f"{_cell(r.meaning)} | `{r.module}` | {profiles} | {shards} | "
+                   f"{_cell(r.why)} |")
+    return "\n".join(out) + "\n"
+
+
 def render() -> dict[Path, str]:
     return {PAGES["cli"]: cli_page(), PAGES["http"]: http_page(),
-            PAGES["settings"]: settings_page()}
+            PAGES["settings"]: settings_page(), PAGES["rules"]: rules_page()}
 
 
 def main() -> int:

@@ -13,51 +13,10 @@ Opt-in session options beyond CRP-SPEC-024, and the presets that bundle them.
 
 The spec's behaviour is the default and stays byte-for-byte what it was: a session with default
 options serialises exactly as before (no option keys), and a session stored before the options
-existed loads with the defaults. Each option is a rule in its own module:
-
-- `memory`: ``"off"`` (spec: novelty is per topic) or ``"facts"`` (`cdr.fact_memory`: facts
-  already shown, and more strongly facts already written, lose score in later windows);
-- `envelope`: ``"budget"`` (spec: fill the envelope budget E) or ``"fit"`` (`cdr.window.fit`: pack
-  about as many facts as the window's planned words can use);
-- `queries`: ``"titles"`` (spec: sub-queries are embedded as written) or ``"expanded"``
-  (`cdr.retrieval.expansion`: each sub-query is expanded once at session start from the CKF, and the
-  expansion drives residual pull, the plan and Stage 8 attribution);
-- `repeats`: ``"keep"`` (spec: the window's text is kept as written) or ``"drop"``
-  (`cdr.window.repeat_guard`: sentences, list items and code an earlier window already wrote, in the
-  same words or, for prose, the same meaning, are taken out before Stage 8);
-- `subject`: ``"off"`` (spec: an outline line is embedded as written) or ``"anchor"``
-  (`cdr.retrieval.subject`: each sub-query is embedded as the task's subject plus its line, so
-  "Background" means the background *of this task's subject*; the window still writes under
-  "Background");
-- `lexical`: ``"off"`` (spec: relevance is the cosine) or ``"bm25"`` (`cdr.retrieval.lexical`:
-  relevance fuses the cosine with a BM25 score of the task's words, so facts that name the subject's
-  own terms pass the gate);
-- `stale`: ``"write"`` (spec: a window is written whatever its envelope holds, until an exit
-  fires) or ``"stop"`` (`cdr.window.stale`: a window whose envelope is mostly facts earlier windows
-  were already sent ends the run with `ckf-exhausted`, unwritten);
-- `length`: ``"open"`` (spec: the words asked only size the sub-queries; a run ends on the
-  spec's four exits) or ``"contract"`` (`cdr.window.length`: each window is planned for the words
-  still owed, as many as its generation budget carries at the writer's words per token; a section
-  written whole is not planned again, only one cut off is continued; and the run ends with
-  `task-complete` once the words delivered reach the ±15% band of the words asked);
-- `documents`: ``"off"`` (spec: each fact's relevance is its own) or ``"support"``
-  (`cdr.retrieval.doc_support`: a fact's relevance is weighed by how well its document's best fact
-  matches the task, against the best-matching document's);
-- `plan`: ``"outline"`` (spec: a model writer's window plans the leading open sections its
-  words cover, in outline order, and the packed facts are assigned among them) or ``"packed"``
-  (`cdr.window.plan`: it plans only open sections that own at least a few of its packed facts,
-  each fact owned by its closest open section, so a window is never asked for a section its
-  envelope holds nothing of);
-- `resume`: ``"prompt"`` (spec: a window that continues a section an earlier window began is
-  told so in its prompt) or ``"prefill"`` (`cdr.window.resume`: with a writer that can continue
-  a begun answer, the local model, that window's answer starts with the section's heading and
-  the last words written for it, and the model goes on from them);
-- `pool`: ``"task"`` (spec: Phase 1 gates each fact by its relevance to the task query) or
-  ``"sections"`` (the window loop's `_section_pool`: a fact is a candidate when it is relevant
-  to the task or to one of its outline sections, each section pulled toward the task, at its
-  best relevance; BM25 words and document support are each query's own; navigation pages
-  such as a back-of-book index are left out, `cdr.retrieval.navigation`), so a task whose
-  sections live in different documents reaches every one of them.
+existed loads with the defaults. Each option is a rule of the registry `cdr.rules`, one module
+each (`cdr.rules.memory`, `cdr.rules.pool`, ...): its choices, what its opt-in choice does,
+where it is implemented, the profiles that turn it on and why, and whether the index's shards
+can rank a window under it. This module builds the option table and the profiles from it.
 
 A profile names a set of options: ``"spec"`` is the defaults, ``"fresh"`` turns on what the
 quality benchmark measured to win on the Python-docs corpus, ``"focused"`` is fact memory plus
@@ -75,76 +34,18 @@ from typing import Any, Literal, get_args
 
 from cdr.errors import InvalidInputError
 from cdr.ranking import DEFAULT_MMR_LAMBDA, DEFAULT_RANKING, RANKING_MODES
+from cdr.rules import RULES, rule
 
-MemoryMode = Literal["off", "facts"]
-EnvelopeMode = Literal["budget", "fit"]
-QueriesMode = Literal["titles", "expanded"]
-RepeatsMode = Literal["keep", "drop"]
-SubjectMode = Literal["off", "anchor"]
-LexicalMode = Literal["off", "bm25"]
-StaleMode = Literal["write", "stop"]
-LengthMode = Literal["open", "contract"]
-DocumentsMode = Literal["off", "support"]
-PlanMode = Literal["outline", "packed"]
-ResumeMode = Literal["prompt", "prefill"]
-PoolMode = Literal["task", "sections"]
-CitationsMode = Literal["off", "numbers", "footnotes"]
 ProfileName = Literal["spec", "fresh", "focused"]
-
-MEMORY_MODES: tuple[str, ...] = get_args(MemoryMode)
-ENVELOPE_MODES: tuple[str, ...] = get_args(EnvelopeMode)
-QUERIES_MODES: tuple[str, ...] = get_args(QueriesMode)
-REPEATS_MODES: tuple[str, ...] = get_args(RepeatsMode)
-SUBJECT_MODES: tuple[str, ...] = get_args(SubjectMode)
-LEXICAL_MODES: tuple[str, ...] = get_args(LexicalMode)
-STALE_MODES: tuple[str, ...] = get_args(StaleMode)
-LENGTH_MODES: tuple[str, ...] = get_args(LengthMode)
-DOCUMENTS_MODES: tuple[str, ...] = get_args(DocumentsMode)
-PLAN_MODES: tuple[str, ...] = get_args(PlanMode)
-RESUME_MODES: tuple[str, ...] = get_args(ResumeMode)
-POOL_MODES: tuple[str, ...] = get_args(PoolMode)
-CITATIONS_MODES: tuple[str, ...] = get_args(CitationsMode)
 PROFILE_NAMES: tuple[str, ...] = get_args(ProfileName)
 
 # Every option and its values, the first being the spec's: the CLI, the gateway schema and
-# the trace schema are derived from this table.
-OPTION_CHOICES: dict[str, tuple[str, ...]] = {
-    "memory": MEMORY_MODES, "envelope": ENVELOPE_MODES, "queries": QUERIES_MODES,
-    "repeats": REPEATS_MODES, "subject": SUBJECT_MODES, "lexical": LEXICAL_MODES,
-    "stale": STALE_MODES, "length": LENGTH_MODES, "documents": DOCUMENTS_MODES,
-    "plan": PLAN_MODES, "resume": RESUME_MODES, "pool": POOL_MODES,
-    "citations": CITATIONS_MODES,
-}
+# the trace schema are derived from this table, and the table from the rules.
+OPTION_CHOICES: dict[str, tuple[str, ...]] = {r.name: r.choices for r in RULES}
 # What each rule's opt-in choice does: the CLI's help and the API's description, after the
 # spec's choice (`_session_option`).
-OPTION_MEANINGS: dict[str, str] = {
-    "memory": "facts: facts already shown or written lose score in later windows.",
-    "envelope": "fit: pack as many facts as the window's planned words can use.",
-    "queries": "expanded: sub-queries expanded from the CKF at session start.",
-    "repeats": "drop: take out of each window the sentences, list items and code an "
-        "earlier window already wrote (same words or same meaning).",
-    "subject": "anchor: embed each sub-query as the task's subject plus its line.",
-    "lexical": "bm25: relevance fuses the cosine with BM25 over the task's words.",
-    "stale": "stop: end the run (ckf-exhausted) instead of writing a window whose "
-        "envelope is mostly facts already sent.",
-    "length": "contract: plan each window for the words still owed, write a section "
-        "once (continue only one cut off), end task-complete once the words asked are "
-        "delivered within ±15%.",
-    "documents": "support: weigh each fact's relevance by how well its document matches "
-        "the task against the best-matching document.",
-    "plan": "packed: a model writer's window plans only the open sections that own "
-        "enough of its packed facts (never a section its envelope holds nothing of).",
-    "resume": "prefill: a writer that can (the local model) starts a window that continues "
-        "a begun section with its heading and last written words, and goes on from them.",
-    "pool": "sections: a fact is a candidate when it is relevant to the task or to one of "
-        "its sections (each pulled toward the task), so a task spanning documents reaches "
-        "each.",
-    "citations": "numbers / footnotes: each sentence cites the facts it rests on, [n] or "
-        "[^n], checked and repaired against the window's facts; the document ends with its "
-        "sources.",
-}
+OPTION_MEANINGS: dict[str, str] = {r.name: r.meaning for r in RULES}
 OPTION_NAMES: tuple[str, ...] = tuple(OPTION_CHOICES)
-_CHOICES = OPTION_CHOICES
 
 
 @dataclass(frozen=True)
@@ -152,22 +53,22 @@ class SessionOptions:
     """The opt-in rules a session runs with; persisted in the session (`to_dict`). Each
     default is the spec's behaviour, the first of its choices in `OPTION_CHOICES`."""
 
-    memory: str = MEMORY_MODES[0]
-    envelope: str = ENVELOPE_MODES[0]
-    queries: str = QUERIES_MODES[0]
-    repeats: str = REPEATS_MODES[0]
-    subject: str = SUBJECT_MODES[0]
-    lexical: str = LEXICAL_MODES[0]
-    stale: str = STALE_MODES[0]
-    length: str = LENGTH_MODES[0]
-    documents: str = DOCUMENTS_MODES[0]
-    plan: str = PLAN_MODES[0]
-    resume: str = RESUME_MODES[0]
-    pool: str = POOL_MODES[0]
-    citations: str = CITATIONS_MODES[0]
+    memory: str = rule("memory").spec
+    envelope: str = rule("envelope").spec
+    queries: str = rule("queries").spec
+    repeats: str = rule("repeats").spec
+    subject: str = rule("subject").spec
+    lexical: str = rule("lexical").spec
+    stale: str = rule("stale").spec
+    length: str = rule("length").spec
+    documents: str = rule("documents").spec
+    plan: str = rule("plan").spec
+    resume: str = rule("resume").spec
+    pool: str = rule("pool").spec
+    citations: str = rule("citations").spec
 
     def __post_init__(self) -> None:
-        for name, choices in _CHOICES.items():
+        for name, choices in OPTION_CHOICES.items():
             value = getattr(self, name)
             if value not in choices:
                 raise InvalidInputError(
@@ -197,28 +98,10 @@ class SessionOptions:
         return cls(**{k: str(v) for k, v in data.items()})
 
 
+# Each profile's choices are declared by the rules (`cdr.rules.*.RULE.profiles`, with why).
 PROFILES: dict[str, SessionOptions] = {
-    "spec": SessionOptions(),
-    "fresh": SessionOptions(memory="facts", envelope="fit", queries="expanded"),
-    # Chosen on the TUNE split of both retrieval corpora: fresh's fitted envelopes and expanded
-    # sub-queries lost to the spec's (bench/results/tune_focused_round1.md), anchoring the
-    # subject added nothing once BM25 carries the subject's words (..._round2.md), and
-    # document support lifted every measure on both corpora (..._round3.md).
-    # The length contract keeps a long run to the words asked: without it a run
-    # goes on to its window limit or its stale stop (bench/results/long.md).
-    # Planning by the packed facts: with the outline's leading sections, 6 of
-    # focused's 10 windows on two Python-docs pages held at most one fact of the section they
-    # were asked for, and the model wrote it from memory (docs/retrieval.md).
-    # Not `resume: "prefill"`: chosen on the two largest TUNE pages (restating in windows 2+
-    # 13.3% -> 4.5%, bench/results/long-tune.md), it did not hold on the report tasks (restating
-    # 14.6% -> 14.3%, the reference model looping in 12 windows instead of 7;
-    # bench/results/long.md), so it stays an opt-in (docs/length.md).
-    # The section pool: chosen on the tuning tasks of `bench/shapes.py` (tasks whose
-    # material is 2-5 man pages): material sent 67% -> 93%, false exhaustions 4 -> 1 of 5,
-    # single-page tasks unchanged (100% sent, no stale window); docs/retrieval.md.
-    "focused": SessionOptions(memory="facts", lexical="bm25", stale="stop", length="contract",
-                              documents="support", plan="packed", pool="sections",
-                              citations="numbers"),
+    name: SessionOptions(**{r.name: r.profiles[name] for r in RULES if name in r.profiles})
+    for name in PROFILE_NAMES
 }
 
 

@@ -319,11 +319,13 @@ def search_command(
     as_json: JsonOption = False,
 ) -> None:
     """Top facts for QUERY by relevance (cosine, or fused with BM25), with section and source."""
-    from cdr.options import LEXICAL_MODES
     from cdr.retrieval.lexical import FusedIndex, lexical_index, session_terms
+    from cdr.rules import rule
 
-    if lexical not in LEXICAL_MODES:
-        err.print(f"[red]error:[/red] --lexical must be one of {', '.join(LEXICAL_MODES)}, "
+    lexical_modes = rule("lexical").choices
+
+    if lexical not in lexical_modes:
+        err.print(f"[red]error:[/red] --lexical must be one of {', '.join(lexical_modes)}, "
                   f"got {escape(repr(lexical))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     with _errors(), _open(ckf, embedder) as index:

@@ -43,6 +43,7 @@ from cdr.retrieval.gates import calibrated_gate
 from cdr.retrieval.lexical import FusedIndex, lexical_index, session_terms
 from cdr.retrieval.navigation import ContentIndex, content_rows, navigation_rows
 from cdr.retrieval.subject import sub_query_texts, subject_of, task_topic
+from cdr.rules import shards_can_rank
 from cdr.session import (
     CKF_EXHAUSTED,
     EXHAUSTION_RATIO,
@@ -683,12 +684,9 @@ class Generator:
               section_vecs: np.ndarray | None, costs_of: Callable[[np.ndarray], np.ndarray]
               ) -> Envelope:
         """Phase 3 on the index's shards when they can rank this window themselves, else here."""
-        cfg, opts = self.config, session.options
-        widened = session.expanded_embeddings is not None and cfg.expansion_widens
-        if (section_vecs is None and cfg.ranker is None
-                and session.ranking in SHARD_RANKED_MODES and not widened
-                and opts.memory != "facts" and opts.lexical == "off"
-                and opts.documents == "off" and opts.pool == "task"
+        # Which rules let the shards rank is each rule's own declaration (cdr.rules).
+        if (section_vecs is None and self.config.ranker is None
+                and session.ranking in SHARD_RANKED_MODES and shards_can_rank(session.options)
                 and isinstance(self.index, RankingIndex)):
             return self._pack_ranked_on_index(session, budget, anchor, max_facts, costs_of)
         return self._pack_ranked_here(session, budget, anchor, max_facts, section_vecs, costs_of)
