@@ -256,6 +256,13 @@ SETTINGS: tuple[Setting, ...] = (
         default='`https://api.openai.com/v1`',
         meaning='Base URL of a remote embedder named `openai:<model>` without `@<base_url>`.'),
     Setting(
+        'CDR_STORE_REMOTE', 'library',
+        type='`1` or unset',
+        default='unset',
+        meaning='Set to `1` to let a `qdrant+http://` or `qdrant+https://` knowledge base '
+                'address name a host other than loopback (`cdr.stores.qdrant`); unset, only '
+                '127.0.0.1, ::1 and localhost are opened.'),
+    Setting(
         'CDR_EMBED_THREADS', 'library',
         type='int ≥ 1',
         default='the CPUs this process may use, at most 8',

@@ -100,8 +100,9 @@ def generate(
     task: Annotated[str, typer.Argument(help="What to write, e.g. 'A guide to asyncio tasks'.")],
     ckf: Annotated[str, typer.Option(
         "--ckf", envvar="CDR_CKF",
-        help="CKF directory (made by `cdr ingest`), or a Ray-served shard set "
-             "ray://HOST:PORT/PATH.")],
+        help="CKF directory (made by `cdr ingest`), a Ray-served shard set "
+             "ray://HOST:PORT/PATH, or a Qdrant collection qdrant:PATH?collection=NAME "
+             "(docs/stores.md).")],
     outline: Annotated[Path | None, typer.Option(help="One sub-query per line.")] = None,
     # The run's options: defaults and help from cdr.options.RunOptions (`D`, the faces'
     # defaults: the profile is cdr.options.FACES_PROFILE), never retyped.

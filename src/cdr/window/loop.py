@@ -111,7 +111,7 @@ DRAWN_ON_MIN = 2
 # ... and a document at least this share of whose content facts were sent is the task's as a
 # whole: its other facts join the pool whatever their cosine (chosen on the tuning tasks of
 # bench/shapes.py: surveys 73% -> 78% of their material sent, on-topic unchanged).
-DRAWN_WHOLE = 2 / 3
+DRAWN_WHOLE = 0.67
 # `pool: "sections"`: a document whose support by meaning for a section (the mean cosine of
 # its 3 facts nearest the section's query, cdr.retrieval.doc_support) reaches this is one of
 # the section's pages, as its home page is (chosen on the tuning tasks of bench/shapes.py).
