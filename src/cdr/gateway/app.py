@@ -60,6 +60,7 @@ from cdr.gateway.settings import (
     SESSION_DB_NAME,
     GatewayConfigError,
     GatewaySettings,
+    is_index_address,
     is_ray_address,
     load_settings,
     parse_kb_specs,
@@ -111,6 +112,13 @@ def create_app(
             from cdr.knowledge_base import open_fact_index
 
             specs[name] = open_fact_index(spec, retry_seconds=settings.ray_retry_seconds)
+        elif isinstance(spec, str) and is_index_address(spec):  # an external store
+            from cdr.knowledge_base import open_fact_index
+
+            try:
+                specs[name] = open_fact_index(spec)
+            except CdrError as exc:  # one line naming the KB (cdr serve exits 2 on it)
+                raise GatewayConfigError(f"knowledge base {name!r}: {exc}") from None
     for where in (settings.ckf, settings.session_db, Path.cwd(), tempfile.gettempdir(),
                   *(p for p in specs.values() if isinstance(p, str | Path))):
         register_path(where)

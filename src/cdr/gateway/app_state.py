@@ -28,9 +28,11 @@ from cdr.gateway.session_store import SessionStore, StoredSession
 from cdr.gateway.session_token import StaleTokenError, TokenPayload, TokenSigner
 from cdr.gateway.settings import DEFAULT_KB, GatewaySettings
 from cdr.gateway.shard_kb import ShardSetKnowledgeBase, index_root
+from cdr.gateway.store_kb import StoreKnowledgeBase
 from cdr.options import DEFAULTS, FACE_DEFAULTS
 from cdr.retrieval.factindex import FactIndex
 from cdr.session import IN_PROGRESS, Session
+from cdr.stores.array_index import ArrayFactIndex
 from cdr.window.headers import SAFETY_ONLY_HEADERS, crp_headers
 from cdr.window.loop import EmptyKnowledgeBaseError, GenerationConfig, Generator, WindowEvent
 from cdr.writers import Writer, build_writer
@@ -144,6 +146,8 @@ class Gateway:
         self.kb: KnowledgeBase
         if initial is not None and is_ray_address(str(initial.path)):
             self.kb = ShardSetKnowledgeBase(initial, index_root(initial))  # served by Ray
+        elif isinstance(initial, ArrayFactIndex):  # an external store's collection
+            self.kb = StoreKnowledgeBase(initial)
         else:
             self.kb = LocalKnowledgeBase(path, initial)
         self.writer = writer if writer is not None else writer_for(settings)

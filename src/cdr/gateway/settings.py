@@ -159,7 +159,7 @@ class GatewaySettings(BaseSettings):
             self._ray_address = str(self.ckf)
             self.ckf = parse_address(self._ray_address).path
         if self.session_db is None:
-            first = next((p for p in self.named_kbs().values() if not is_ray_address(p)),
+            first = next((p for p in self.named_kbs().values() if not is_index_address(p)),
                          None) if self.ckf is None and (self.kbs or self.kb_config) else None
             if self.ckf is not None:
                 self.session_db = self.ckf / SESSION_DB_NAME
@@ -276,6 +276,14 @@ def is_ray_address(value: str) -> bool:
     return check(value)
 
 
+def is_index_address(value: str) -> bool:
+    """A knowledge base named by an address, not a local directory: a Ray-served shard set
+    or an external store's collection (`cdr.stores`)."""
+    from cdr.stores.qdrant import is_qdrant_address
+
+    return is_ray_address(value) or is_qdrant_address(value)
+
+
 def _check_kb_name(name: str, where: str) -> str:
     from cdr.gateway.auth import KB_NAME
 
@@ -287,7 +295,8 @@ def _check_kb_name(name: str, where: str) -> str:
 
 
 def parse_kb_specs(specs: list[str], where: str = "--kb") -> dict[str, str]:
-    """`NAME=PATH` items (PATH a CKF directory or `ray://HOST:PORT/ABS_PATH`) → {name: path}."""
+    """`NAME=PATH` items (PATH a CKF directory, `ray://HOST:PORT/ABS_PATH` or a
+    `qdrant:` collection address) → {name: path}."""
     out: dict[str, str] = {}
     for spec in (s.strip() for s in specs):
         if not spec:
@@ -295,8 +304,8 @@ def parse_kb_specs(specs: list[str], where: str = "--kb") -> dict[str, str]:
         name, sep, path = spec.partition("=")
         name, path = name.strip(), path.strip()
         if not sep or not path:
-            raise GatewayConfigError(f"{where} {spec[:80]!r}: give NAME=PATH (a CKF directory "
-                                     "or ray://HOST:PORT/ABS_PATH)")
+            raise GatewayConfigError(f"{where} {spec[:80]!r}: give NAME=PATH (a CKF directory, "
+                                     "ray://HOST:PORT/ABS_PATH or qdrant:PATH?collection=NAME)")
         _check_kb_name(name, where)
         if name in out:
             raise GatewayConfigError(f"{where}: knowledge base {name!r} is given twice")
@@ -323,10 +332,10 @@ def read_kb_config(path: Path) -> dict[str, str]:
     for name, value in table.items():
         _check_kb_name(name, str(path))
         if not isinstance(value, str) or not value.strip():
-            raise GatewayConfigError(f"{path}: kbs.{name} must be a path or ray:// address "
-                                     "(a string)")
+            raise GatewayConfigError(f"{path}: kbs.{name} must be a path, a ray:// or a "
+                                     "qdrant: address (a string)")
         value = value.strip()
-        out[name] = value if is_ray_address(value) else str(path.parent / value)
+        out[name] = value if is_index_address(value) else str(path.parent / value)
     return out
 
 
