@@ -28,7 +28,8 @@ from _paths import BENCH  # noqa: F401  (first: makes `cdr` importable)
 from cdr.ckf import CKF
 from cdr.errors import InvalidInputError
 from cdr.stores.array_index import ArrayFactIndex
-from cdr.stores.qdrant import parse_address, read_points, verify_identity
+from cdr.stores.collection import verify_identity
+from cdr.stores.qdrant import parse_address, read_points
 from cdr.window.loop import GenerationConfig, Generator
 from cdr.writers import get_writer
 from shapes import pg_tasks
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
 def _try_verify(addr, embedder, vectors, texts) -> None:
     # the recipe's vectors are not the texts' own, so the check refuses: its cost is the same
     with contextlib.suppress(InvalidInputError):
-        verify_identity(addr, embedder, vectors, texts)
+        verify_identity(addr.shown, embedder, vectors, texts)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,12 @@ Three pieces, each following LangChain's conventions:
   writer: `CDRLoop(ckf, llm).invoke("Write a guide to X")` returns the document, the status
   and the trace (`ainvoke` awaits the model's `ainvoke`).
 
+A vector store a LangChain app already filled is a knowledge base too, its vectors as they are
+(`index_from_vectorstore`, `CDRRetriever.from_vectorstore`, `CDRLoop(vectorstore, llm)`):
+`InMemoryVectorStore` and a Qdrant-backed store (`langchain-qdrant`'s `QdrantVectorStore`, read
+through its client) are read; the vectors' model is checked on the store itself
+(`cdr.stores.collection`).
+
 Why the retriever ignores its query after the first call: CDR ranks against the session's
 task (its composite query vector, docs/design.md §3.11 "The query and the gate"), not against each
 call's text; the first call's query starts the session when none was given.
@@ -78,6 +84,61 @@ def source_documents(session: Session, events: Sequence[WindowEvent]) -> list[Do
             for s in session.cited_sources]
 
 
+def _index(kb: Any) -> Any:
+    """A CKF directory opened; a `cdr.CKF` or any fact index as it is; a LangChain vector
+    store read (`index_from_vectorstore`)."""
+    import os
+
+    from cdr.ckf import CKF
+
+    if isinstance(kb, str | os.PathLike):
+        return CKF.open(kb)
+    if hasattr(kb, "similarity_search") and not hasattr(kb, "select"):
+        return index_from_vectorstore(kb)
+    return kb
+
+
+def index_from_vectorstore(store: Any, *, model: str = "minilm") -> Any:
+    """The facts of a LangChain vector store with their stored vectors, as a fact index:
+    `InMemoryVectorStore` (its `store` of id → text, vector, metadata) or a store over a Qdrant
+    client (`client` and `collection_name`, LangChain's `page_content` / `metadata` payload).
+    `model` names the embedder that made the vectors (an `--embedder` spec), checked on the
+    store; a store of another kind is refused, naming the kinds read."""
+    from cdr.stores.collection import collection_index
+
+    name = type(store).__name__
+    raw = getattr(store, "store", None)
+    if isinstance(raw, Mapping):
+        items = [v for v in raw.values() if isinstance(v, Mapping)]
+        texts, vectors, sources, sections = [], [], [], []
+        skipped: dict[str, int] = {}
+        for item in items:
+            text, vector = item.get("text"), item.get("vector")
+            if not isinstance(text, str) or not text.strip() or vector is None:
+                skipped["no text or no vector"] = skipped.get("no text or no vector", 0) + 1
+                continue
+            meta = item.get("metadata") or {}
+            texts.append(text)
+            vectors.append(vector)
+            sources.append(str(meta.get("source") or name))
+            sections.append(str(meta.get("section") or meta.get("title") or ""))
+        return collection_index(vectors, texts, sources, sections, model=model,
+                                where=f"LangChain {name}", skipped=skipped)
+    client, collection = getattr(store, "client", None), getattr(store, "collection_name", None)
+    if client is not None and type(client).__name__ == "QdrantClient" and collection:
+        from cdr.retrieval.embed import get_embedder
+        from cdr.stores.qdrant import QdrantAddress, read_points
+
+        addr = QdrantAddress(None, None, str(collection), None, model, None,
+                             shown=f"LangChain {name} {collection}")
+        pts = read_points(client, addr, int(get_embedder(model).dim))
+        return collection_index(pts.vectors, pts.texts, pts.sources, pts.sections,
+                                model=model, where=addr.shown, skipped=pts.skipped)
+    raise InvalidInputError(
+        f"cannot read the vectors of a LangChain {name}: InMemoryVectorStore and stores over "
+        "a Qdrant client are read; for another store, ingest its documents with `cdr ingest`")
+
+
 class CDRRetriever(BaseRetriever):
     """A retriever bound to one CDR session; see the module docstring.
 
@@ -96,13 +157,21 @@ class CDRRetriever(BaseRetriever):
     @classmethod
     def from_ckf(cls, ckf: Any, *, task: str | None = None, outline: str | None = None,
                  config: GenerationConfig | None = None) -> CDRRetriever:
-        """`ckf` is a `cdr.CKF` or a CKF directory."""
-        from cdr.ckf import CKF
+        """`ckf` is a `cdr.CKF`, a CKF directory, any fact index or a LangChain vector store
+        (`index_from_vectorstore`)."""
         from cdr.writers.extractive import ExtractiveWriter
 
-        index = CKF.open(ckf) if not isinstance(ckf, CKF) else ckf
-        return cls(generator=Generator(index, ExtractiveWriter(), config),
+        return cls(generator=Generator(_index(ckf), ExtractiveWriter(), config),
                    task=task, outline=outline)
+
+    @classmethod
+    def from_vectorstore(cls, store: Any, *, model: str = "minilm", task: str | None = None,
+                         outline: str | None = None, config: GenerationConfig | None = None
+                         ) -> CDRRetriever:
+        """A retriever over the facts of a LangChain vector store and their stored vectors
+        (`index_from_vectorstore`; `model` names the embedder that made them)."""
+        return cls.from_ckf(index_from_vectorstore(store, model=model), task=task,
+                            outline=outline, config=config)
 
     # -- state ----------------------------------------------------------------------------
 
@@ -267,9 +336,7 @@ class CDRLoop(Runnable[Any, dict[str, Any]]):
 
     def __init__(self, ckf: Any, llm: Any, config: GenerationConfig | None = None, *,
                  max_tokens_arg: str | None = "max_tokens") -> None:
-        from cdr.ckf import CKF
-
-        self.ckf = CKF.open(ckf) if not isinstance(ckf, CKF) else ckf
+        self.ckf = _index(ckf)  # a CKF, its directory, a fact index or a LangChain store
         self.writer = LangChainWriter(llm, max_tokens_arg=max_tokens_arg)
         self.config = config or GenerationConfig()
 

@@ -17,8 +17,8 @@ or `title`, else the collection's name.
 
 Refused with a message naming the problem: a collection that does not exist, vectors of
 another width than the model's, vectors the model did not make from the points' texts (a
-sample of up to `VERIFY_SAMPLE` texts embedded again must come back at cosine ≥
-`VERIFY_COSINE`: the §2.5 identity check, since a Qdrant collection does not name its model),
+sample of its texts embedded again must come back as its vectors — the §2.5 identity check
+of `cdr.stores.collection`, since a Qdrant collection does not name its model),
 more than `MAX_POINTS` points, points none of which holds a text. A point without text, with
 a text longer than `MAX_TEXT_CHARS`, or without a usable vector is skipped and counted
 (`skipped`).
@@ -37,14 +37,13 @@ import numpy as np
 from cdr import settings
 from cdr.errors import InvalidInputError, NotFoundError
 from cdr.stores.array_index import ArrayFactIndex
+from cdr.stores.collection import collection_index
 
 SCHEMES = ("qdrant:", "qdrant+http://", "qdrant+https://")
 TEXT_KEYS = ("page_content", "text", "document", "content")
 MAX_POINTS = 2_000_000
 MAX_TEXT_CHARS = 100_000
 SCROLL_PAGE = 1_000
-VERIFY_SAMPLE = 8
-VERIFY_COSINE = 0.97
 REMOTE_ENV = "CDR_STORE_REMOTE"
 _LOOPBACK_NAMES = ("localhost",)
 
@@ -214,40 +213,17 @@ def read_points(client: Any, addr: QdrantAddress, dim: int) -> _Points:
     return out
 
 
-def verify_identity(addr: QdrantAddress, embedder: Any, vectors: np.ndarray,
-                    texts: list[str]) -> None:
-    """Refuse vectors `embedder` did not make from `texts`: up to VERIFY_SAMPLE points, evenly
-    spread over the collection, embedded again, each at cosine ≥ VERIFY_COSINE."""
-    if not texts:
-        return
-    picks = np.unique(np.linspace(0, len(texts) - 1, min(VERIFY_SAMPLE, len(texts))).astype(int))
-    again = np.asarray(embedder.encode([texts[i] for i in picks]), dtype=np.float32)
-    stored = vectors[picks] / np.linalg.norm(vectors[picks], axis=1, keepdims=True)
-    cos = np.einsum("ij,ij->i", again, stored)
-    if float(cos.min()) < VERIFY_COSINE:
-        raise InvalidInputError(
-            f"{addr.shown}: its vectors were not made by {embedder.model_id} from the points' "
-            f"text (cosine {float(np.median(cos)):.2f} median over {len(picks)} sampled "
-            f"points, {VERIFY_COSINE} needed); name the model that made them with ?model= "
-            "or the payload key that holds the embedded text with ?text=")
-
-
 def open_qdrant(spec: str) -> ArrayFactIndex:
     """The collection named by `spec` as an in-memory fact index (its `skipped` counts the
     points left out and why)."""
     from cdr.retrieval.embed import get_embedder
 
     addr = parse_address(spec)
-    embedder = get_embedder(addr.model)
+    dim = int(get_embedder(addr.model).dim)
     client = _client(addr)
     try:
-        pts = read_points(client, addr, int(embedder.dim))
+        pts = read_points(client, addr, dim)
     finally:
         client.close()
-    vectors = (np.vstack(pts.vectors) if pts.vectors
-               else np.zeros((0, int(embedder.dim)), np.float32))
-    verify_identity(addr, embedder, vectors, pts.texts)
-    index = ArrayFactIndex(vectors, pts.texts, pts.sources, pts.sections,
-                           model_id=embedder.model_id, embedder=embedder, path=addr.shown)
-    index.skipped.update(pts.skipped)
-    return index
+    return collection_index(pts.vectors, pts.texts, pts.sources, pts.sections,
+                            model=addr.model, where=addr.shown, skipped=pts.skipped)
