@@ -158,3 +158,41 @@ def test_record_cites_the_text_against_the_windows_nodes(retriever):
     plain = off.record("\n\n".join(n.node.get_content() for n in nodes))
     assert "citations" not in plain and "text" not in plain and off.source_nodes() == []
     assert "cited_sources" not in off.session.to_dict() and "sources" not in off.trace()
+
+
+def _nodes_with(embedding_of) -> list:
+    from llama_index.core.schema import NodeWithScore
+
+    docs = documents()
+    vectors = embedding_of([t for _, t in docs])
+    return [NodeWithScore(node=TextNode(text=t, metadata={"source": n}, embedding=list(v)),
+                          score=1.0) for (n, t), v in zip(docs, vectors, strict=True)]
+
+
+def test_the_nodes_own_embeddings_are_used_once_they_are_the_sessions_models() -> None:
+    """Nodes a vector store returns with the session model's embeddings: a sample of them is
+    embedded again to check, the rest are used as they are, and the ranking is the one of
+    embedding every node. Nodes embedded by another model are all embedded again."""
+    import numpy as np
+
+    from cdr.retrieval.embed import default_embedder
+
+    emb = default_embedder()
+    own = _nodes_with(emb.encode)
+    plain = [type(n)(node=TextNode(text=n.node.text, metadata=dict(n.node.metadata)),
+                     score=1.0) for n in own]
+    rng = np.random.default_rng(0)
+    other = _nodes_with(lambda texts: rng.normal(size=(len(texts), emb.dim)))
+
+    def ranked(nodes: list) -> tuple[list[str], int]:
+        rerank = CDRNodePostprocessor.from_task(TASK, outline=OUTLINE, top_n=5, max_windows=3)
+        out = rerank.postprocess_nodes(nodes, query_str="built-in types")
+        return [n.node.text for n in out], rerank.embedded_texts
+
+    got_plain, embedded_plain = ranked(plain)
+    got_own, embedded_own = ranked(own)
+    got_other, embedded_other = ranked(other)
+    assert embedded_plain == len({n.node.text for n in plain}) > 8
+    assert embedded_own == 8  # the identity sample only
+    assert got_own == got_plain == got_other
+    assert embedded_other == embedded_plain + 8  # checked, refused, then all embedded

@@ -7,9 +7,12 @@ n-gram guard, with the residual pull toward sub-queries not yet written. `record
 the session what the model wrote from them (DPE Stage 8), so the next window's reranking
 moves on; `trace()` gives a trace for `cdr report`.
 
-The nodes are embedded with cdr's embedder (the session's model), not with whatever
-embedding the vector store holds: coverage and relevance must be measured in one embedding
-space (SPEC-024 §2.5), and a node's stored embedding may come from another model.
+Coverage and relevance must be measured in one embedding space (SPEC-024 §2.5), and a node's
+stored embedding may come from another model. So a node's own `embedding` is used only once
+the nodes' embeddings are shown to be the session's model's: a sample of each batch's new
+ones (`cdr.stores.collection.verify_identity`) is embedded again and must match. Nodes
+without an embedding, or whose embeddings failed that check once, are embedded with cdr's
+embedder (`embedded_texts` counts what was embedded).
 """
 
 from __future__ import annotations
@@ -74,6 +77,8 @@ class CDRNodePostprocessor(BaseNodePostprocessor):
     _last: Any = PrivateAttr(default=None)  # (nodes, ranking, tokens) handed out last
     _windows: list[Any] = PrivateAttr(default_factory=list)
     _vectors: dict[str, Any] = PrivateAttr(default_factory=dict)  # text -> unit vector
+    _stored_ok: bool | None = PrivateAttr(default=None)  # the nodes' own embeddings usable?
+    _embedded: int = PrivateAttr(default=0)
     _lock: Any = PrivateAttr(default_factory=threading.Lock)
     _cited: dict[str, Any] = PrivateAttr(default_factory=dict)  # node id -> cited node
 
@@ -130,7 +135,7 @@ class CDRNodePostprocessor(BaseNodePostprocessor):
         if not nodes or self.done:
             return []
         texts = [n.node.get_content(metadata_mode=MetadataMode.NONE) for n in nodes]
-        emb = self._embed(texts)
+        emb = self._embed(texts, [getattr(n.node, "embedding", None) for n in nodes])
         relevance = emb @ session.query_vector
         counts = np.array([sum(1 for h in ngram_hashes(t).tolist() if h in session.blacklist)
                            for t in texts], dtype=np.int32)
@@ -156,15 +161,51 @@ class CDRNodePostprocessor(BaseNodePostprocessor):
             self._last = (out, ranked, [count_tokens(texts[i]) for i in ranked.indices])
         return out
 
-    def _embed(self, texts: list[str]) -> np.ndarray:
+    @property
+    def embedded_texts(self) -> int:
+        """How many texts this session embedded itself (identity samples included)."""
+        return self._embedded
+
+    def _embed(self, texts: list[str], stored: Sequence[Any] | None = None) -> np.ndarray:
         """Embeddings by text, cached for the session: a retriever returns many of the same
-        nodes every window, and embedding is the costly step."""
+        nodes every window, and embedding is the costly step. `stored`: the nodes' own
+        embeddings (None where a node has none), used once checked (see the module doc)."""
         new = list(dict.fromkeys(t for t in texts if t not in self._vectors))
+        if new and stored is not None and self._stored_ok is not False:
+            self._take_stored([(t, e) for t, e in zip(texts, stored, strict=True) if t in new])
+            new = [t for t in new if t not in self._vectors]
         if new:
+            self._embedded += len(new)
             for t, v in zip(new, self._embedder.encode(new), strict=True):
                 self._vectors[t] = v
         return np.stack([self._vectors[t] for t in texts]) if texts else np.zeros(
             (0, self.session.dim), np.float32)
+
+    def _take_stored(self, pairs: list[tuple[str, Any]]) -> None:
+        """Cache the nodes' own embeddings of `pairs` once a sample of them passes the
+        identity check; a failed check turns them off for the session."""
+        from cdr.errors import InvalidInputError
+        from cdr.stores.collection import VERIFY_SAMPLE, verify_identity
+
+        own: dict[str, np.ndarray] = {}
+        for t, e in pairs:
+            v = None if e is None else np.asarray(e, dtype=np.float32).ravel()
+            if v is not None and v.shape == (self.session.dim,) and np.isfinite(v).all() \
+                    and np.any(v):
+                own.setdefault(t, v / np.linalg.norm(v))
+        if not own:
+            return
+        texts = list(own)
+        vectors = np.vstack([own[t] for t in texts])
+        try:
+            verify_identity("the nodes' embeddings", self._embedder, vectors, texts)
+        except InvalidInputError:
+            self._stored_ok = False
+            return
+        finally:
+            self._embedded += min(VERIFY_SAMPLE, len(texts))
+        self._stored_ok = True
+        self._vectors.update(zip(texts, vectors, strict=True))
 
     async def _apostprocess_nodes(self, nodes: list[NodeWithScore],
                                   query_bundle: QueryBundle | None = None
