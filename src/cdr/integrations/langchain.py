@@ -45,6 +45,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from cdr.errors import InvalidInputError, UpstreamError
+from cdr.integrations.windows import envelope_facts
 from cdr.session import Session
 from cdr.trace import build_trace
 from cdr.window.loop import GenerationConfig, Generator, PreparedWindow, WindowEvent
@@ -53,23 +54,12 @@ from cdr.writers.base import DeltaCallback, WriterResult
 __all__ = ["CDRLoop", "CDRRetriever", "LangChainWriter", "envelope_documents",
            "source_documents"]
 
-SCORE_KEYS = ("relevance", "novelty", "residual_pull", "ngram_penalty", "score")
-
-
 def envelope_documents(prepared: PreparedWindow) -> list[Document]:
     """A prepared window's facts as Documents, in envelope order. `metadata` holds `source`
     (LangChain's usual key), `section`, `fact_id`, `ref` (F1, F2 … as the prompt cites them),
-    `window`, `tokens` and the CDR score components."""
-    env = prepared.envelope
-    r = env.ranking
-    docs = []
-    for i, (fid, fact) in enumerate(zip(env.fact_ids, prepared.facts, strict=True)):
-        meta: dict[str, Any] = {"source": fact.source, "section": fact.section,
-                                "fact_id": fid, "ref": f"F{i + 1}", "window": prepared.number,
-                                "tokens": int(env.tokens[i])}
-        meta.update({k: round(float(getattr(r, k)[i]), 4) for k in SCORE_KEYS})
-        docs.append(Document(page_content=fact.content, metadata=meta, id=fid))
-    return docs
+    `window`, `tokens` and the CDR score components (`cdr.integrations.windows`)."""
+    return [Document(page_content=text, metadata=meta, id=fid)
+            for fid, text, meta in envelope_facts(prepared)]
 
 
 def source_documents(session: Session, events: Sequence[WindowEvent]) -> list[Document]:
