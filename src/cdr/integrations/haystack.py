@@ -45,7 +45,7 @@ class CDRRetriever:
         from cdr.knowledge_base import open_fact_index
         from cdr.writers.extractive import ExtractiveWriter
 
-        index = (open_fact_index(knowledge_base)
+        index = (open_fact_index(os.fspath(knowledge_base))
                  if isinstance(knowledge_base, str | os.PathLike) else knowledge_base)
         config = GenerationConfig(profile=profile, max_windows=max_windows, words=words)
         self.handout = WindowHandout(Generator(index, ExtractiveWriter(), config),
