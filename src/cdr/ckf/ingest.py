@@ -42,6 +42,7 @@ from cdr.ckf.sources import (
 )
 from cdr.errors import InvalidInputError
 from cdr.retrieval.fact_recipe import fact_text
+from cdr.text.sentences import CJK_BYTES, CJK_CUT
 
 log = logging.getLogger("cdr.ckf")
 
@@ -128,7 +129,10 @@ def _plan(ckf: CKF, doc: DocumentInput, source_type: str, importance: float | No
         raise SkipDocument(f"unsupported document kind {kind!r}")
     # The bytes plus how they are cut into facts: a new chunking re-chunks unchanged files.
     extractor = f" html {extractor_id()}" if kind == "html" else ""
-    recipe = f"cdr-ckf parser {PARSER_VERSION}{extractor} {chunking!r}\0".encode()
+    # A text with CJK in it is cut by the rule that knows its sentence ends (cdr.text.sentences):
+    # its hash says so, so such a document is cut anew; every other document keeps its hash.
+    cjk = CJK_CUT if CJK_BYTES.search(data) else ""
+    recipe = f"cdr-ckf parser {PARSER_VERSION}{extractor}{cjk} {chunking!r}\0".encode()
     content_hash = hashlib.sha256(recipe + data).hexdigest()
     text = "" if REGISTRY[kind].binary else decode_text(data, kind)[0]
     try:

@@ -12,6 +12,13 @@ A sentence ends at `.`, `!` or `?` (closing quotes and brackets after it belong 
 two sentences there is white space and the next one starts with a capital, a digit or an
 opening quote or bracket. A period after a common abbreviation ("e.g.", "Dr.") or a single
 capital ("J. Smith") ends no sentence.
+
+Chinese and Japanese end a sentence at `。`, `！` or `？` (full-width, closers such as `」` or
+`）` after it belonging to it), with no space after it and whatever starts the next: "这是第一
+句。这是第二句。" is two sentences; and a Latin sentence ends before one that starts with kana
+or an ideograph. Text without CJK is cut exactly as before, so the facts (and fact ids) of
+every CKF of other languages stay what they were; a document with CJK in it is cut anew on its
+next ingest (`CJK_CUT` in the ingest's content hash).
 """
 
 from __future__ import annotations
@@ -20,8 +27,18 @@ import re
 
 TERMINALS = ".!?"
 CLOSERS = "\"'”’)]"
-_BREAK = re.compile(rf"([{TERMINALS}][{re.escape(CLOSERS)}]*)\s+(?=[\"'“‘(\[]?[A-Z0-9])")
-_ENDS = re.compile(rf"[{TERMINALS}][{re.escape(CLOSERS)}]*$")
+# CJK text: kana and ideographs, which have no capitals (a Latin sentence before one ends).
+CJK_LETTERS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
+_BREAK = re.compile(rf"([{TERMINALS}][{re.escape(CLOSERS)}]*)\s+"
+                    rf"(?=[\"'“‘(\[]?[A-Z0-9{CJK_LETTERS}])")
+CJK_TERMINALS = "。！？"
+CJK_CUT = " cjk-cut 1"  # what a text with CJK in it adds to its ingest hash
+# UTF-8 of U+3000-U+9FFF and the full-width forms: the bytes of a document with CJK in it.
+CJK_BYTES = re.compile(rb"[\xe3-\xe9][\x80-\xbf][\x80-\xbf]|\xef[\xbc-\xbf][\x80-\xbf]")
+CJK_CLOSERS = "」』）】〉》〕”’\"'"
+_CJK_BREAK = re.compile(rf"([{CJK_TERMINALS}][{re.escape(CJK_CLOSERS)}]*)\s*(?=\S)")
+_ENDS = re.compile(rf"(?:[{TERMINALS}][{re.escape(CLOSERS)}]*"
+                   rf"|[{CJK_TERMINALS}][{re.escape(CJK_CLOSERS)}]*)$")
 _ABBREV = re.compile(
     r"(?:\b(?:e\.g|i\.e|etc|vs|cf|al|approx|Mr|Mrs|Ms|Dr|Prof|St|No|Fig|Eq|Sec|Ch|Vol|pp)"
     r"|\b[A-Z])\.$"
@@ -33,9 +50,12 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
     the last span runs to the end of the text whether or not it ends like a sentence."""
     spans: list[tuple[int, int]] = []
     start = 0
-    for m in _BREAK.finditer(text):
+    breaks = list(_BREAK.finditer(text))
+    if any(c in text for c in CJK_TERMINALS):
+        breaks = sorted([*breaks, *_CJK_BREAK.finditer(text)], key=lambda m: m.start())
+    for m in breaks:
         end = m.end(1)
-        if _ABBREV.search(text[start:end]):
+        if end <= start or (m.re is _BREAK and _ABBREV.search(text[start:end])):
             continue
         _add_span(spans, text, start, end)
         start = m.end()
