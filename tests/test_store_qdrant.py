@@ -190,3 +190,28 @@ def test_cdr_generate_runs_on_a_qdrant_collection(store: str, tmp_path: Path) ->
     data = json.loads(trace.read_text())
     assert data["windows"] and all(w["envelope"] for w in data["windows"][:1])
     assert (tmp_path / "doc.md").read_text().strip()
+
+
+@pytest.mark.parametrize(("address", "status", "words"), [
+    ("qdrant+http://10.1.2.3:6333?collection=docs", 2, "not loopback"),
+    ("qdrant:/tmp?collection=docs&colour=red", 2, "unknown Qdrant address parameters"),
+    ("qdrant:/nowhere/at/all?collection=docs", 1, "no Qdrant storage folder"),  # as a CKF's
+])
+def test_the_cli_refuses_a_bad_store_in_one_line(tmp_path: Path, address: str, status: int,
+                                                 words: str) -> None:
+    """Through a real `cdr` process: a bad address is a usage error (exit 2), a missing store
+    exits 1 as a missing CKF does; one line naming the problem, nothing written."""
+    import subprocess
+    import sys
+
+    from tests.gateway_server import child_env
+
+    out = tmp_path / "doc.md"
+    proc = subprocess.run(
+        [sys.executable, "-m", "cdr.cli", "generate", "A guide to X", "--ckf", address,
+         "--out", str(out)], env=child_env({}), cwd=tmp_path, capture_output=True, text=True,
+        timeout=120)
+    assert proc.returncode == status, (proc.returncode, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], proc.stderr
+    assert not out.exists() and list(tmp_path.iterdir()) == []

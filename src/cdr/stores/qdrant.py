@@ -191,12 +191,7 @@ def read_points(client: Any, addr: QdrantAddress, dim: int) -> _Points:
                 continue
             raw = _vector_of(p, addr.vector)
             vec = np.asarray(raw if raw is not None else [], dtype=np.float32).ravel()
-            if vec.shape != (dim,):
-                raise InvalidInputError(
-                    f"{addr.shown}: point {p.id} has a vector of width {vec.shape[0]}; the "
-                    f"model {addr.model!r} makes {dim}-d vectors (name the model that made "
-                    "them with ?model=)")
-            if not np.isfinite(vec).all() or not np.any(vec):
+            if vec.shape == (dim,) and (not np.isfinite(vec).all() or not np.any(vec)):
                 out.skip("zero or non-finite vector")
                 continue
             out.vectors.append(vec)
