@@ -17,8 +17,8 @@ from cdr.retrieval.doc_support import (
     document_codes,
     document_support,
     home_document,
+    section_pages,
     support_weights,
-    supported_documents,
     supported_select,
 )
 from cdr.retrieval.gates import MINILM, SPEC_GATE, calibrated_gate
@@ -70,30 +70,35 @@ def test_a_page_of_many_matching_facts_is_home_over_a_page_of_one():
     assert home_document(np.zeros(0, np.int64), np.zeros(0)) is None
 
 
-def test_every_page_at_the_gate_is_a_sections_page():
+def test_a_sections_pages_are_its_home_and_every_page_at_the_gate():
     docs = np.array([7, 3, 3, 3, 5, 5, 5])
     rel = np.array([0.9, 0.7, 0.65, 0.6, 0.62, 0.61, 0.6])
-    # supports: 7 → 0.3, 3 → 0.65, 5 → 0.61
-    np.testing.assert_array_equal(supported_documents(docs, rel, 0.6), [3, 5])
-    np.testing.assert_array_equal(supported_documents(docs, rel, 0.65), [3])
-    np.testing.assert_array_equal(supported_documents(docs, rel, 0.3), [3, 5, 7])
-    assert supported_documents(docs, rel, 0.66).size == 0
-    assert supported_documents(np.zeros(0, np.int64), np.zeros(0), 0.5).size == 0
+    # supports: 7 → 0.3, 3 → 0.65 (the home), 5 → 0.61
+    np.testing.assert_array_equal(section_pages(docs, rel, 0.6), [3, 5])
+    np.testing.assert_array_equal(section_pages(docs, rel, 0.65), [3])
+    np.testing.assert_array_equal(section_pages(docs, rel, 0.3), [3, 5, 7])
+    np.testing.assert_array_equal(section_pages(docs, rel, 0.66), [3])  # the home alone
+    assert section_pages(np.zeros(0, np.int64), np.zeros(0), 0.5).size == 0
+
+
+def _brute_support(pairs: list[tuple[int, float]], doc: int, top_n: int) -> float:
+    """A document's support by hand: the mean of its `top_n` best relevances, missing ones 0."""
+    return sum(sorted((r for d, r in pairs if d == doc), reverse=True)[:top_n]) / top_n
 
 
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 5), st.floats(0, 1)), min_size=1, max_size=30),
        st.floats(0, 1))
-def test_supported_documents_equal_a_brute_force(pairs, gate):
+def test_section_pages_equal_a_brute_force(pairs, gate):
     docs = np.array([d for d, _ in pairs])
     rel = np.array([r for _, r in pairs])
-    want = sorted(d for d in set(docs.tolist())
-                  if sum(sorted(rel[docs == d].tolist(), reverse=True)[:3]) / 3 >= gate)
-    got = supported_documents(docs, rel, gate).tolist()
+    support = {d: _brute_support(pairs, d, 3) for d in set(docs.tolist())}
+    home = home_document(docs, rel)
+    want = sorted({d for d, v in support.items() if v >= gate} | {home})
+    got = section_pages(docs, rel, gate).tolist()
     # the sum's order may differ from the kernel's by an ulp at the gate itself
-    near = {d for d in set(docs.tolist())
-            if abs(sum(sorted(rel[docs == d].tolist(), reverse=True)[:3]) / 3 - gate) < 1e-12}
-    assert set(got) - near == set(want) - near
+    near = {d for d, v in support.items() if abs(v - gate) < 1e-12}
+    assert set(got) - near == set(want) - near and home in got
     assert got == sorted(got)
 
 
@@ -103,8 +108,7 @@ def test_supported_documents_equal_a_brute_force(pairs, gate):
 def test_support_equals_a_brute_force(pairs, top_n):
     docs = np.array([d for d, _ in pairs])
     rel = np.array([r for _, r in pairs])
-    want = [sum(sorted((r for d, r in pairs if d == k), reverse=True)[:top_n]) / top_n
-            for k in range(6)]
+    want = [_brute_support(pairs, k, top_n) for k in range(6)]
     np.testing.assert_allclose(document_support(docs, rel, 6, top_n), want, atol=1e-12)
 
 
