@@ -85,27 +85,34 @@ def document_support(doc: np.ndarray, rel: np.ndarray, n_docs: int, top_n: int =
     return out
 
 
+def _supports(docs: np.ndarray, relevances: np.ndarray, top_n: int
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct document codes ascending, the support of each) among candidates."""
+    uniq, inv = np.unique(np.asarray(docs, np.int64), return_inverse=True)
+    return uniq, document_support(inv, np.asarray(relevances, np.float64), len(uniq), top_n)
+
+
 def home_document(docs: np.ndarray, relevances: np.ndarray, top_n: int = TOP_N) -> int | None:
     """The document (code) of the best support among candidates of documents `docs` with
     these relevances (the lowest code on a tie), None without candidates: where a section of
     the task lives, judged page by page."""
     if not len(docs):
         return None
-    uniq, inv = np.unique(np.asarray(docs, np.int64), return_inverse=True)
-    support = document_support(inv, np.asarray(relevances, np.float64), len(uniq), top_n)
+    uniq, support = _supports(docs, relevances, top_n)
     return int(uniq[int(np.argmax(support))])
 
 
-def supported_documents(docs: np.ndarray, relevances: np.ndarray, gate: float,
-                        top_n: int = TOP_N) -> np.ndarray:
-    """The documents (codes, ascending) among candidates of documents `docs` with these
-    relevances whose support reaches `gate`: every page a section lives in, where
-    `home_document` names the best one."""
+def section_pages(docs: np.ndarray, relevances: np.ndarray, gate: float,
+                  top_n: int = TOP_N) -> np.ndarray:
+    """The pages a section lives in, among candidates of documents `docs` with these
+    relevances: its home (`home_document`) and every document whose support reaches `gate`
+    (codes, ascending; empty without candidates)."""
     if not len(docs):
         return np.zeros(0, np.int64)
-    uniq, inv = np.unique(np.asarray(docs, np.int64), return_inverse=True)
-    support = document_support(inv, np.asarray(relevances, np.float64), len(uniq), top_n)
-    out: np.ndarray = uniq[support >= gate]
+    uniq, support = _supports(docs, relevances, top_n)
+    keep = support >= gate
+    keep[int(np.argmax(support))] = True
+    out: np.ndarray = uniq[keep]
     return out
 
 

@@ -30,8 +30,7 @@ from cdr.retrieval.doc_support import (
     SupportedIndex,
     content_sizes,
     document_codes,
-    home_document,
-    supported_documents,
+    section_pages,
 )
 from cdr.retrieval.expansion import (
     expand_sub_queries,
@@ -561,13 +560,11 @@ class Generator:
             # their facts are judged by their meaning alone, at the cosine gate, not weighed
             # against another page's best fact.
             near = by_meaning.select(query, cos_gate, None)
-            home = home_document(codes[near.indices], near.relevances)
-            if home is not None:
-                section_pages = np.union1d([home], supported_documents(
-                    codes[near.indices], near.relevances, SECTION_DOC_GATE))
-                home_parts.append(_head(near.where(np.isin(codes[near.indices], section_pages)),
+            these = section_pages(codes[near.indices], near.relevances, SECTION_DOC_GATE)
+            if len(these):
+                home_parts.append(_head(near.where(np.isin(codes[near.indices], these)),
                                         PHASE1_LIMIT))
-                pages.append(section_pages)
+                pages.append(these)
         # A section adds facts of the task's documents, not others: on a single-page task a
         # section query ("Errors") also meets sibling pages' sections. The task's documents
         # are those its own query reached, each section's best match and its pages by meaning.
